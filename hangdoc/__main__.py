@@ -1,0 +1,5 @@
+import sys
+
+from hangdoc.cli import main
+
+sys.exit(main())

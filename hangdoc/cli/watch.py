@@ -1,0 +1,1 @@
+"""`hangdoc watch PID`: placeholder replaced by the real command below."""

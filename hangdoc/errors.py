@@ -1,0 +1,80 @@
+"""Errors that carry their exit code and teach the fix, said once, here.
+
+Exit codes (documented in docs/exit-codes.md):
+  0  healthy / nothing found        3  hang detected
+  1  `check` found problems         4  the job crashed
+  2  usage, attach or input error
+"""
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+EXIT_HANG = 3
+EXIT_CRASH = 4
+
+
+class HangdocError(Exception):
+    """An error the user can act on: one line, an exit code, no traceback."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, exit_code: int | None = None):
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+PTRACE_HELP = (
+    "py-spy needs ptrace rights over the job's processes. Either run hangdoc as the job's "
+    "user (or root); or allow ptrace of non-children: "
+    "`echo 0 | sudo tee /proc/sys/kernel/yama/ptrace_scope` (now 1: only descendants may be traced); "
+    "in a container, start it with `--cap-add=SYS_PTRACE` "
+    "(Kubernetes: securityContext.capabilities.add: [SYS_PTRACE])."
+)
+
+PY_SPY_HELP = (
+    "py-spy was not found next to this Python nor on PATH; install it with "
+    "`pip install py-spy` (the wheel carries the binary) or pass --py-spy PATH."
+)
+
+
+class NoSuchProcess(HangdocError):
+    def __init__(self, pid: int):
+        super().__init__(f"no process with pid {pid} (it may have exited); `hangdoc ps` lists the jobs on this node")
+
+
+class NotPython(HangdocError):
+    def __init__(self, pid: int, exe: str):
+        super().__init__(
+            f"pid {pid} ({exe}) is not a Python process and has no torchrun job below it; "
+            "give the pid of the launcher, a rank or a DataLoader worker"
+        )
+
+
+class NotDistributed(HangdocError):
+    def __init__(self, pid: int):
+        super().__init__(
+            f"pid {pid} is a Python process but not part of a distributed job "
+            "(no RANK/WORLD_SIZE in its environment nor among its children); "
+            "add --single to snapshot it on its own"
+        )
+
+
+class PtraceDenied(HangdocError):
+    def __init__(self, pid: int, detail: str = ""):
+        why = f" ({detail})" if detail else ""
+        super().__init__(f"cannot read the stack of pid {pid}: ptrace denied{why}. {PTRACE_HELP}")
+
+
+class PySpyMissing(HangdocError):
+    def __init__(self):
+        super().__init__(PY_SPY_HELP)
+
+
+class BadBundle(HangdocError):
+    pass
+
+
+class BadOutput(HangdocError):
+    pass

@@ -1,0 +1,311 @@
+"""The plain data at hangdoc's centre: what a capture holds and what a report says.
+
+Everything here is a frozen dataclass that round-trips through JSON with
+`hangdoc.serde` (`to_dict` / `from_dict`). Rules read these objects and nothing
+else, which is why `hangdoc report` on a saved bundle says what the live watch said.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+BUNDLE_SCHEMA = "hangdoc/bundle-v1"
+REPORT_SCHEMA = "hangdoc/report-v1"
+
+
+class Role(str, enum.Enum):
+    LAUNCHER = "launcher"
+    RANK = "rank"
+    WORKER = "worker"      # a DataLoader worker (its stack runs `_worker_loop`)
+    CHILD = "child"        # any other child of a rank: a pipe, a checkpoint writer
+
+
+# --- stacks -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Frame:
+    name: str                      # "all_reduce", "Queue.get"
+    filename: str                  # absolute path as the job sees it
+    short_filename: str            # "torch/distributed/distributed_c10d.py"
+    line: int
+    native: bool = False           # a C/C++ frame from `py-spy --native`
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.short_filename}:{self.line})"
+
+
+@dataclass(frozen=True)
+class Thread:
+    tid: int                       # the kernel's thread id
+    name: str
+    active: bool                   # py-spy: running (not idle) at the instant of the dump
+    owns_gil: bool
+    frames: tuple[Frame, ...]      # innermost first, as py-spy prints them
+
+    @property
+    def is_main(self) -> bool:
+        return self.name == "MainThread"
+
+
+@dataclass(frozen=True)
+class Stack:
+    threads: tuple[Thread, ...]
+    native: bool = False
+    took_s: float = 0.0
+
+    @property
+    def main(self) -> Thread | None:
+        for thread in self.threads:
+            if thread.is_main:
+                return thread
+        return self.threads[0] if self.threads else None
+
+
+# --- /proc -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpenFile:
+    fd: int
+    path: str
+    pos: int                       # read/write offset from /proc/PID/fdinfo
+    size: int | None = None        # st_size of the file, when it can be stat'ed
+    mode: str = "r"                # "r", "w" or "rw" from the fdinfo flags
+
+
+@dataclass(frozen=True)
+class IoCounters:
+    rchar: int
+    wchar: int
+    read_bytes: int
+    write_bytes: int
+    syscr: int
+    syscw: int
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    state: str                     # R, S, D, Z, T, ...
+    wchan: str | None
+    syscall: str | None            # first field of /proc/PID/syscall ("202" is futex on x86_64)
+    utime_s: float
+    stime_s: float
+    rss_bytes: int
+    num_threads: int
+    io: IoCounters | None
+    open_files: tuple[OpenFile, ...] = ()
+
+    @property
+    def cpu_s(self) -> float:
+        return self.utime_s + self.stime_s
+
+
+# --- GPUs ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    used_memory_bytes: int | None
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    index: int
+    uuid: str
+    name: str
+    utilization_pct: int | None
+    memory_util_pct: int | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    power_w: float | None
+    power_limit_w: float | None
+    sm_clock_mhz: int | None
+    sm_clock_max_mhz: int | None
+    processes: tuple[GpuProcess, ...] = ()
+
+
+@dataclass(frozen=True)
+class GpuState:
+    status: str                    # "ok" or "unavailable"
+    reason: str | None = None      # why NVML could not be read
+    driver_version: str | None = None
+    devices: tuple[GpuDevice, ...] = ()
+
+    @property
+    def available(self) -> bool:
+        return self.status == "ok"
+
+    def device_of(self, pid: int) -> GpuDevice | None:
+        for device in self.devices:
+            if any(p.pid == pid for p in device.processes):
+                return device
+        return None
+
+
+# --- the job and its samples ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """Who a process is in the job; what it is doing lives in ProcSample."""
+
+    pid: int
+    ppid: int
+    role: Role
+    cmdline: tuple[str, ...]
+    exe: str | None
+    start_time: float              # seconds since the epoch
+    env: dict[str, str] = field(default_factory=dict)   # allowlisted and redacted
+    rank: int | None = None
+    local_rank: int | None = None
+    group_rank: int | None = None
+    world_size: int | None = None
+    rank_pid: int | None = None    # for workers and children: the rank they belong to
+    worker_index: int | None = None
+    num_workers: int | None = None
+    start_method: str | None = None  # "fork" or "spawn" for multiprocessing children
+    libs: tuple[str, ...] = ()     # the mapped libraries that matter (libgomp, libnccl, ...)
+
+
+@dataclass(frozen=True)
+class ProcSample:
+    pid: int
+    alive: bool
+    proc: ProcStat | None = None
+    stack: Stack | None = None
+    errors: tuple[str, ...] = ()   # "stack: could not collect: ..." and the like
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    time: float                    # seconds since the epoch, when the capture began
+    took_s: float
+    processes: tuple[ProcSample, ...]
+    gpu: GpuState
+
+    def sample_of(self, pid: int) -> ProcSample | None:
+        for sample in self.processes:
+            if sample.pid == pid:
+                return sample
+        return None
+
+
+@dataclass(frozen=True)
+class Host:
+    hostname: str
+    arch: str
+    kernel: str
+    cpu_count: int
+    python_version: str | None
+    torch_version: str | None
+
+
+@dataclass(frozen=True)
+class Job:
+    run_id: str | None
+    master_addr: str | None
+    master_port: int | None
+    world_size: int | None
+    launcher_pid: int | None
+    processes: tuple[ProcessInfo, ...]   # every process seen in any sample
+    single_process: bool = False
+
+    def by_role(self, role: Role) -> tuple[ProcessInfo, ...]:
+        return tuple(p for p in self.processes if p.role is role)
+
+    @property
+    def ranks(self) -> tuple[ProcessInfo, ...]:
+        return tuple(sorted(self.by_role(Role.RANK), key=lambda p: (p.rank is None, p.rank, p.pid)))
+
+    def info(self, pid: int) -> ProcessInfo | None:
+        for proc in self.processes:
+            if proc.pid == pid:
+                return proc
+        return None
+
+    def children_of(self, rank_pid: int) -> tuple[ProcessInfo, ...]:
+        return tuple(p for p in self.processes if p.rank_pid == rank_pid and p.role is not Role.RANK)
+
+
+@dataclass(frozen=True)
+class LogTail:
+    source: str                    # the file it was read from
+    lines: tuple[str, ...]         # the last lines, secrets redacted
+
+
+@dataclass(frozen=True)
+class Options:
+    interval_s: float | None = None
+    hang_after_s: float | None = None
+    native: bool = False
+    nonblocking: bool = False
+
+
+@dataclass(frozen=True)
+class Bundle:
+    schema: str
+    hangdoc_version: str
+    created: float
+    host: Host
+    job: Job
+    samples: tuple[Snapshot, ...]
+    logs: tuple[LogTail, ...] = ()
+    options: Options = field(default_factory=Options)
+
+    @property
+    def last(self) -> Snapshot:
+        return self.samples[-1]
+
+
+# --- findings and the report -----------------------------------------------------
+
+
+class Severity(str, enum.Enum):
+    CRITICAL = "critical"
+    WARNING = "warning"
+    INFO = "info"
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str                      # a stable slug: "collective-straggler"
+    severity: Severity
+    ranks: tuple[int, ...]
+    title: str                     # one line
+    evidence: tuple[str, ...]      # frames, files, numbers, log lines
+    fix: str
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    pid: int
+    index: int | None
+    state: str
+    top_frame: str | None
+    alive: bool = True
+
+
+@dataclass(frozen=True)
+class RankReport:
+    rank: int | None
+    pid: int
+    host: str
+    state: str
+    waiting_s: float
+    progress: str                  # "stuck", "slow" or "active"
+    gpu: dict[str, float | int | str | None] | None
+    top_frame: str | None
+    workers: tuple[WorkerReport, ...] = ()
+
+
+@dataclass(frozen=True)
+class Report:
+    schema: str
+    verdict: str                   # "hang", "healthy" or "crash"
+    detected_after_s: float | None
+    culprit_ranks: tuple[int, ...]
+    findings: tuple[Finding, ...]
+    ranks: tuple[RankReport, ...]

@@ -1,0 +1,124 @@
+"""Start a torchrun job we own, wait for its markers, and end the whole of it.
+
+torchrun gives every rank a session (and process group) of its own, so killing the
+launcher's group leaves the ranks running as orphans. `stop_job` signals the launcher
+(which forwards SIGTERM to the ranks), then hunts down every process of the job by
+walking the tree it recorded while the job was alive, and SIGKILLs what is left.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+
+def torchrun_cmd(script: str | Path, *args: str, nproc: int = 2, python: str | None = None,
+                 extra: tuple[str, ...] = ()) -> list[str]:
+    """The command line of a single-node torchrun job of `nproc` ranks on loopback."""
+    return [python or sys.executable, "-m", "torch.distributed.run",
+            f"--nproc_per_node={nproc}", "--nnodes=1", "--master_addr=127.0.0.1",
+            "--master_port=0", *extra, str(script), *args]
+
+
+@dataclass
+class RunningJob:
+    popen: subprocess.Popen
+    log_path: Path | None = None
+    seen: set[int] = field(default_factory=set)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def refresh_tree(self) -> set[int]:
+        """Remember every descendant now alive, so `stop_job` can find orphans later."""
+        try:
+            root = psutil.Process(self.pid)
+            self.seen.update(p.pid for p in root.children(recursive=True))
+        except psutil.Error:
+            pass
+        return self.seen
+
+    def rank_pids(self) -> list[int]:
+        try:
+            return [p.pid for p in psutil.Process(self.pid).children()]
+        except psutil.Error:
+            return []
+
+
+def start_job(cmd: list[str], *, cwd: str | Path | None = None, env: dict[str, str] | None = None,
+              log_path: str | Path | None = None) -> RunningJob:
+    """Start `cmd` in a session of its own; its output goes to `log_path` (or is discarded)."""
+    full_env = dict(os.environ)
+    full_env.setdefault("OMP_NUM_THREADS", "1")
+    full_env["PYTHONUNBUFFERED"] = "1"
+    if env:
+        full_env.update(env)
+    out = open(log_path, "wb") if log_path else subprocess.DEVNULL
+    try:
+        popen = subprocess.Popen(cmd, cwd=cwd, env=full_env, stdout=out, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+    finally:
+        if log_path:
+            out.close()
+    return RunningJob(popen, Path(log_path) if log_path else None)
+
+
+def wait_for(paths: list[Path] | Path, job: RunningJob | None = None, timeout: float = 60.0,
+             poll: float = 0.05) -> bool:
+    """Wait until every path exists; False on timeout or when the job exits first."""
+    paths = [paths] if isinstance(paths, Path) else list(paths)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if job is not None:
+            job.refresh_tree()
+        if all(p.exists() for p in paths):
+            return True
+        if job is not None and job.popen.poll() is not None:
+            return all(p.exists() for p in paths)
+        time.sleep(poll)
+    return False
+
+
+def stop_job(job: RunningJob, grace: float = 3.0) -> None:
+    """End the launcher, every rank and every worker it ever had; never anything else."""
+    job.refresh_tree()
+    pids = set(job.seen)
+    if job.popen.poll() is None:
+        try:
+            os.killpg(job.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            job.popen.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+    victims = []
+    for pid in pids | {job.pid}:
+        try:
+            proc = psutil.Process(pid)
+            victims.append(proc)
+        except psutil.Error:
+            continue
+    own_group = os.getpgrp()
+    for proc in victims:
+        try:
+            pgid = os.getpgid(proc.pid)
+            if pgid != own_group:
+                os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(victims, timeout=grace)
+    if job.popen.poll() is None:
+        job.popen.kill()
+    job.popen.wait(timeout=grace)
