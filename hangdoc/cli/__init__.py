@@ -18,13 +18,34 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+
+def _version(value: bool) -> None:
+    if value:
+        from hangdoc import __version__
+
+        print(f"hangdoc {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Attach to a hung torchrun / DDP job and name the culprit rank and the root cause.
+
+    Exit codes: 0 healthy or nothing found, 1 `check` found problems, 2 usage, attach or
+    input error, 3 hang detected, 4 the job crashed.
+    """
+
+
 # Each module registers its command(s) on `app` when imported.
 from hangdoc.cli import watch  # noqa: E402,F401
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        app(args=argv, prog_name="hangdoc", standalone_mode=False)
+        rc = app(args=argv, prog_name="hangdoc", standalone_mode=False)
+        return rc if isinstance(rc, int) else 0
     except HangdocError as exc:
         print(f"hangdoc: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -33,13 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("hangdoc: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # click's usage errors and aborts
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
+    except Exception as exc:
+        # click's usage errors (vendored inside newer typer releases): they know how to show themselves.
+        if hasattr(exc, "show") and hasattr(exc, "exit_code"):
             exc.show()
             return EXIT_USAGE
-        if isinstance(exc, click.exceptions.Abort):
+        if type(exc).__name__ == "Abort":
             return 130
         raise
     return 0

@@ -20,10 +20,10 @@ import psutil
 
 def torchrun_cmd(script: str | Path, *args: str, nproc: int = 2, python: str | None = None,
                  extra: tuple[str, ...] = ()) -> list[str]:
-    """The command line of a single-node torchrun job of `nproc` ranks on loopback."""
+    """A torchrun command line: one node on loopback with a free port unless `extra` sets rendezvous."""
+    rendezvous = list(extra) or ["--standalone"]
     return [python or sys.executable, "-m", "torch.distributed.run",
-            f"--nproc_per_node={nproc}", "--nnodes=1", "--master_addr=127.0.0.1",
-            "--master_port=0", *extra, str(script), *args]
+            f"--nproc_per_node={nproc}", *rendezvous, str(script), *args]
 
 
 @dataclass

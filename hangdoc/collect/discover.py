@@ -1,0 +1,222 @@
+"""From any pid of a job (launcher, rank, worker) to the whole job: launcher -> ranks -> children.
+
+A rank is a process whose environment carries a rank and a world size (torchrun's
+RANK/WORLD_SIZE, or MPI's and Slurm's equivalents) and whose parent does not: its
+forked or spawned children inherit the variables, so the topmost carrier is the rank.
+The launcher is the common parent of the ranks (torchrun, deepspeed, accelerate,
+mpirun, a Slurm step): whoever started them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hangdoc.collect.procfs import ProcDenied, ProcFS, ProcGone
+from hangdoc.errors import HangdocError, NoSuchProcess, NotDistributed, NotPython
+from hangdoc.model import Job, ProcessInfo, Role
+from hangdoc.redact import filter_env, redact_cmdline
+
+_RANK_VARS = (("RANK", "WORLD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+              ("PMI_RANK", "PMI_SIZE"))
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def rank_identity(env: dict[str, str]) -> tuple[int, int] | None:
+    """(rank, world size) from an environment, or None when it names no rank."""
+    for rank_var, size_var in _RANK_VARS:
+        rank, size = _int(env.get(rank_var)), _int(env.get(size_var))
+        if rank is not None and size is not None:
+            return rank, size
+    return None
+
+
+def start_method(cmdline: tuple[str, ...], parent_cmdline: tuple[str, ...]) -> str | None:
+    """How a Python child was made: "spawn", "forkserver" or "fork" (same command line)."""
+    joined = " ".join(cmdline)
+    if "multiprocessing.forkserver" in joined:
+        return "forkserver"
+    if "spawn_main" in joined or "multiprocessing.spawn" in joined:
+        return "spawn"
+    if cmdline and cmdline == parent_cmdline:
+        return "fork"
+    return None
+
+
+def is_python(cmdline: tuple[str, ...], exe: str | None) -> bool:
+    names = [exe or ""] + list(cmdline[:1])
+    return any("python" in name.rsplit("/", 1)[-1] for name in names)
+
+
+@dataclass
+class _Table:
+    """ppid links of every process on the node, read once per discovery."""
+
+    procfs: ProcFS
+
+    def __post_init__(self) -> None:
+        self.parent: dict[int, int] = {}
+        self.children: dict[int, list[int]] = {}
+        for pid in self.procfs.pids():
+            try:
+                ppid = self.procfs.stat(pid).ppid
+            except (ProcGone, ProcDenied, ValueError, IndexError):
+                continue
+            self.parent[pid] = ppid
+            self.children.setdefault(ppid, []).append(pid)
+        self._env: dict[int, dict[str, str]] = {}
+
+    def env(self, pid: int) -> dict[str, str]:
+        if pid not in self._env:
+            try:
+                self._env[pid] = self.procfs.environ(pid)
+            except (ProcGone, ProcDenied):
+                self._env[pid] = {}
+        return self._env[pid]
+
+    def is_rank_carrier(self, pid: int) -> bool:
+        return rank_identity(self.env(pid)) is not None
+
+    def descendants(self, pid: int) -> list[int]:
+        out, todo = [], list(self.children.get(pid, ()))
+        while todo:
+            child = todo.pop()
+            out.append(child)
+            todo.extend(self.children.get(child, ()))
+        return out
+
+    def is_rank(self, pid: int) -> bool:
+        return self.is_rank_carrier(pid) and not self.is_rank_carrier(self.parent.get(pid, 0))
+
+
+def find_job(pid: int, procfs: ProcFS | None = None, single: bool = False) -> Job:
+    """The job `pid` belongs to. Raises a HangdocError the user can act on when there is none."""
+    procfs = procfs or ProcFS()
+    if not procfs.exists(pid):
+        raise NoSuchProcess(pid)
+    table = _Table(procfs)
+    if pid not in table.parent:
+        raise NoSuchProcess(pid)
+    try:
+        table._env[pid] = procfs.environ(pid)
+    except ProcDenied:
+        raise HangdocError(
+            f"cannot read /proc/{pid}/environ: permission denied; run hangdoc as the job's user or root"
+        ) from None
+    except ProcGone:
+        raise NoSuchProcess(pid) from None
+
+    rank_pids: list[int]
+    launcher: int | None = None
+    if table.is_rank_carrier(pid):
+        rank = pid
+        while table.is_rank_carrier(table.parent.get(rank, 0)):
+            rank = table.parent[rank]
+        parent = table.parent.get(rank)
+        siblings = [p for p in table.children.get(parent, ()) if table.is_rank(p)] if parent else []
+        if parent and parent > 1 and (len(siblings) > 1 or _looks_like_launcher(procfs, parent)):
+            launcher = parent
+            rank_pids = _ranks_below(table, launcher)
+        else:
+            rank_pids = [rank]
+    else:
+        rank_pids = _ranks_below(table, pid)
+        if rank_pids:
+            parents = {table.parent[r] for r in rank_pids}
+            launcher = pid if pid in parents or len(parents) != 1 else parents.pop()
+    if not rank_pids:
+        cmdline, exe = _safe_cmdline(procfs, pid), procfs.exe(pid)
+        if not is_python(cmdline, exe):
+            raise NotPython(pid, exe or (cmdline[0] if cmdline else "?"))
+        if not single:
+            raise NotDistributed(pid)
+        rank_pids = [pid]
+
+    infos: list[ProcessInfo] = []
+    if launcher is not None:
+        info = _info(procfs, table, launcher, Role.LAUNCHER)
+        if info:
+            infos.append(info)
+    for rank_pid in rank_pids:
+        info = _info(procfs, table, rank_pid, Role.RANK)
+        if info is None:
+            continue
+        infos.append(info)
+        for child in sorted(table.descendants(rank_pid)):
+            child_info = _info(procfs, table, child, Role.CHILD, rank_info=info)
+            if child_info:
+                infos.append(child_info)
+
+    first_env = table.env(rank_pids[0])
+    identity = rank_identity(first_env)
+    return Job(
+        run_id=first_env.get("TORCHELASTIC_RUN_ID"),
+        master_addr=first_env.get("MASTER_ADDR"),
+        master_port=_int(first_env.get("MASTER_PORT")),
+        world_size=identity[1] if identity else None,
+        launcher_pid=launcher,
+        processes=tuple(infos),
+        single_process=single and identity is None,
+    )
+
+
+def _looks_like_launcher(procfs: ProcFS, pid: int) -> bool:
+    words = " ".join(_safe_cmdline(procfs, pid))
+    return any(name in words for name in (
+        "torchrun", "torch.distributed.run", "torch.distributed.launch", "deepspeed",
+        "accelerate", "mpirun", "mpiexec", "orted", "prterun", "slurmstepd", "srun",
+    ))
+
+
+def _ranks_below(table: _Table, pid: int) -> list[int]:
+    return sorted(p for p in table.descendants(pid) if table.is_rank(p))
+
+
+def _safe_cmdline(procfs: ProcFS, pid: int) -> tuple[str, ...]:
+    try:
+        return procfs.cmdline(pid)
+    except (ProcGone, ProcDenied):
+        return ()
+
+
+def _info(procfs: ProcFS, table: _Table, pid: int, role: Role,
+          rank_info: ProcessInfo | None = None) -> ProcessInfo | None:
+    try:
+        st = procfs.stat(pid)
+        cmdline = procfs.cmdline(pid)
+    except (ProcGone, ProcDenied):
+        return None
+    env = table.env(pid)
+    exe = procfs.exe(pid)
+    try:
+        libs = procfs.interesting_libs(pid) if role is not Role.LAUNCHER else ()
+    except (ProcGone, ProcDenied):
+        libs = ()
+    identity = rank_identity(env)
+    method = None
+    if rank_info is not None:
+        parent_cmdline = _safe_cmdline(procfs, st.ppid)
+        method = start_method(cmdline, parent_cmdline)
+        # A Python child made by multiprocessing may be a DataLoader worker; its stack decides.
+        if method and is_python(cmdline, exe) and "resource_tracker" not in " ".join(cmdline):
+            role = Role.WORKER
+    return ProcessInfo(
+        pid=pid,
+        ppid=st.ppid,
+        role=role,
+        cmdline=redact_cmdline(cmdline),
+        exe=exe,
+        start_time=st.start_time,
+        env=filter_env(env),
+        rank=identity[0] if identity else None,
+        local_rank=_int(env.get("LOCAL_RANK") or env.get("OMPI_COMM_WORLD_LOCAL_RANK")),
+        group_rank=_int(env.get("GROUP_RANK")),
+        world_size=identity[1] if identity else None,
+        rank_pid=rank_info.pid if rank_info else (pid if role is Role.RANK else None),
+        start_method=method,
+        libs=libs,
+    )

@@ -1,0 +1,237 @@
+"""Reading /proc: process state, CPU, memory, I/O, open files with their offsets, maps.
+
+`ProcFS` takes the /proc root as a parameter so tests can point it at a fake tree.
+Every reader raises `ProcGone` when the process vanished and `ProcDenied` when the
+kernel refuses; callers turn those into "could not collect" lines, not crashes.
+"""
+from __future__ import annotations
+
+import os
+import re
+import stat as stat_mod
+from dataclasses import dataclass
+from pathlib import Path
+
+from hangdoc.model import IoCounters, OpenFile, ProcStat
+
+# The libraries whose presence changes a diagnosis (fork-unsafe thread pools, NCCL, CUDA).
+INTERESTING_LIBS = re.compile(
+    r"/(libgomp[^/]*|libiomp5[^/]*|libarm_compute[^/]*|libnccl[^/]*|libcuda\.so[^/]*|"
+    r"libcudart[^/]*|libtorch_cuda[^/]*|libopenblas[^/]*|libmkl_[^/]*)$"
+)
+_PYVER = re.compile(r"/(?:lib)?python(\d+\.\d+)[/.]")
+
+
+class ProcGone(Exception):
+    pass
+
+
+class ProcDenied(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class StatLine:
+    pid: int
+    comm: str
+    state: str
+    ppid: int
+    pgrp: int
+    session: int
+    utime_s: float
+    stime_s: float
+    num_threads: int
+    start_time: float   # seconds since the epoch
+
+
+class ProcFS:
+    """A view of one /proc tree (the real one by default)."""
+
+    def __init__(self, root: str | Path = "/proc"):
+        self.root = Path(root)
+        self._ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self._boot: float | None = None
+
+    # -- raw access ---------------------------------------------------------------
+    def path(self, pid: int, *parts: str) -> Path:
+        return self.root.joinpath(str(pid), *parts)
+
+    def read_bytes(self, pid: int, name: str) -> bytes:
+        try:
+            return self.path(pid, name).read_bytes()
+        except FileNotFoundError:
+            raise ProcGone(f"process {pid} has exited") from None
+        except ProcessLookupError:
+            raise ProcGone(f"process {pid} has exited") from None
+        except PermissionError:
+            raise ProcDenied(f"/proc/{pid}/{name}: permission denied") from None
+
+    def read_text(self, pid: int, name: str) -> str:
+        return self.read_bytes(pid, name).decode("utf-8", "replace")
+
+    def exists(self, pid: int) -> bool:
+        return self.path(pid).is_dir()
+
+    def pids(self) -> list[int]:
+        return [int(p.name) for p in self.root.iterdir() if p.name.isdigit()]
+
+    @property
+    def boot_time(self) -> float:
+        if self._boot is None:
+            self._boot = 0.0
+            try:
+                for line in (self.root / "stat").read_text().splitlines():
+                    if line.startswith("btime "):
+                        self._boot = float(line.split()[1])
+            except OSError:
+                pass
+        return self._boot
+
+    # -- parsed views ---------------------------------------------------------------
+    def stat(self, pid: int) -> StatLine:
+        raw = self.read_text(pid, "stat")
+        lpar, rpar = raw.index("("), raw.rindex(")")
+        fields = raw[rpar + 2:].split()
+        return StatLine(
+            pid=pid,
+            comm=raw[lpar + 1:rpar],
+            state=fields[0],
+            ppid=int(fields[1]),
+            pgrp=int(fields[2]),
+            session=int(fields[3]),
+            utime_s=int(fields[11]) / self._ticks,
+            stime_s=int(fields[12]) / self._ticks,
+            num_threads=int(fields[17]),
+            start_time=self.boot_time + int(fields[19]) / self._ticks,
+        )
+
+    def cmdline(self, pid: int) -> tuple[str, ...]:
+        raw = self.read_bytes(pid, "cmdline")
+        return tuple(part.decode("utf-8", "replace") for part in raw.split(b"\0") if part)
+
+    def environ(self, pid: int) -> dict[str, str]:
+        """The environment the process started with (raw: filter before storing it)."""
+        env = {}
+        for item in self.read_bytes(pid, "environ").split(b"\0"):
+            key, sep, value = item.partition(b"=")
+            if sep:
+                env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+        return env
+
+    def exe(self, pid: int) -> str | None:
+        try:
+            return os.readlink(self.path(pid, "exe"))
+        except OSError:
+            return None
+
+    def maps_paths(self, pid: int) -> set[str]:
+        paths = set()
+        for line in self.read_text(pid, "maps").splitlines():
+            parts = line.split(None, 5)
+            if len(parts) == 6 and parts[5].startswith("/"):
+                paths.add(parts[5])
+        return paths
+
+    def interesting_libs(self, pid: int) -> tuple[str, ...]:
+        return tuple(sorted(p for p in self.maps_paths(pid) if INTERESTING_LIBS.search(p)))
+
+    def io(self, pid: int) -> IoCounters | None:
+        try:
+            text = self.read_text(pid, "io")
+        except ProcDenied:
+            return None
+        values = {}
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            values[key.strip()] = int(value.strip() or 0)
+        return IoCounters(
+            rchar=values.get("rchar", 0), wchar=values.get("wchar", 0),
+            read_bytes=values.get("read_bytes", 0), write_bytes=values.get("write_bytes", 0),
+            syscr=values.get("syscr", 0), syscw=values.get("syscw", 0),
+        )
+
+    def rss_bytes(self, pid: int) -> int:
+        for line in self.read_text(pid, "status").splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def open_files(self, pid: int) -> tuple[OpenFile, ...]:
+        """Regular files the process holds open, with the offset it reads or writes at."""
+        fd_dir = self.path(pid, "fd")
+        try:
+            fds = sorted((int(n) for n in os.listdir(fd_dir) if n.isdigit()))
+        except FileNotFoundError:
+            raise ProcGone(f"process {pid} has exited") from None
+        except PermissionError:
+            raise ProcDenied(f"/proc/{pid}/fd: permission denied") from None
+        files = []
+        for fd in fds:
+            try:
+                target = os.readlink(fd_dir / str(fd))
+                if not target.startswith("/") or target.startswith(("/dev/", "/proc/", "/sys/")):
+                    continue
+                st = os.stat(fd_dir / str(fd))
+                if not stat_mod.S_ISREG(st.st_mode):
+                    continue
+                info = self.path(pid, "fdinfo", str(fd)).read_text()
+            except OSError:
+                continue  # the fd closed between listdir and readlink: normal churn
+            pos, flags = 0, 0
+            for line in info.splitlines():
+                if line.startswith("pos:"):
+                    pos = int(line.split()[1])
+                elif line.startswith("flags:"):
+                    flags = int(line.split()[1], 8)
+            mode = {0: "r", 1: "w", 2: "rw"}.get(flags & 3, "r")
+            files.append(OpenFile(fd=fd, path=target, pos=pos, size=st.st_size, mode=mode))
+        return tuple(files)
+
+    def proc_stat(self, pid: int) -> ProcStat:
+        """Everything a sample needs from /proc for one process."""
+        st = self.stat(pid)
+        wchan = self._optional(pid, "wchan")
+        syscall = self._optional(pid, "syscall")
+        try:
+            open_files = self.open_files(pid)
+        except ProcDenied:
+            open_files = ()
+        return ProcStat(
+            state=st.state,
+            wchan=wchan if wchan not in (None, "", "0") else None,
+            syscall=syscall.split()[0] if syscall else None,
+            utime_s=st.utime_s,
+            stime_s=st.stime_s,
+            rss_bytes=self.rss_bytes(pid),
+            num_threads=st.num_threads,
+            io=self.io(pid),
+            open_files=open_files,
+        )
+
+    def _optional(self, pid: int, name: str) -> str | None:
+        try:
+            return self.read_text(pid, name).strip()
+        except ProcDenied:
+            return None
+
+
+def python_version_from_paths(paths: set[str] | tuple[str, ...]) -> str | None:
+    for path in paths:
+        match = _PYVER.search(path)
+        if match:
+            return match.group(1)
+    return None
+
+
+def torch_version_from_paths(paths: set[str] | tuple[str, ...]) -> str | None:
+    """torch's version, read from the version.py beside the libtorch the job mapped."""
+    for path in paths:
+        if "/torch/lib/libtorch" in path:
+            version_py = Path(path).parent.parent / "version.py"
+            try:
+                for line in version_py.read_text().splitlines():
+                    if line.startswith("__version__"):
+                        return line.split("=", 1)[1].strip().strip("'\"")
+            except OSError:
+                continue
+    return None

@@ -1,0 +1,106 @@
+"""One capture of a job: /proc for every process, py-spy stacks in parallel, NVML.
+
+Probes are injected (`Probes`); anything that fails becomes a "could not collect"
+line on that process's sample, and the capture goes on.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
+
+from hangdoc.collect.procfs import ProcDenied, ProcFS, ProcGone
+from hangdoc.collect.stacks import Dump, DumpRequest, PySpy, StackError, dump_many
+from hangdoc.model import GpuState, Job, ProcessInfo, ProcSample, Role, Snapshot
+
+
+def _no_gpu() -> GpuState:
+    return GpuState(status="unavailable", reason="GPU sampling was not requested")
+
+
+@dataclass
+class Probes:
+    """Everything that touches the live system, with real defaults."""
+
+    procfs: ProcFS = dataclasses.field(default_factory=ProcFS)
+    pyspy: PySpy | None = None
+    gpu: Callable[[], GpuState] = _no_gpu
+    clock: Callable[[], float] = time.time
+    max_parallel: int | None = None
+
+
+def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
+            native: bool = False, nonblocking: bool = False) -> tuple[Snapshot, Job]:
+    """Sample every process of `job`; stacks only for `stack_pids` (all when None).
+
+    Returns the snapshot and the job refined by what the stacks told (which children
+    are DataLoader workers, and their worker index).
+    """
+    started = probes.clock()
+    t0 = time.monotonic()
+    pids = [p.pid for p in job.processes]
+    wanted = set(pids) if stack_pids is None else set(stack_pids) & set(pids)
+    requests = [
+        DumpRequest(pid=p.pid, native=native, nonblocking=nonblocking,
+                    worker_locals=p.role is Role.WORKER and p.worker_index is None)
+        for p in job.processes if p.pid in wanted
+    ]
+    dumps: dict[int, Dump | StackError] = {}
+    with ThreadPoolExecutor(max_workers=2) as side:
+        stacks_future = (side.submit(dump_many, probes.pyspy, requests, probes.max_parallel)
+                         if probes.pyspy is not None and requests else None)
+        gpu_future = side.submit(probes.gpu)
+        procs = {pid: _read_proc(probes.procfs, pid) for pid in pids}
+        if stacks_future is not None:
+            dumps = stacks_future.result()
+        gpu = gpu_future.result()
+
+    samples = []
+    for pid in pids:
+        proc, errors, alive = procs[pid]
+        dump = dumps.get(pid)
+        stack = None
+        if isinstance(dump, Dump):
+            stack = dump.stack
+        elif isinstance(dump, StackError):
+            if dump.kind == "gone":
+                alive = False
+            errors = errors + (f"stack: could not collect: {dump}",)
+        samples.append(ProcSample(pid=pid, alive=alive, proc=proc, stack=stack, errors=errors))
+    snapshot = Snapshot(time=started, took_s=round(time.monotonic() - t0, 4),
+                        processes=tuple(samples), gpu=gpu)
+    return snapshot, refine_job(job, dumps)
+
+
+def _read_proc(procfs: ProcFS, pid: int):
+    try:
+        stat = procfs.proc_stat(pid)
+    except ProcGone:
+        return None, ("proc: could not collect: the process has exited",), False
+    except ProcDenied as exc:
+        return None, (f"proc: could not collect: {exc}",), True
+    except (OSError, ValueError, IndexError) as exc:
+        return None, (f"proc: could not collect: {exc}",), True
+    return stat, (), stat.state not in ("Z", "X")
+
+
+def refine_job(job: Job, dumps: dict[int, Dump | StackError]) -> Job:
+    """Confirm DataLoader workers from their stacks; other Python children become CHILD."""
+    changed = False
+    infos: list[ProcessInfo] = []
+    for info in job.processes:
+        dump = dumps.get(info.pid)
+        if info.role is Role.WORKER and isinstance(dump, Dump):
+            main = dump.stack.main
+            names = {f.name for f in main.frames} if main else set()
+            if "_worker_loop" not in names:
+                info = dataclasses.replace(info, role=Role.CHILD)
+                changed = True
+            elif dump.worker_id is not None and info.worker_index is None:
+                info = dataclasses.replace(info, worker_index=dump.worker_id,
+                                           num_workers=dump.num_workers)
+                changed = True
+        infos.append(info)
+    return dataclasses.replace(job, processes=tuple(infos)) if changed else job

@@ -1,0 +1,161 @@
+"""The only place that runs and parses py-spy.
+
+`py-spy dump --json` pauses the target for a few tens of milliseconds (unless
+--nonblocking), reads its Python frames and lets it go: read-only. Dumps run in a
+bounded thread pool, each under its own time limit.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from hangdoc.errors import PySpyMissing
+from hangdoc.model import Frame, Stack, Thread
+
+Runner = Callable[..., subprocess.CompletedProcess]
+
+
+class StackError(Exception):
+    """A dump that failed; `kind` is "denied", "gone", "not-python", "timeout" or "failed"."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class Dump:
+    stack: Stack
+    worker_id: int | None = None      # from `_worker_loop`'s locals, when asked for
+    num_workers: int | None = None
+
+
+def find_py_spy(explicit: str | None = None) -> str:
+    """py-spy next to this interpreter's scripts first (the wheel puts it there), then PATH."""
+    if explicit:
+        if os.access(explicit, os.X_OK):
+            return explicit
+        raise PySpyMissing()
+    beside = Path(sys.executable).parent / "py-spy"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("py-spy")
+    if found:
+        return found
+    raise PySpyMissing()
+
+
+@dataclass
+class PySpy:
+    path: str
+    timeout_s: float = 5.0
+    run: Runner = subprocess.run
+
+    def dump(self, pid: int, native: bool = False, nonblocking: bool = False,
+             worker_locals: bool = False) -> Dump:
+        cmd = [self.path, "dump", "--pid", str(pid), "--json"]
+        if native:
+            cmd.append("--native")
+        if nonblocking:
+            cmd.append("--nonblocking")
+        if worker_locals:
+            cmd.append("--locals")
+        started = time.monotonic()
+        try:
+            done = self.run(cmd, capture_output=True, text=True, timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            raise StackError("timeout", f"py-spy took longer than {self.timeout_s:g} s") from None
+        except OSError as exc:
+            raise StackError("failed", f"could not run py-spy: {exc}") from None
+        took = time.monotonic() - started
+        if done.returncode != 0:
+            raise classify_failure(pid, done.stderr or done.stdout)
+        try:
+            data = json.loads(done.stdout)
+        except json.JSONDecodeError:
+            raise StackError("failed", "py-spy printed something that is not JSON") from None
+        return parse_dump(data, native=native, took_s=took)
+
+
+def classify_failure(pid: int, text: str) -> StackError:
+    message = " ".join(text.strip().split())[:300] or "py-spy failed with no message"
+    lowered = message.lower()
+    if "permission denied" in lowered or "operation not permitted" in lowered:
+        return StackError("denied", message)
+    if "no such process" in lowered or "no such file" in lowered:
+        return StackError("gone", f"process {pid} exited during the dump")
+    if "failed to find python" in lowered or "python interpreter" in lowered:
+        return StackError("not-python", message)
+    return StackError("failed", message)
+
+
+def parse_dump(data: list[dict], native: bool = False, took_s: float = 0.0) -> Dump:
+    """Turn py-spy's JSON (a list of threads, frames innermost first) into a Stack."""
+    threads = []
+    worker_id = num_workers = None
+    for raw in data:
+        frames = []
+        for f in raw.get("frames") or ():
+            filename = f.get("filename") or "?"
+            frames.append(Frame(
+                name=f.get("name") or "?",
+                filename=filename,
+                short_filename=f.get("short_filename") or filename,
+                line=int(f.get("line") or 0),
+                native=not filename.endswith(".py") and native,
+            ))
+            if f.get("name") == "_worker_loop" and f.get("locals"):
+                values = {v.get("name"): v.get("repr") for v in f["locals"]}
+                worker_id = _as_int(values.get("worker_id"))
+                num_workers = _as_int(values.get("num_workers"))
+        threads.append(Thread(
+            tid=int(raw.get("os_thread_id") or raw.get("thread_id") or 0),
+            name=raw.get("thread_name") or "",
+            active=bool(raw.get("active")),
+            owns_gil=bool(raw.get("owns_gil")),
+            frames=tuple(frames),
+        ))
+    return Dump(Stack(threads=tuple(threads), native=native, took_s=round(took_s, 4)),
+                worker_id, num_workers)
+
+
+def _as_int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class DumpRequest:
+    pid: int
+    native: bool = False
+    nonblocking: bool = False
+    worker_locals: bool = False
+
+
+def dump_many(pyspy: PySpy, requests: list[DumpRequest], max_workers: int | None = None
+              ) -> dict[int, Dump | StackError]:
+    """Dump every process in parallel; each result is a Dump or the StackError it raised."""
+    if not requests:
+        return {}
+    workers = max_workers or min(len(requests), max(4, 2 * (os.cpu_count() or 1)), 16)
+
+    def one(req: DumpRequest) -> Dump | StackError:
+        try:
+            return pyspy.dump(req.pid, req.native, req.nonblocking, req.worker_locals)
+        except StackError as exc:
+            return exc
+
+    if workers <= 1:
+        return {req.pid: one(req) for req in requests}
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="py-spy") as pool:
+        return dict(zip((r.pid for r in requests), pool.map(one, requests)))

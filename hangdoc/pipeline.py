@@ -1,0 +1,60 @@
+"""The whole of hangdoc in a few functions: collect -> snapshot -> analyse -> render.
+
+Commands call these; these call the collectors, the analysis and the rules.
+"""
+from __future__ import annotations
+
+import time
+
+from hangdoc import __version__
+from hangdoc.collect.discover import find_job
+from hangdoc.collect.host import host_facts
+from hangdoc.collect.procfs import ProcFS
+from hangdoc.collect.snapshot import Probes, capture
+from hangdoc.collect.stacks import PySpy, find_py_spy
+from hangdoc.errors import PtraceDenied
+from hangdoc.model import BUNDLE_SCHEMA, Bundle, Job, Options, Role, Snapshot
+
+
+def make_probes(py_spy: str | None = None, gpu: bool = True, proc_root: str = "/proc",
+                timeout_s: float = 5.0) -> Probes:
+    """The real probes: /proc, py-spy (found or named), NVML when asked for."""
+    probes = Probes(procfs=ProcFS(proc_root), pyspy=PySpy(find_py_spy(py_spy), timeout_s=timeout_s))
+    if gpu:
+        from hangdoc.collect.gpu import open_nvml
+
+        probes.gpu = open_nvml().sample
+    return probes
+
+
+def require_stacks(snapshot: Snapshot, job: Job) -> None:
+    """Every stack refused for lack of ptrace rights: no diagnosis is possible, say how to fix it."""
+    ranks = {p.pid for p in job.by_role(Role.RANK)}
+    denied = [s for s in snapshot.processes if s.pid in ranks and s.stack is None
+              and any("ptrace" in e.lower() or "permission denied" in e.lower()
+                      or "operation not permitted" in e.lower() for e in s.errors)]
+    if ranks and len(denied) == len(ranks):
+        raise PtraceDenied(denied[0].pid, denied[0].errors[-1].split(": ", 2)[-1][:120])
+
+
+def snapshot_once(pid: int, probes: Probes, *, single: bool = False, native: bool = False,
+                  nonblocking: bool = False) -> Bundle:
+    """Find the job `pid` belongs to and capture it once, completely."""
+    job = find_job(pid, probes.procfs, single=single)
+    snapshot, job = capture(job, probes, native=native, nonblocking=nonblocking)
+    require_stacks(snapshot, job)
+    return make_bundle(job, (snapshot,), probes, Options(native=native, nonblocking=nonblocking))
+
+
+def make_bundle(job: Job, samples: tuple[Snapshot, ...], probes: Probes, options: Options,
+                logs: tuple = ()) -> Bundle:
+    return Bundle(
+        schema=BUNDLE_SCHEMA,
+        hangdoc_version=__version__,
+        created=time.time(),
+        host=host_facts(job, probes.procfs),
+        job=job,
+        samples=samples,
+        logs=logs,
+        options=options,
+    )

@@ -1,0 +1,89 @@
+"""Keep secrets out of bundles and reports.
+
+Environment variables survive only from an allowlist; even then a value that looks
+like a credential is replaced. Command lines and log lines get the same value test.
+"""
+from __future__ import annotations
+
+import re
+
+REDACTED = "<redacted>"
+
+_ALLOWED_NAMES = {
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+    "NODE_RANK", "HOSTNAME", "SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NODEID", "SLURM_NTASKS",
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+    "PMI_RANK", "PMI_SIZE", "VIRTUAL_ENV", "CONDA_DEFAULT_ENV", "LD_PRELOAD",
+}
+_ALLOWED_PREFIXES = (
+    "ROLE_", "MASTER_", "TORCHELASTIC_", "NCCL_", "TORCH_", "PYTHON", "GLOO_", "KMP_",
+    "ACCELERATE_", "DEEPSPEED_",
+)
+# Even an allowed prefix does not make these safe (TORCH_HUB_TOKEN, NCCL_..._KEY).
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|API_?KEY|PRIVATE|_KEY$", re.I)
+
+_SECRET_VALUE = re.compile(
+    r"(?:hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|"
+    r"(?:AKIA|ASIA)[A-Z0-9]{16}|sk-[A-Za-z0-9_-]{16,}|xox[abposr]-[A-Za-z0-9-]{10,}|"
+    r"glpat-[A-Za-z0-9_-]{16,}|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{5,})"
+)
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+_LONG_RANDOM = re.compile(r"[A-Za-z0-9+/=_\-]{32,}")
+_URL_CREDENTIALS = re.compile(r"(\w+://)[^/\s:@]+:[^/\s@]+@")
+_FLAG_SECRET = re.compile(r"^(--?[\w-]*(?:token|secret|passw|api[_-]?key|credential)[\w-]*)(=.*)?$", re.I)
+
+
+def _looks_random(word: str) -> bool:
+    if _UUID.match(word) or word.startswith("/") or re.fullmatch(r"[0-9a-fA-F]+", word):
+        return False
+    classes = sum(bool(re.search(p, word)) for p in (r"[a-z]", r"[A-Z]", r"[0-9]"))
+    return classes == 3
+
+
+def looks_secret(value: str) -> bool:
+    """True for values shaped like credentials: known token formats or long random strings."""
+    if _SECRET_VALUE.search(value) or _URL_CREDENTIALS.search(value):
+        return True
+    return any(_looks_random(m.group(0)) for m in _LONG_RANDOM.finditer(value))
+
+
+def redact_text(text: str) -> str:
+    """Replace every credential-shaped piece of a line (log lines, command-line words)."""
+    text = _SECRET_VALUE.sub(REDACTED, text)
+    text = _URL_CREDENTIALS.sub(lambda m: m.group(1) + REDACTED + "@", text)
+    return _LONG_RANDOM.sub(lambda m: REDACTED if _looks_random(m.group(0)) else m.group(0), text)
+
+
+def filter_env(env: dict[str, str]) -> dict[str, str]:
+    """The allowlisted part of an environment, with credential-looking values replaced."""
+    kept = {}
+    for name, value in env.items():
+        if name not in _ALLOWED_NAMES and not name.startswith(_ALLOWED_PREFIXES):
+            continue
+        if _SECRET_NAME.search(name) or looks_secret(value):
+            kept[name] = REDACTED
+        else:
+            kept[name] = value
+    return dict(sorted(kept.items()))
+
+
+def redact_cmdline(argv: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """A command line with the values of secret-named flags and secret-shaped words replaced."""
+    out: list[str] = []
+    hide_next = False
+    for word in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        flag = _FLAG_SECRET.match(word)
+        if flag:
+            if flag.group(2):
+                out.append(flag.group(1) + "=" + REDACTED)
+            else:
+                out.append(word)
+                hide_next = True
+            continue
+        out.append(redact_text(word))
+    return tuple(out)

@@ -1,0 +1,49 @@
+"""Shared fixtures: real torchrun jobs that signal readiness and are always killed."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from hangdoc.scenarios.launch import start_job, stop_job, torchrun_cmd, wait_for
+
+JOBS = Path(__file__).parent / "jobs"
+
+PLANTED_SECRETS = {
+    "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "HF_TOKEN": "hf_PlantedTokenAbcdefGhijkLmnop1234",
+    "DB_PASSWORD": "correct-horse-battery-staple-42",
+    "TORCH_HUB_TOKEN": "PlantedHubSecretValue9876",
+}
+CMDLINE_SECRET = "hf_CmdlineTokenQrstuVwxyz5678Abcd"
+
+
+@pytest.fixture
+def probe_job(tmp_path):
+    """GIVEN a real 2-rank gloo torchrun job, 2 DataLoader workers per rank, secrets in its env."""
+    started = []
+
+    def start(*extra: str):
+        data = tmp_path / "data.bin"
+        with open(data, "wb") as f:
+            f.truncate(64 << 20)
+        cmd = torchrun_cmd(JOBS / "probe_job.py", "--workdir", str(tmp_path), "--data", str(data),
+                           "--hf-token", CMDLINE_SECRET, *extra)
+        job = start_job(cmd, cwd=tmp_path, env=PLANTED_SECRETS, log_path=tmp_path / "job.log")
+        started.append(job)
+        ready = [tmp_path / "ready.0", tmp_path / "ready.1"]
+        if not wait_for(ready, job, timeout=60):
+            log = (tmp_path / "job.log").read_text(errors="replace")[-3000:]
+            pytest.fail(f"job did not become ready; log tail:\n{log}")
+        job.refresh_tree()
+        return job
+
+    yield start
+    for job in started:
+        stop_job(job)
+
+
+def hangdoc_cmd() -> list[str]:
+    return [sys.executable, "-m", "hangdoc"]
