@@ -133,6 +133,7 @@ class GpuState:
     reason: str | None = None      # why NVML could not be read
     driver_version: str | None = None
     devices: tuple[GpuDevice, ...] = ()
+    errors: tuple[str, ...] = ()   # per-device probes that failed
 
     @property
     def available(self) -> bool:
@@ -254,6 +255,7 @@ class Bundle:
     samples: tuple[Snapshot, ...]
     logs: tuple[LogTail, ...] = ()
     options: Options = field(default_factory=Options)
+    exit_code: int | None = None   # the launcher's, when hangdoc started the job itself
 
     @property
     def last(self) -> Snapshot:
@@ -309,3 +311,8 @@ class Report:
     culprit_ranks: tuple[int, ...]
     findings: tuple[Finding, ...]
     ranks: tuple[RankReport, ...]
+    # How long until the process group's timeout kills the job (and the evidence): an estimate
+    # from the backend's default (NCCL 600 s, gloo 1800 s) since code can set its own.
+    pg_timeout_s: float | None = None
+    timeout_remaining_s: float | None = None
+    host: str | None = None

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import sys
 import time
-from enum import Enum
 from pathlib import Path
 from typing import Optional
 
@@ -11,13 +10,11 @@ import typer
 
 from hangdoc.bundle_io import check_writable, save_bundle
 from hangdoc.cli import app
+from hangdoc.cli.common import Format, emit_report, verdict_exit_code
 from hangdoc.errors import EXIT_OK
+from hangdoc.model import Role
 
-
-class Format(str, Enum):
-    text = "text"
-    json = "json"
-    markdown = "markdown"
+DEFAULT_INTERVAL_S = 2.0
 
 
 def default_out() -> Path:
@@ -29,13 +26,22 @@ def watch(
     pid: int = typer.Argument(..., help="Any pid of the job: the torchrun launcher, a rank or a DataLoader worker."),
     once: bool = typer.Option(False, "--once", help="Capture one snapshot, write the bundle and exit."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to save the bundle (default ./hangdoc-<time>.json)."),
+    interval: float = typer.Option(DEFAULT_INTERVAL_S, "--interval", min=0.1, help="Seconds between samples."),
+    hang_after: float = typer.Option(60.0, "--hang-after", min=0.0, help="Seconds ranks must be blocked in collectives before the verdict is hang."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.0, help="Stop watching after this many seconds (exit 0 if nothing was found)."),
+    fmt: Format = typer.Option(Format.text, "--format", "-f", help="Report format on stdout."),
+    no_live: bool = typer.Option(False, "--no-live", help="No live table; a status line on stderr every few samples."),
     native: bool = typer.Option(False, "--native", help="Also capture native (C/C++) frames; about 1 s a process."),
     nonblocking: bool = typer.Option(False, "--nonblocking", help="Do not pause processes while reading stacks (less exact)."),
     single: bool = typer.Option(False, "--single", help="Allow a Python process that is not part of a distributed job."),
     py_spy: Optional[str] = typer.Option(None, "--py-spy", help="Path of the py-spy binary to use."),
     no_gpu: bool = typer.Option(False, "--no-gpu", help="Do not sample GPUs through NVML."),
 ) -> None:
-    """Attach to a running torchrun / DDP job from any of its pids and diagnose it."""
+    """Attach to a running torchrun / DDP job from any of its pids and diagnose it.
+
+    Exits 3 on a hang (report on stdout, bundle saved), 4 if the job crashed, 0 if it ended
+    well or --timeout passed with nothing found, 2 on usage or attach errors.
+    """
     from hangdoc.pipeline import make_probes, snapshot_once
 
     out = check_writable(out or default_out())
@@ -44,11 +50,35 @@ def watch(
         bundle = snapshot_once(pid, probes, single=single, native=native, nonblocking=nonblocking)
         save_bundle(bundle, out)
         job = bundle.job
-        from hangdoc.model import Role
-
         print(f"hangdoc: captured {len(job.by_role(Role.RANK))} ranks, "
               f"{len(job.by_role(Role.WORKER))} DataLoader workers, "
               f"{len(job.by_role(Role.CHILD))} other children in {bundle.last.took_s:.2f} s -> {out}",
               file=sys.stderr)
         raise typer.Exit(EXIT_OK)
-    raise typer.Exit(EXIT_OK)
+
+    from hangdoc.render.live import LiveView
+    from hangdoc.watcher import WatchConfig, Watcher
+
+    config = WatchConfig(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout,
+                         native=native, nonblocking=nonblocking, single=single)
+    view = LiveView(sys.stderr, live=not no_live)
+    try:
+        outcome = Watcher(pid, probes, config).run(view.update)
+    finally:
+        view.close()
+    raise typer.Exit(finish(outcome, out, fmt))
+
+
+def finish(outcome, out: Path, fmt: Format) -> int:
+    """Save the bundle when there is something to show, print the report, pick the exit code."""
+    if outcome.reason in ("hang", "crash"):
+        save_bundle(outcome.bundle, out)
+        emit_report(outcome.report, fmt, [outcome.bundle])
+        print(f"hangdoc: bundle saved to {out} (replay: hangdoc report {out})", file=sys.stderr)
+    elif outcome.reason == "timeout":
+        print("hangdoc: --timeout reached, no hang found", file=sys.stderr)
+        emit_report(outcome.report, fmt, [outcome.bundle])
+    else:
+        print("hangdoc: the job ended", file=sys.stderr)
+        emit_report(outcome.report, fmt, [outcome.bundle])
+    return verdict_exit_code(outcome.report.verdict)

@@ -1,0 +1,30 @@
+"""The rule registry: every rule module exposes `RULE`; `run_rules` applies them all."""
+from __future__ import annotations
+
+import importlib
+
+from hangdoc.model import Finding, Severity
+from hangdoc.rules.base import Context, Rule
+
+# Order matters only for display: root causes first, the generic findings after them.
+RULE_MODULES = (
+    "collective_straggler",
+    "collective_mismatch",
+)
+
+_SEVERITY_ORDER = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
+
+
+def all_rules() -> list[Rule]:
+    return [importlib.import_module(f"hangdoc.rules.{name}").RULE for name in RULE_MODULES]
+
+
+def get_rule(slug: str) -> Rule | None:
+    return next((r for r in all_rules() if r.slug == slug), None)
+
+
+def run_rules(ctx: Context) -> tuple[Finding, ...]:
+    findings: list[Finding] = []
+    for rule in all_rules():
+        findings.extend(rule.check(ctx))
+    return tuple(sorted(findings, key=lambda f: _SEVERITY_ORDER[f.severity]))

@@ -1,0 +1,175 @@
+"""What a process is doing at one instant, read from its main thread's frames.
+
+Frames are innermost first (py-spy's order). Each classifier returns a state and the
+frame that decided it, so a report can cite the evidence.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from hangdoc.model import Frame, ProcSample, Stack, Thread
+
+
+class RankState(str, enum.Enum):
+    COLLECTIVE = "collective-wait"
+    DATALOADER = "dataloader-wait"
+    COMPUTE = "compute"
+    IO = "io"
+    IDLE = "idle"
+    EXITED = "exited"
+    UNKNOWN = "unknown"
+
+
+class WorkerState(str, enum.Enum):
+    DECOMPRESSING = "decompressing"
+    DECODING = "decoding"
+    READING = "reading"
+    LOCK_WAIT = "lock-wait"
+    QUEUE_PUT = "queue-put"
+    IDLE = "idle"            # waiting on its index queue for work
+    BUSY = "busy"            # running dataset code
+    EXITED = "exited"
+    UNKNOWN = "unknown"
+
+
+# c10d's public collectives, as they appear in torch/distributed/distributed_c10d.py.
+COLLECTIVES = frozenset({
+    "all_reduce", "all_reduce_coalesced", "broadcast", "barrier", "monitored_barrier",
+    "all_gather", "all_gather_into_tensor", "_all_gather_base", "all_gather_object",
+    "all_gather_coalesced", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base",
+    "all_to_all", "all_to_all_single", "gather", "gather_object", "scatter", "scatter_object_list",
+    "reduce", "send", "recv", "isend", "irecv", "broadcast_object_list", "batch_isend_irecv",
+    "wait", "Work.wait",
+})
+# Where collectives surface outside c10d: DDP, Join, and the CUDA sync points NCCL waits hide behind.
+_COLLECTIVE_FRAMES = {
+    "Join.__exit__": "Join.__exit__", "_JoinHook.main_hook": "join hook",
+    "_DDPJoinHook.main_hook": "DDP join hook", "_sync_buffers": "DDP buffer broadcast",
+    "_sync_module_buffers": "DDP buffer broadcast", "_distributed_broadcast_coalesced": "DDP broadcast",
+    "_check_global_requires_backward_grad_sync": "DDP join all_reduce",
+    "_match_all_reduce_for_bwd_pass": "DDP join all_reduce",
+}
+_NATIVE_WAITS = ("ProcessGroupNCCL", "ncclGroupEnd", "ncclAllReduce", "cudaStreamSynchronize",
+                 "cudaDeviceSynchronize", "cudaEventSynchronize", "_local_scalar_dense",
+                 "ProcessGroupGloo", "gloo::", "c10d::Reducer", "Work::wait", "WorkNCCL::wait")
+_BACKWARD = ("_engine_run_backward", "run_backward")
+_DATALOADER_NEXT = ("_next_data", "_get_data", "_try_get_data", "__next__")
+_IO_FRAMES = ("save", "_save", "_legacy_save", "load", "_load", "_legacy_load", "copyfileobj",
+              "write", "read", "readinto", "flush", "fsync")
+_IO_FILES = ("torch/serialization.py", "shutil.py", "torch/distributed/checkpoint/")
+_DECOMPRESS_FILES = ("bz2.py", "lzma.py", "gzip.py", "zlib", "_compression.py", "zstandard", "zstd")
+_DECODE_FILES = ("wave.py", "aifc.py", "soundfile", "torchaudio", "librosa", "audioread",
+                 "PIL/", "cv2", "av/", "scipy/io/wavfile", "decode")
+_READ_FILES = ("tarfile.py", "zipfile.py", "io.py", "_pyio.py", "codecs.py", "shutil.py")
+_LOCK_FRAMES = ("acquire", "__enter__", "Condition.wait", "Lock.acquire", "RLock.acquire",
+                "Semaphore.acquire", "Event.wait")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A classified instant: the state, a detail ("all_reduce"), and the frame that says so."""
+
+    state: str
+    detail: str | None
+    frame: Frame | None
+
+
+def _is_c10d(frame: Frame) -> bool:
+    return frame.short_filename.endswith("distributed_c10d.py") or "torch/distributed/" in frame.filename
+
+
+def collective_frame(frames: tuple[Frame, ...]) -> tuple[str, Frame] | None:
+    """The outermost collective call on the stack: its name and frame (None: not in one)."""
+    found = None
+    for frame in frames:  # innermost first: keep the last (outermost) match
+        base = frame.name.rsplit(".", 1)[-1]
+        if _is_c10d(frame) and (frame.name in COLLECTIVES or base in COLLECTIVES):
+            found = (base, frame)
+        elif frame.name in _COLLECTIVE_FRAMES:
+            found = (_COLLECTIVE_FRAMES[frame.name], frame)
+        elif frame.name == "synchronize" and "torch/cuda" in frame.filename:
+            found = ("cuda synchronize", frame)
+        elif frame.native and any(k in frame.name for k in _NATIVE_WAITS) and found is None:
+            found = (frame.name.split("(")[0][:60], frame)
+    return found
+
+
+def _in_dataloader_wait(frames: tuple[Frame, ...]) -> Frame | None:
+    for frame in frames:
+        if "torch/utils/data/dataloader.py" in frame.filename and frame.name.endswith(_DATALOADER_NEXT):
+            if "_MultiProcessingDataLoaderIter" in frame.name or frame.name.endswith(("_get_data", "_try_get_data")):
+                return frame
+    return None
+
+
+def classify_rank(sample: ProcSample | None) -> Reading:
+    """The state of a rank from its main thread (and the kernel's view of it)."""
+    if sample is None or not sample.alive or (sample.proc and sample.proc.state in ("Z", "X")):
+        return Reading("exited", None, None)
+    main = sample.stack.main if sample.stack else None
+    if main is None or not main.frames:
+        if sample.proc and sample.proc.state == "D":
+            return Reading("io", "uninterruptible sleep (disk)", None)
+        return Reading("unknown", None, None)
+    frames = main.frames
+    hit = collective_frame(frames)
+    if hit:
+        return Reading("collective-wait", hit[0], hit[1])
+    dl = _in_dataloader_wait(frames)
+    if dl:
+        return Reading("dataloader-wait", "DataLoader.__next__", dl)
+    top = frames[0]
+    if any(f.name.endswith(_BACKWARD) for f in frames[:3]) and not main.active:
+        # DDP's reducer all-reduces gradients from C++ inside backward: idle there means waiting on it.
+        return Reading("collective-wait", "DDP gradient all_reduce (backward)", top)
+    if any(p in f.filename for f in frames for p in _IO_FILES) or (sample.proc and sample.proc.state == "D"):
+        frame = next((f for f in frames if any(p in f.filename for p in _IO_FILES)), top)
+        return Reading("io", frame.name, frame)
+    if main.active or main.owns_gil:
+        return Reading("compute", top.name, top)
+    return Reading("idle", top.name, top)
+
+
+def classify_worker(sample: ProcSample | None) -> Reading:
+    """What a DataLoader worker is doing: decompressing, decoding, reading, locked, idle."""
+    if sample is None or not sample.alive or (sample.proc and sample.proc.state in ("Z", "X")):
+        return Reading("exited", None, None)
+    main = sample.stack.main if sample.stack else None
+    if main is None or not main.frames:
+        return Reading("unknown", None, None)
+    frames = main.frames
+    loop = next((i for i, f in enumerate(frames) if f.name == "_worker_loop"), len(frames))
+    above = frames[:loop]   # the frames the worker loop called into
+    if above and above[-1].name.endswith("get") and "queue" in above[-1].filename.lower():
+        return Reading("idle", "waiting for work on its index queue", above[-1])
+    for frame in above:
+        if any(p in frame.filename for p in _DECOMPRESS_FILES) or "decompress" in frame.name.lower():
+            return Reading("decompressing", frame.short_filename, frame)
+    for frame in above:
+        if any(p in frame.filename for p in _DECODE_FILES) or "decode" in frame.name.lower():
+            return Reading("decoding", frame.name, frame)
+    if above and above[0].name.endswith(("put", "_feed")) and "queue" in above[0].filename.lower():
+        return Reading("queue-put", above[0].name, above[0])
+    if not main.active and above:
+        top = above[0]
+        blocked_in_kernel = sample.proc is not None and sample.proc.syscall in ("202", "98")  # futex
+        if top.name.endswith(_LOCK_FRAMES) or blocked_in_kernel:
+            return Reading("lock-wait", top.name, top)
+    for frame in above:
+        if any(p in frame.filename for p in _READ_FILES):
+            return Reading("reading", frame.name, frame)
+    top = above[0] if above else frames[0]
+    return Reading("busy" if main.active else "idle", top.name, top)
+
+
+def main_thread(stack: Stack | None) -> Thread | None:
+    return stack.main if stack else None
+
+
+def signature(sample: ProcSample | None) -> tuple:
+    """The main thread's stack as a comparable key (name, file, line for every frame)."""
+    main = main_thread(sample.stack) if sample else None
+    if main is None:
+        return ()
+    return tuple((f.name, f.short_filename, f.line) for f in main.frames)

@@ -1,0 +1,124 @@
+"""Hang, crash or healthy, and who everyone is waiting for: a pure function of the bundle.
+
+The verdict is `hang` once ranks have been blocked in collectives (same frames, no bytes
+moved) for `hang_after` seconds; the culprits are the ranks outside the majority's
+collective (a straggler), or the ranks in a different collective (a mismatch).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from hangdoc.analyze.classify import Reading
+from hangdoc.analyze.logs import killed_workers, says_failure, torchrun_root_cause
+from hangdoc.analyze.timeline import Timeline, progress, timelines
+from hangdoc.model import Bundle, ProcessInfo, Role
+
+# Collectives on the common path of a training step: the rank elsewhere left that path.
+CRASH_GRACE_S = 5.0
+_STEP_COLLECTIVES = ("all_reduce", "DDP gradient all_reduce (backward)", "reduce_scatter",
+                     "reduce_scatter_tensor", "all_gather_into_tensor", "cuda synchronize")
+
+
+@dataclass(frozen=True)
+class RankView:
+    info: ProcessInfo
+    reading: Reading
+    state_since: float
+    blocked_since: float | None
+    progress: str
+    workers: tuple[tuple[ProcessInfo, Reading, bool], ...]   # (worker, reading, alive)
+    exited_at: float | None
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    verdict: str                       # "hang", "crash" or "healthy"
+    culprits: tuple[int, ...]
+    onset: float | None
+    decided_at: float
+    ranks: tuple[RankView, ...]
+    mismatch: dict[str, tuple[int, ...]] = field(default_factory=dict)  # collective -> ranks
+    hang_after_s: float = 60.0
+
+    def view(self, rank: int) -> RankView | None:
+        return next((r for r in self.ranks if r.info.rank == rank), None)
+
+    @property
+    def waiting(self) -> tuple[RankView, ...]:
+        return tuple(r for r in self.ranks if r.reading.state == "collective-wait")
+
+
+def diagnose(bundle: Bundle, hang_after: float | None = None) -> Diagnosis:
+    hang_after = hang_after if hang_after is not None else (bundle.options.hang_after_s or 60.0)
+    lines = timelines(bundle)
+    now = bundle.last.time
+    views = []
+    for rank in bundle.job.ranks:
+        line = lines.get(rank.pid)
+        if line is None:
+            continue
+        workers = [w for w in bundle.job.children_of(rank.pid) if w.role is Role.WORKER]
+        worker_lines = [lines[w.pid] for w in workers if w.pid in lines]
+        worker_states = tuple(
+            (w, lines[w.pid].last.reading, lines[w.pid].last.reading.state != "exited")
+            for w in workers if w.pid in lines
+        )
+        exited_at = next((p.time for p in line.points if p.reading.state == "exited"), None)
+        views.append(RankView(rank, line.last.reading, line.state_since(), line.blocked_since(),
+                              progress(line, worker_lines), worker_states, exited_at))
+
+    crash = _crash(bundle, views, now)
+    if crash is not None:
+        return Diagnosis("crash", crash[0], crash[1], now, tuple(views), hang_after_s=hang_after)
+    if views and all(v.exited_at is not None for v in views):
+        return Diagnosis("healthy", (), None, now, tuple(views), hang_after_s=hang_after)
+
+    blocked = [v for v in views if v.blocked_since is not None and now - v.blocked_since >= hang_after]
+    if not blocked:
+        return Diagnosis("healthy", (), None, now, tuple(views), hang_after_s=hang_after)
+    onset = min(v.blocked_since for v in blocked)
+    culprits, mismatch = _culprits(views)
+    return Diagnosis("hang", culprits, onset, now, tuple(views), mismatch, hang_after)
+
+
+def _crash(bundle: Bundle, views: list[RankView], now: float) -> tuple[tuple[int, ...], float | None] | None:
+    """(culprit ranks, onset) when the job crashed, None when it did not (or not yet)."""
+    exited = sorted((v for v in views if v.exited_at is not None), key=lambda v: v.exited_at)
+    if not exited:
+        return None
+    failed = bundle.exit_code not in (None, 0) or (bundle.exit_code is None and says_failure(bundle.logs))
+    some_alive = len(exited) < len(views)
+    # Ranks of a job that ends well exit together; one gone for long while others live is a crash.
+    if not failed and not (some_alive and now - exited[0].exited_at >= CRASH_GRACE_S):
+        return None
+    root = torchrun_root_cause(bundle.logs)
+    if root is not None:
+        return (root.rank,), exited[0].exited_at
+    dead_workers = killed_workers(bundle.logs)
+    for worker in bundle.job.by_role(Role.WORKER):
+        if worker.pid in dead_workers and worker.rank is not None:
+            return (worker.rank,), exited[0].exited_at
+    first = [v.info.rank for v in exited if v.exited_at == exited[0].exited_at and v.info.rank is not None]
+    return (tuple(first) if some_alive else ()), exited[0].exited_at
+
+
+def _culprits(views: list[RankView]) -> tuple[tuple[int, ...], dict[str, tuple[int, ...]]]:
+    waiting = [v for v in views if v.reading.state == "collective-wait"]
+    others = [v for v in views if v.reading.state != "collective-wait"]
+    if others and waiting:
+        return tuple(sorted(v.info.rank for v in others if v.info.rank is not None)), {}
+    groups: dict[str, list[int]] = defaultdict(list)
+    for view in waiting:
+        groups[view.reading.detail or "?"].append(view.info.rank)
+    if len(groups) < 2:
+        return (), {}
+    mismatch = {name: tuple(sorted(r)) for name, r in groups.items()}
+
+    def common_path(item: tuple[str, list[int]]) -> tuple[int, int]:
+        name, ranks = item
+        return len(ranks), int(name in _STEP_COLLECTIVES)
+
+    common = max(groups.items(), key=common_path)[0]
+    culprits = sorted(r for name, ranks in groups.items() if name != common for r in ranks)
+    return tuple(culprits), mismatch

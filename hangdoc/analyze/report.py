@@ -1,0 +1,61 @@
+"""From a bundle to the report: diagnose, run every rule, lay out the ranks. Pure."""
+from __future__ import annotations
+
+from hangdoc.analyze.diagnose import Diagnosis, RankView, diagnose
+from hangdoc.model import REPORT_SCHEMA, Bundle, Report, RankReport, WorkerReport
+from hangdoc.rules import run_rules
+from hangdoc.rules.base import Context
+
+NCCL_TIMEOUT_S = 600.0
+GLOO_TIMEOUT_S = 1800.0
+
+
+def build_report(bundle: Bundle, hang_after: float | None = None) -> Report:
+    diagnosis = diagnose(bundle, hang_after)
+    findings = run_rules(Context(bundle, diagnosis))
+    timeout = pg_timeout(bundle)
+    remaining = None
+    if diagnosis.verdict == "hang" and diagnosis.onset is not None:
+        remaining = round(max(0.0, timeout - (diagnosis.decided_at - diagnosis.onset)), 1)
+    return Report(
+        schema=REPORT_SCHEMA,
+        verdict=diagnosis.verdict,
+        detected_after_s=(round(diagnosis.decided_at - diagnosis.onset, 1)
+                          if diagnosis.verdict != "healthy" and diagnosis.onset is not None else None),
+        culprit_ranks=diagnosis.culprits,
+        findings=findings,
+        ranks=tuple(_rank_report(bundle, diagnosis, view) for view in diagnosis.ranks),
+        pg_timeout_s=timeout,
+        timeout_remaining_s=remaining,
+        host=bundle.host.hostname,
+    )
+
+
+def pg_timeout(bundle: Bundle) -> float:
+    """The default timeout of the job's backend: NCCL when a rank maps libnccl, gloo otherwise."""
+    nccl = any("libnccl" in lib for p in bundle.job.ranks for lib in p.libs)
+    return NCCL_TIMEOUT_S if nccl else GLOO_TIMEOUT_S
+
+
+def _rank_report(bundle: Bundle, diagnosis: Diagnosis, view: RankView) -> RankReport:
+    device = bundle.last.gpu.device_of(view.info.pid) if bundle.last.gpu.available else None
+    gpu = None
+    if device is not None:
+        gpu = {"index": device.index, "utilization_pct": device.utilization_pct,
+               "power_w": device.power_w, "sm_clock_mhz": device.sm_clock_mhz,
+               "memory_used_bytes": device.memory_used_bytes}
+    return RankReport(
+        rank=view.info.rank,
+        pid=view.info.pid,
+        host=bundle.host.hostname,
+        state=view.reading.state,
+        waiting_s=round(diagnosis.decided_at - view.state_since, 1),
+        progress=view.progress,
+        gpu=gpu,
+        top_frame=view.reading.frame.label if view.reading.frame else None,
+        workers=tuple(
+            WorkerReport(pid=w.pid, index=w.worker_index, state=r.state if alive else "exited",
+                         top_frame=r.frame.label if r.frame else None, alive=alive)
+            for w, r, alive in view.workers
+        ),
+    )

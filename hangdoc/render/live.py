@@ -1,0 +1,88 @@
+"""What the user watches while hangdoc samples: a live table on a TTY, a status line elsewhere."""
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from hangdoc.model import Bundle, Report
+from hangdoc.render.text import make_console
+from hangdoc.render.words import duration
+
+_BARS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float | None], top: float) -> str:
+    out = []
+    for v in values:
+        if v is None or top <= 0:
+            out.append(" ")
+        else:
+            out.append(_BARS[min(len(_BARS) - 1, int(v / top * (len(_BARS) - 1) + 0.5))])
+    return "".join(out)
+
+
+def gpu_history(bundle: Bundle, pid: int, width: int = 12) -> tuple[str, str]:
+    util, power, limit = [], [], 0.0
+    for snapshot in list(bundle.samples)[-width:]:
+        device = snapshot.gpu.device_of(pid) if snapshot.gpu.available else None
+        util.append(device.utilization_pct if device else None)
+        power.append(device.power_w if device else None)
+        if device and device.power_limit_w:
+            limit = max(limit, device.power_limit_w)
+    if all(v is None for v in util):
+        return "-", "-"
+    return sparkline(util, 100), sparkline(power, limit or max(p or 0 for p in power))
+
+
+def live_table(bundle: Bundle, report: Report) -> Group:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for name in ("RANK", "STATE", "FOR", "PROGRESS", "GPU UTIL", "POWER", "TOP FRAME"):
+        table.add_column(name, no_wrap=True, overflow="ellipsis")
+    culprits = set(report.culprit_ranks)
+    for rank in report.ranks:
+        util, power = gpu_history(bundle, rank.pid)
+        style = "bold red" if rank.rank in culprits else ""
+        table.add_row(str(rank.rank), rank.state, duration(rank.waiting_s), rank.progress, util, power,
+                      rank.top_frame or "-", style=style)
+        for worker in rank.workers:
+            index = worker.index if worker.index is not None else "?"
+            table.add_row(f"  w{index}", worker.state, "", "", "", "", worker.top_frame or "-", style="dim")
+    head = Text(f"hangdoc watching {len(report.ranks)} ranks · sample {len(bundle.samples)} · "
+                f"{time.strftime('%H:%M:%S')} · hang after {bundle.options.hang_after_s:g} s", style="bold")
+    return Group(head, table)
+
+
+def status_line(bundle: Bundle, report: Report) -> str:
+    parts = [f"r{r.rank} {r.state} {duration(r.waiting_s)} {r.progress}" for r in report.ranks]
+    return f"hangdoc: {time.strftime('%H:%M:%S')} sample {len(bundle.samples)}: " + " | ".join(parts)
+
+
+class LiveView:
+    """A rich Live table on a TTY; a status line every `every` samples otherwise."""
+
+    def __init__(self, out: TextIO = sys.stderr, live: bool = True, every: int = 3):
+        self.out = out
+        self.every = every
+        self.count = 0
+        self._live = None
+        if live and getattr(out, "isatty", lambda: False)():
+            self._live = Live(console=make_console(out), refresh_per_second=4, transient=False)
+            self._live.start()
+
+    def update(self, bundle: Bundle, report: Report) -> None:
+        self.count += 1
+        if self._live is not None:
+            self._live.update(live_table(bundle, report))
+        elif self.count == 1 or self.count % self.every == 0:
+            print(status_line(bundle, report), file=self.out, flush=True)
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None

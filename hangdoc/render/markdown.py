@@ -1,0 +1,48 @@
+"""The report as Markdown, ready to paste into a GitHub issue."""
+from __future__ import annotations
+
+from typing import TextIO
+
+from hangdoc.analyze.classes import rank_ranges, stack_classes
+from hangdoc.model import Bundle, Report
+from hangdoc.render.words import duration, gpu_cell, headline, timeout_line
+
+
+def _cell(text: str | None) -> str:
+    return (text or "-").replace("|", "\\|")
+
+
+def report_markdown(report: Report, bundles: list[Bundle] | None = None) -> str:
+    lines = [f"## hangdoc: {headline(report)}", ""]
+    if (line := timeout_line(report)):
+        lines += [line, ""]
+    if report.findings:
+        lines += ["### Findings", ""]
+    for finding in report.findings:
+        ranks = f" (ranks {rank_ranges(finding.ranks)})" if finding.ranks else ""
+        lines += [f"**{finding.severity.value}** `{finding.rule}`{ranks}: {finding.title}", ""]
+        lines += [f"- {_cell(e).strip()}" for e in finding.evidence]
+        lines += ["", f"**Fix:** {finding.fix}", ""]
+    lines += ["### Ranks", "", "| rank | pid | host | state | for | progress | GPU | top frame |",
+              "|---:|---:|---|---|---:|---|---|---|"]
+    for r in report.ranks:
+        lines.append(f"| {r.rank} | {r.pid} | {_cell(r.host)} | {r.state} | {duration(r.waiting_s)} | "
+                     f"{r.progress} | {gpu_cell(r.gpu)} | `{_cell(r.top_frame)}` |")
+        for w in r.workers:
+            index = w.index if w.index is not None else "?"
+            lines.append(f"| ↳ worker {index} | {w.pid} | | {w.state} | | | | `{_cell(w.top_frame)}` |")
+    lines.append("")
+    for bundle in bundles or []:
+        classes = stack_classes(bundle)
+        if classes:
+            lines += ["### Stacks by equivalence class", ""]
+        for cls in classes:
+            lines += [f"<details><summary>ranks {rank_ranges(cls.ranks)} ({len(cls.ranks)})</summary>", "",
+                      "```"]
+            lines += [f"{f.label}" for f in cls.frames] or ["(no stack)"]
+            lines += ["```", "", "</details>", ""]
+    return "\n".join(lines)
+
+
+def render_markdown(report: Report, out: TextIO, bundles: list[Bundle] | None = None) -> None:
+    out.write(report_markdown(report, bundles) + "\n")

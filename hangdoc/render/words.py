@@ -1,0 +1,44 @@
+"""Phrases every renderer shares, so text, Markdown and the live view say the same thing."""
+from __future__ import annotations
+
+from hangdoc.analyze.classes import rank_ranges
+from hangdoc.model import Report
+
+
+def headline(report: Report) -> str:
+    culprits = rank_ranges(report.culprit_ranks) if report.culprit_ranks else None
+    if report.verdict == "hang":
+        who = f"rank {culprits} is the culprit" if culprits else "every rank waits; no culprit among them"
+        after = f" (detected {report.detected_after_s:.1f} s after the stall began)" if report.detected_after_s is not None else ""
+        return f"HANG: {who}{after}"
+    if report.verdict == "crash":
+        who = f"rank {culprits} failed first" if culprits else "the job failed"
+        return f"CRASH: {who}"
+    return "HEALTHY: no hang found"
+
+
+def timeout_line(report: Report) -> str | None:
+    if report.verdict != "hang" or report.timeout_remaining_s is None:
+        return None
+    minutes = report.timeout_remaining_s / 60
+    return (f"The process group's timeout (default {report.pg_timeout_s:.0f} s for this backend) "
+            f"would kill the job and this evidence in about {minutes:.0f} min.")
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    return f"{seconds / 60:.0f}m"
+
+
+def gpu_cell(gpu: dict | None) -> str:
+    if not gpu:
+        return "-"
+    util = gpu.get("utilization_pct")
+    power = gpu.get("power_w")
+    parts = [f"GPU{gpu.get('index')}", f"{util}%" if util is not None else "?%"]
+    if power is not None:
+        parts.append(f"{power:.0f}W")
+    return " ".join(parts)

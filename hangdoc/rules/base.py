@@ -1,0 +1,43 @@
+"""What a rule is: a slug, a title, and a pure function of the analysed bundle."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Callable
+
+from hangdoc.analyze.diagnose import Diagnosis, RankView
+from hangdoc.analyze.timeline import Timeline, timelines
+from hangdoc.model import Bundle, Finding, ProcessInfo, Role, Severity
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything a rule may read: the bundle and what the analysis derived from it."""
+
+    bundle: Bundle
+    diagnosis: Diagnosis
+
+    @cached_property
+    def timelines(self) -> dict[int, Timeline]:
+        return timelines(self.bundle)
+
+    def culprit_views(self) -> list[RankView]:
+        return [v for v in self.diagnosis.ranks if v.info.rank in self.diagnosis.culprits]
+
+    def workers_of(self, rank_pid: int) -> list[ProcessInfo]:
+        return [p for p in self.bundle.job.children_of(rank_pid) if p.role is Role.WORKER]
+
+
+@dataclass(frozen=True)
+class Rule:
+    slug: str
+    title: str
+    severity: Severity
+    check: Callable[[Context], list[Finding]]
+    summary: str = ""     # one paragraph: what the rule looks at
+
+
+def finding(rule: Rule, ranks, title: str, evidence, fix: str, severity: Severity | None = None) -> Finding:
+    return Finding(rule=rule.slug, severity=severity or rule.severity,
+                   ranks=tuple(sorted(r for r in ranks if r is not None)),
+                   title=title, evidence=tuple(evidence), fix=fix)

@@ -1,0 +1,46 @@
+"""collective-straggler: most ranks wait in a collective for one that is elsewhere."""
+from __future__ import annotations
+
+from hangdoc.advice import ADVICE
+from hangdoc.model import Finding, Severity
+from hangdoc.rules.base import Context, Rule, finding
+from hangdoc.rules.evidence import frames_line, rank_line, worker_lines
+
+
+def check(ctx: Context) -> list[Finding]:
+    d = ctx.diagnosis
+    if d.verdict != "hang" or d.mismatch or not d.culprits:
+        return []
+    waiting = d.waiting
+    if not waiting:
+        return []
+    now = d.decided_at
+    collective = waiting[0].reading.detail or "a collective"
+    findings = []
+    for view in ctx.culprit_views():
+        doing = view.reading.state + (f" ({view.reading.detail})" if view.reading.detail else "")
+        evidence = [
+            f"{len(waiting)} of {len(d.ranks)} ranks wait in {collective} "
+            f"(blocked {now - min(v.blocked_since or now for v in waiting):.0f} s, no bytes moved)",
+            rank_line(view, now),
+        ]
+        stack = frames_line(ctx.bundle, view.info.pid)
+        if stack:
+            evidence.append(f"rank {view.info.rank} stack: {stack}")
+        evidence.extend(worker_lines(view))
+        findings.append(finding(
+            RULE, [view.info.rank],
+            f"Rank {view.info.rank} is the straggler: the others wait in {collective} while it is in {doing}",
+            evidence, ADVICE["collective-straggler"].fix,
+        ))
+    return findings
+
+
+RULE = Rule(
+    slug="collective-straggler",
+    title="A rank is late to the collective everyone else waits in",
+    severity=Severity.CRITICAL,
+    check=check,
+    summary="Fires on a hang where the majority of ranks are blocked in one collective and a "
+            "minority is elsewhere (data loader, compute, I/O); names the minority and what it does.",
+)

@@ -1,0 +1,170 @@
+"""The watch loop: sample the job every interval until it hangs, crashes, ends or time runs out.
+
+Each round re-discovers the job (new DataLoader workers appear every epoch), captures
+it, and re-runs the (pure) analysis over the samples so far. Workers' stacks are taken
+where they matter: at the first round, every `worker_every` rounds, and every round for
+the workers of a rank that waits on its DataLoader.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+from hangdoc.analyze.report import build_report
+from hangdoc.collect.discover import find_job
+from hangdoc.collect.logs import log_sources, read_tails
+from hangdoc.collect.snapshot import Probes, capture
+from hangdoc.errors import HangdocError
+from hangdoc.model import Bundle, Job, Options, Report, Role, Snapshot
+from hangdoc.pipeline import make_bundle, require_stacks
+
+MAX_SAMPLES = 600   # about 20 minutes at the default interval; older samples are dropped
+
+
+@dataclass
+class WatchConfig:
+    interval_s: float = 2.0
+    hang_after_s: float = 60.0
+    timeout_s: float | None = None
+    native: bool = False
+    nonblocking: bool = False
+    worker_every: int = 5
+    single: bool = False
+
+
+@dataclass
+class Outcome:
+    """How a watch ended: the verdict's report, the bundle to save, and why it stopped."""
+
+    report: Report
+    bundle: Bundle
+    reason: str            # "hang", "crash", "ended", "timeout"
+
+
+@dataclass
+class Watcher:
+    pid: int
+    probes: Probes
+    config: WatchConfig
+    sleep: Callable[[float], None] = time.sleep
+    exit_code: Callable[[], int | None] = lambda: None   # the launcher's, when we started it
+    job: Job | None = None
+    samples: deque = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
+    sources: tuple[str, ...] = ()
+    rounds: int = 0
+
+    def start(self) -> Bundle:
+        """Find the job and take the first full capture; attach errors surface here."""
+        self.job = find_job(self.pid, self.probes.procfs, single=self.config.single)
+        snapshot = self._capture(all_workers=True)
+        require_stacks(snapshot, self.job)
+        return self.bundle()
+
+    def step(self) -> Bundle:
+        self._rediscover()
+        self._capture(all_workers=self.rounds % self.config.worker_every == 0)
+        return self.bundle()
+
+    def bundle(self) -> Bundle:
+        logs = read_tails(self.sources) if self.sources else ()
+        return dataclasses.replace(
+            make_bundle(self.job, tuple(self.samples), self.probes,
+                        Options(interval_s=self.config.interval_s, hang_after_s=self.config.hang_after_s,
+                                native=self.config.native, nonblocking=self.config.nonblocking),
+                        logs=logs),
+            exit_code=self.exit_code(),
+        )
+
+    def run(self, on_sample: Callable[[Bundle, Report], None] | None = None) -> Outcome:
+        """Sample until a verdict; the caller renders and saves."""
+        bundle = self.start()
+        began = time.monotonic()
+        while True:
+            report = build_report(bundle, self.config.hang_after_s)
+            if on_sample:
+                on_sample(bundle, report)
+            if report.verdict in ("hang", "crash"):
+                return Outcome(report, bundle, report.verdict)
+            if self._all_gone(bundle):
+                return Outcome(report, bundle, "ended")
+            if self.config.timeout_s is not None and time.monotonic() - began >= self.config.timeout_s:
+                return Outcome(report, bundle, "timeout")
+            self.sleep(self._next_delay(bundle))
+            bundle = self.step()
+
+    # -- internals -------------------------------------------------------------------
+    def _capture(self, all_workers: bool) -> Snapshot:
+        assert self.job is not None
+        wanted = self._stack_pids(all_workers)
+        snapshot, self.job = capture(self.job, self.probes, stack_pids=wanted,
+                                     native=self.config.native, nonblocking=self.config.nonblocking)
+        self.samples.append(snapshot)
+        self.rounds += 1
+        if not self.sources or self.rounds % 10 == 1:
+            self.sources = tuple(dict.fromkeys(self.sources + log_sources(self.job, self.probes.procfs.root)))
+        return snapshot
+
+    def _stack_pids(self, all_workers: bool) -> set[int]:
+        assert self.job is not None
+        alive = self._alive_pids()
+        wanted = {p.pid for p in self.job.processes if p.role in (Role.RANK, Role.LAUNCHER)}
+        waiting_on_data = self._ranks_waiting_on_data()
+        for proc in self.job.processes:
+            if proc.role is Role.WORKER and (all_workers or proc.worker_index is None
+                                             or proc.rank_pid in waiting_on_data):
+                wanted.add(proc.pid)
+        return wanted & alive
+
+    def _alive_pids(self) -> set[int]:
+        if not self.samples:
+            return {p.pid for p in self.job.processes}
+        last = self.samples[-1]
+        known = {s.pid for s in last.processes}
+        return {p.pid for p in self.job.processes
+                if p.pid not in known or (last.sample_of(p.pid) and last.sample_of(p.pid).alive)}
+
+    def _ranks_waiting_on_data(self) -> set[int]:
+        from hangdoc.analyze.classify import classify_rank
+
+        if not self.samples:
+            return set()
+        last = self.samples[-1]
+        return {r.pid for r in self.job.by_role(Role.RANK)
+                if classify_rank(last.sample_of(r.pid)).state == "dataloader-wait"}
+
+    def _rediscover(self) -> None:
+        """Merge what runs now into the job: new workers join, the dead stay on record."""
+        assert self.job is not None
+        for anchor in self._anchors():
+            try:
+                fresh = find_job(anchor, self.probes.procfs, single=self.config.single)
+            except HangdocError:
+                continue
+            known = {p.pid: p for p in self.job.processes}
+            merged = list(self.job.processes)
+            for proc in fresh.processes:
+                if proc.pid not in known:
+                    merged.append(proc)
+            self.job = dataclasses.replace(self.job, processes=tuple(merged))
+            return
+
+    def _anchors(self) -> list[int]:
+        alive = self._alive_pids()
+        order = [self.job.launcher_pid] + [p.pid for p in self.job.ranks]
+        return [pid for pid in order if pid is not None and pid in alive]
+
+    def _all_gone(self, bundle: Bundle) -> bool:
+        last = bundle.last
+        ranks = [last.sample_of(p.pid) for p in bundle.job.ranks]
+        return all(s is None or not s.alive for s in ranks)
+
+    def _next_delay(self, bundle: Bundle) -> float:
+        # A rank just exited: look again soon, so a crash is told from a clean end quickly.
+        last = bundle.last
+        if any(not s.alive for s in last.processes if bundle.job.info(s.pid)
+               and bundle.job.info(s.pid).role is Role.RANK):
+            return min(0.5, self.config.interval_s)
+        return self.config.interval_s
