@@ -68,3 +68,28 @@ def load_bundle(path: str | Path) -> Bundle:
     except (OSError, UnicodeDecodeError) as exc:
         raise BadBundle(f"cannot read {path}: {exc}") from None
     return bundle_from_json(text, str(path))
+
+
+def bundle_files(paths) -> list[Path]:
+    """The bundle files named, with directories expanded to the *.json files inside them."""
+    files: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found = sorted(path.glob("*.json"))
+            if not found:
+                raise BadBundle(f"no *.json bundle in directory {path}")
+            files.extend(found)
+        else:
+            files.append(path)
+    return files
+
+
+def load_bundles(paths) -> Bundle:
+    """One bundle from one file; several files are the nodes of one job, merged."""
+    files = bundle_files(paths)
+    bundles = [load_bundle(f) for f in files]
+    if len(bundles) == 1:
+        return bundles[0]
+    from hangdoc.merge import merge_bundles
+
+    return merge_bundles(bundles, [str(f) for f in files])

@@ -46,6 +46,15 @@ def snapshot_once(pid: int, probes: Probes, *, single: bool = False, native: boo
     return make_bundle(job, (snapshot,), probes, Options(native=native, nonblocking=nonblocking))
 
 
+def report_from_files(paths, hang_after: float | None = None):
+    """Load saved bundles (merging those of one job's nodes) and diagnose them: (bundle, report)."""
+    from hangdoc.analyze.report import build_report
+    from hangdoc.bundle_io import load_bundles
+
+    bundle = load_bundles(paths)
+    return bundle, build_report(bundle, hang_after)
+
+
 def make_bundle(job: Job, samples: tuple[Snapshot, ...], probes: Probes, options: Options,
                 logs: tuple = ()) -> Bundle:
     return Bundle(

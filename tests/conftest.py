@@ -47,3 +47,30 @@ def probe_job(tmp_path):
 
 def hangdoc_cmd() -> list[str]:
     return [sys.executable, "-m", "hangdoc"]
+
+
+@pytest.fixture
+def stall_job(tmp_path):
+    """GIVEN a real 2-rank gloo job that stalls in the chosen --mode (tests/jobs/stall_job.py)."""
+    started = []
+
+    def start(mode: str, *extra: str, wait_fault: bool = True):
+        cmd = torchrun_cmd(JOBS / "stall_job.py", "--workdir", str(tmp_path), "--mode", mode, *extra)
+        job = start_job(cmd, cwd=tmp_path, log_path=tmp_path / "job.log")
+        started.append(job)
+        markers = [tmp_path / "ready.0", tmp_path / "ready.1"] + ([tmp_path / "fault"] if wait_fault else [])
+        if not wait_for(markers, job, timeout=60):
+            log = (tmp_path / "job.log").read_text(errors="replace")[-3000:]
+            pytest.fail(f"job did not reach its markers; log tail:\n{log}")
+        return job
+
+    yield start
+    for job in started:
+        stop_job(job)
+
+
+def run_hangdoc(*args: str, timeout: float = 120) -> "subprocess.CompletedProcess":
+    import subprocess
+
+    env = dict(os.environ, NO_COLOR="1", COLUMNS="200")
+    return subprocess.run([*hangdoc_cmd(), *args], capture_output=True, text=True, timeout=timeout, env=env)

@@ -1,0 +1,67 @@
+"""`hangdoc report`, `hangdoc rules`, `hangdoc explain`: the diagnosis offline, and the rules' pages."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from hangdoc.cli import app
+from hangdoc.cli.common import Format, emit_report, verdict_exit_code
+from hangdoc.errors import EXIT_OK, BadOutput, HangdocError
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "rules"
+
+
+@app.command()
+def report(
+    bundles: List[Path] = typer.Argument(..., help="Bundle files (or a directory of them) of one job."),
+    fmt: Format = typer.Option(Format.text, "--format", "-f", help="text, markdown (for a GitHub issue) or json."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of stdout."),
+    hang_after: Optional[float] = typer.Option(None, "--hang-after", help="Override the threshold the bundle was taken with."),
+) -> None:
+    """Diagnose saved bundles offline: the same report the live watch printed.
+
+    Exits like watch: 3 when the bundle shows a hang, 4 a crash, 0 otherwise; 2 for a
+    missing, corrupt, truncated or newer-schema bundle.
+    """
+    from hangdoc.pipeline import report_from_files
+
+    bundle, rep = report_from_files(bundles, hang_after)
+    if output is not None:
+        try:
+            with open(output, "w") as out:
+                emit_report(rep, fmt, [bundle], out)
+        except OSError as exc:
+            raise BadOutput(f"cannot write {output}: {exc.strerror}") from None
+    else:
+        emit_report(rep, fmt, [bundle])
+    raise typer.Exit(verdict_exit_code(rep.verdict))
+
+
+@app.command()
+def rules() -> None:
+    """List the rules: slug, severity and what each one looks for."""
+    from hangdoc.rules import all_rules
+
+    for rule in all_rules():
+        print(f"{rule.slug:<24} {rule.severity.value:<9} {rule.title}")
+    raise typer.Exit(EXIT_OK)
+
+
+@app.command()
+def explain(slug: str = typer.Argument(..., help="A rule slug, as `hangdoc rules` lists them.")) -> None:
+    """Print a rule's documentation page."""
+    from hangdoc.rules import all_rules, get_rule
+
+    rule = get_rule(slug)
+    if rule is None:
+        known = ", ".join(r.slug for r in all_rules())
+        raise HangdocError(f"no rule named {slug!r}; the rules are: {known}")
+    page = DOCS / f"{slug}.md"
+    if page.is_file():
+        sys.stdout.write(page.read_text())
+    else:
+        print(f"# {rule.slug}\n\n{rule.title}\n\n{rule.summary}")
+    raise typer.Exit(EXIT_OK)
