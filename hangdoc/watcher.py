@@ -51,6 +51,7 @@ class Watcher:
     config: WatchConfig
     sleep: Callable[[float], None] = time.sleep
     exit_code: Callable[[], int | None] = lambda: None   # the launcher's, when we started it
+    extra_logs: Callable[[], tuple] = tuple              # output hangdoc itself captured
     job: Job | None = None
     samples: deque = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
     sources: tuple[str, ...] = ()
@@ -69,7 +70,7 @@ class Watcher:
         return self.bundle()
 
     def bundle(self) -> Bundle:
-        logs = read_tails(self.sources) if self.sources else ()
+        logs = self.extra_logs() + (read_tails(self.sources) if self.sources else ())
         return dataclasses.replace(
             make_bundle(self.job, tuple(self.samples), self.probes,
                         Options(interval_s=self.config.interval_s, hang_after_s=self.config.hang_after_s,
@@ -78,9 +79,10 @@ class Watcher:
             exit_code=self.exit_code(),
         )
 
-    def run(self, on_sample: Callable[[Bundle, Report], None] | None = None) -> Outcome:
-        """Sample until a verdict; the caller renders and saves."""
-        bundle = self.start()
+    def run(self, on_sample: Callable[[Bundle, Report], None] | None = None,
+            ended: Callable[[], bool] = lambda: False, on_round: Callable[[], object] = lambda: None) -> Outcome:
+        """Sample until a verdict; the caller renders and saves. `start()` may have run already."""
+        bundle = self.bundle() if self.samples else self.start()
         began = time.monotonic()
         while True:
             report = build_report(bundle, self.config.hang_after_s)
@@ -88,11 +90,12 @@ class Watcher:
                 on_sample(bundle, report)
             if report.verdict in ("hang", "crash"):
                 return Outcome(report, bundle, report.verdict)
-            if self._all_gone(bundle):
+            if self._all_gone(bundle) or ended():
                 return Outcome(report, bundle, "ended")
             if self.config.timeout_s is not None and time.monotonic() - began >= self.config.timeout_s:
                 return Outcome(report, bundle, "timeout")
             self.sleep(self._next_delay(bundle))
+            on_round()
             bundle = self.step()
 
     # -- internals -------------------------------------------------------------------

@@ -40,6 +40,7 @@ class Diagnosis:
     ranks: tuple[RankView, ...]
     mismatch: dict[str, tuple[int, ...]] = field(default_factory=dict)  # collective -> ranks
     hang_after_s: float = 60.0
+    frozen: bool = False               # a hang outside collectives: nothing moved at all
 
     def view(self, rank: int) -> RankView | None:
         return next((r for r in self.ranks if r.info.rank == rank), None)
@@ -74,8 +75,14 @@ def diagnose(bundle: Bundle, hang_after: float | None = None) -> Diagnosis:
     if views and all(v.exited_at is not None for v in views):
         return Diagnosis("healthy", (), None, now, tuple(views), hang_after_s=hang_after)
 
+    if not views and bundle.exit_code not in (None, 0):
+        return Diagnosis("crash", (), None, now, (), hang_after_s=hang_after)
     blocked = [v for v in views if v.blocked_since is not None and now - v.blocked_since >= hang_after]
     if not blocked:
+        frozen = _all_frozen(bundle, lines, views, now, hang_after)
+        if frozen is not None:
+            return Diagnosis("hang", tuple(v.info.rank for v in views if v.info.rank is not None),
+                             frozen, now, tuple(views), hang_after_s=hang_after, frozen=True)
         return Diagnosis("healthy", (), None, now, tuple(views), hang_after_s=hang_after)
     onset = min(v.blocked_since for v in blocked)
     culprits, mismatch = _culprits(views)
@@ -101,6 +108,20 @@ def _crash(bundle: Bundle, views: list[RankView], now: float) -> tuple[tuple[int
             return (worker.rank,), exited[0].exited_at
     first = [v.info.rank for v in exited if v.exited_at == exited[0].exited_at and v.info.rank is not None]
     return (tuple(first) if some_alive else ()), exited[0].exited_at
+
+
+def _all_frozen(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView], now: float,
+                hang_after: float) -> float | None:
+    """No rank and no worker has moved (frames, CPU, bytes) for hang_after: frozen outside any
+    collective (a deadlock, a lone process asleep). Returns when the freeze began."""
+    if not views or any(v.reading.state in ("collective-wait", "exited", "unknown") for v in views):
+        return None
+    pids = [v.info.pid for v in views] + [w.pid for v in views for w, _, alive in v.workers if alive]
+    since = [lines[pid].unmoved_since() for pid in pids if pid in lines]
+    if len(lines[views[0].info.pid].points) < 3 or not since:
+        return None
+    start = max(since)
+    return start if now - start >= hang_after else None
 
 
 def _culprits(views: list[RankView]) -> tuple[tuple[int, ...], dict[str, tuple[int, ...]]]:

@@ -15,7 +15,7 @@ def build_report(bundle: Bundle, hang_after: float | None = None) -> Report:
     findings = run_rules(Context(bundle, diagnosis))
     timeout = pg_timeout(bundle)
     remaining = None
-    if diagnosis.verdict == "hang" and diagnosis.onset is not None:
+    if diagnosis.verdict == "hang" and diagnosis.onset is not None and bundle.job.world_size:
         remaining = round(max(0.0, timeout - (diagnosis.decided_at - diagnosis.onset)), 1)
     return Report(
         schema=REPORT_SCHEMA,

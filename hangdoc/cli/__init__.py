@@ -39,7 +39,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 # Each module registers its command(s) on `app` when imported.
-from hangdoc.cli import report, watch  # noqa: E402,F401
+from hangdoc.cli import report, run, watch  # noqa: E402,F401
 from hangdoc.cli import check  # noqa: E402,F401
 
 

@@ -118,7 +118,7 @@ def find_job(pid: int, procfs: ProcFS | None = None, single: bool = False) -> Jo
             rank = table.parent[rank]
         parent = table.parent.get(rank)
         siblings = [p for p in table.children.get(parent, ()) if table.is_rank(p)] if parent else []
-        if parent and parent > 1 and (len(siblings) > 1 or _looks_like_launcher(procfs, parent)):
+        if parent and parent > 1 and (len(siblings) > 1 or looks_like_launcher(procfs, parent)):
             launcher = parent
             rank_pids = _ranks_below(table, launcher)
         else:
@@ -164,7 +164,7 @@ def find_job(pid: int, procfs: ProcFS | None = None, single: bool = False) -> Jo
     )
 
 
-def _looks_like_launcher(procfs: ProcFS, pid: int) -> bool:
+def looks_like_launcher(procfs: ProcFS, pid: int) -> bool:
     words = " ".join(_safe_cmdline(procfs, pid))
     return any(name in words for name in (
         "torchrun", "torch.distributed.run", "torch.distributed.launch", "deepspeed",

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from hangdoc.model import Bundle, Report
 from hangdoc.render.text import make_console
-from hangdoc.render.words import duration
+from hangdoc.render.words import duration, rank_label
 
 _BARS = "▁▂▃▄▅▆▇█"
 
@@ -48,7 +48,7 @@ def live_table(bundle: Bundle, report: Report) -> Group:
     for rank in report.ranks:
         util, power = gpu_history(bundle, rank.pid)
         style = "bold red" if rank.rank in culprits else ""
-        table.add_row(str(rank.rank), rank.state, duration(rank.waiting_s), rank.progress, util, power,
+        table.add_row(rank_label(rank.rank), rank.state, duration(rank.waiting_s), rank.progress, util, power,
                       rank.top_frame or "-", style=style)
         for worker in rank.workers:
             index = worker.index if worker.index is not None else "?"
@@ -59,7 +59,7 @@ def live_table(bundle: Bundle, report: Report) -> Group:
 
 
 def status_line(bundle: Bundle, report: Report) -> str:
-    parts = [f"r{r.rank} {r.state} {duration(r.waiting_s)} {r.progress}" for r in report.ranks]
+    parts = [f"r{rank_label(r.rank)} {r.state} {duration(r.waiting_s)} {r.progress}" for r in report.ranks]
     return f"hangdoc: {time.strftime('%H:%M:%S')} sample {len(bundle.samples)}: " + " | ".join(parts)
 
 

@@ -5,7 +5,7 @@ from typing import TextIO
 
 from hangdoc.analyze.classes import rank_ranges, stack_classes
 from hangdoc.model import Bundle, Report
-from hangdoc.render.words import duration, gpu_cell, headline, timeout_line
+from hangdoc.render.words import duration, rank_label, gpu_cell, headline, timeout_line
 
 
 def _cell(text: str | None) -> str:
@@ -26,7 +26,7 @@ def report_markdown(report: Report, bundles: list[Bundle] | None = None) -> str:
     lines += ["### Ranks", "", "| rank | pid | host | state | for | progress | GPU | top frame |",
               "|---:|---:|---|---|---:|---|---|---|"]
     for r in report.ranks:
-        lines.append(f"| {r.rank} | {r.pid} | {_cell(r.host)} | {r.state} | {duration(r.waiting_s)} | "
+        lines.append(f"| {rank_label(r.rank)} | {r.pid} | {_cell(r.host)} | {r.state} | {duration(r.waiting_s)} | "
                      f"{r.progress} | {gpu_cell(r.gpu)} | `{_cell(r.top_frame)}` |")
         for w in r.workers:
             index = w.index if w.index is not None else "?"

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hangdoc.model import Report
-from hangdoc.render.words import duration, gpu_cell, headline, timeout_line
+from hangdoc.render.words import duration, rank_label, gpu_cell, headline, timeout_line
 
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -38,8 +38,9 @@ def render_text(report: Report, out: TextIO, width: int | None = None) -> None:
         for line in finding.evidence:
             console.print(Text("    " + line), overflow="fold")
         console.print(Text.assemble(("  fix: ", "bold"), finding.fix), overflow="fold")
-    console.print()
-    console.print(ranks_table(report))
+    if report.ranks:
+        console.print()
+        console.print(ranks_table(report))
 
 
 def ranks_table(report: Report) -> Table:
@@ -49,7 +50,7 @@ def ranks_table(report: Report) -> Table:
     culprits = set(report.culprit_ranks)
     for rank in report.ranks:
         style = "bold red" if rank.rank in culprits else ""
-        table.add_row(str(rank.rank), str(rank.pid), rank.state, duration(rank.waiting_s), rank.progress,
+        table.add_row(rank_label(rank.rank), str(rank.pid), rank.state, duration(rank.waiting_s), rank.progress,
                       gpu_cell(rank.gpu), rank.top_frame or "-", style=style)
         for worker in rank.workers:
             index = worker.index if worker.index is not None else "?"

@@ -8,7 +8,12 @@ from hangdoc.model import Report
 def headline(report: Report) -> str:
     culprits = rank_ranges(report.culprit_ranks) if report.culprit_ranks else None
     if report.verdict == "hang":
-        who = f"rank {culprits} is the culprit" if culprits else "every rank waits; no culprit among them"
+        if any(f.rule == "no-progress" for f in report.findings):
+            who = "nothing moves (no CPU, no I/O, same frames)"
+        elif culprits:
+            who = f"rank {culprits} is the culprit"
+        else:
+            who = "every rank here waits in the same collective; the culprit is not among them"
         after = f" (detected {report.detected_after_s:.1f} s after the stall began)" if report.detected_after_s is not None else ""
         return f"HANG: {who}{after}"
     if report.verdict == "crash":
@@ -23,6 +28,10 @@ def timeout_line(report: Report) -> str | None:
     minutes = report.timeout_remaining_s / 60
     return (f"The process group's timeout (default {report.pg_timeout_s:.0f} s for this backend) "
             f"would kill the job and this evidence in about {minutes:.0f} min.")
+
+
+def rank_label(rank: int | None) -> str:
+    return "-" if rank is None else str(rank)
 
 
 def duration(seconds: float | None) -> str:

@@ -10,6 +10,7 @@ from hangdoc.rules.base import Context, Rule
 RULE_MODULES = (
     "collective_straggler",
     "collective_mismatch",
+    "no_progress",
 )
 
 _SEVERITY_ORDER = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}

@@ -16,7 +16,8 @@ def frames_line(bundle: Bundle, pid: int, depth: int = 6) -> str | None:
 def rank_line(view: RankView, now: float) -> str:
     frame = view.reading.frame.label if view.reading.frame else "no stack"
     detail = f" in {view.reading.detail}" if view.reading.detail else ""
-    return (f"rank {view.info.rank} (pid {view.info.pid}): {view.reading.state}{detail} "
+    who = f"rank {view.info.rank}" if view.info.rank is not None else "process"
+    return (f"{who} (pid {view.info.pid}): {view.reading.state}{detail} "
             f"for {now - view.state_since:.0f} s at {frame}")
 
 

@@ -1,0 +1,83 @@
+"""`hangdoc run -- CMD`: the CI smoke check. Fails with a report on a hang or a crash."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from hangdoc.bundle_io import check_writable, save_bundle
+from hangdoc.cli import app
+from hangdoc.cli.common import Format, emit_report
+from hangdoc.cli.watch import default_out
+from hangdoc.errors import EXIT_CRASH, EXIT_HANG, EXIT_USAGE, HangdocError
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def run(
+    cmd: List[str] = typer.Argument(..., help="The command to run, after --: e.g. -- torchrun ... train.py --max-steps 20"),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.0, help="Fail (exit 3) if the whole run takes longer."),
+    hang_after: float = typer.Option(60.0, "--hang-after", min=0.0, help="Seconds ranks may be blocked in collectives."),
+    interval: float = typer.Option(2.0, "--interval", min=0.1, help="Seconds between samples."),
+    fmt: Format = typer.Option(Format.text, "--format", "-f", help="Report format."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to save the bundle on a hang or crash."),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML result here."),
+    no_live: bool = typer.Option(True, "--no-live/--live", help="A live table instead of status lines (TTY only)."),
+    no_gpu: bool = typer.Option(False, "--no-gpu", help="Do not sample GPUs through NVML."),
+    py_spy: Optional[str] = typer.Option(None, "--py-spy", help="Path of the py-spy binary to use."),
+) -> None:
+    """Run a short training under watch: exit 3 on a hang, 4 on a crash, else the command's own code.
+
+    The command's output streams through (to stderr with --format json, so stdout holds only
+    the report). With GITHUB_STEP_SUMMARY set, the Markdown report is appended to it.
+    """
+    from hangdoc.pipeline import make_probes
+    from hangdoc.render.live import LiveView
+    from hangdoc.runner import run_command
+    from hangdoc.watcher import WatchConfig
+
+    if not cmd:
+        raise HangdocError("nothing to run: give the command after --, e.g. hangdoc run -- torchrun ... train.py")
+    out = check_writable(out or default_out())
+    if junit is not None:
+        check_writable(junit)
+    probes = make_probes(py_spy=py_spy, gpu=not no_gpu)
+    config = WatchConfig(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout)
+    sink = sys.stderr if fmt is Format.json else sys.stdout
+    view = LiveView(sys.stderr, live=not no_live, every=5)
+    try:
+        result = run_command(list(cmd), config, probes, sink, on_sample=view.update)
+    finally:
+        view.close()
+    outcome = result.outcome
+    verdict = outcome.report.verdict
+    if verdict in ("hang", "crash") and outcome.bundle.samples:
+        save_bundle(outcome.bundle, out)
+        print(f"hangdoc: bundle saved to {out}", file=sys.stderr)
+    if verdict in ("hang", "crash") or fmt is not Format.text:
+        emit_report(outcome.report, fmt, [outcome.bundle] if outcome.bundle.samples else [])
+    else:
+        print(f"hangdoc: the run finished (exit code {result.job_exit_code}), no hang", file=sys.stderr)
+    if junit is not None:
+        from hangdoc.render.junit import write_junit
+
+        write_junit(junit, outcome.report, cmd)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        from hangdoc.render.markdown import report_markdown
+
+        try:
+            with open(summary, "a") as f:
+                f.write(report_markdown(outcome.report, [outcome.bundle] if outcome.bundle.samples else []) + "\n")
+        except OSError as exc:
+            print(f"hangdoc: cannot append to GITHUB_STEP_SUMMARY ({exc.strerror})", file=sys.stderr)
+    if verdict == "hang":
+        code = EXIT_HANG
+    elif verdict == "crash":
+        code = EXIT_CRASH
+    else:
+        code = result.job_exit_code if result.job_exit_code is not None else EXIT_USAGE
+        code = code if code >= 0 else EXIT_CRASH
+    raise typer.Exit(code)

@@ -1,0 +1,29 @@
+"""The verdict as JUnit XML, which every CI system shows as a test result."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+from hangdoc.model import Report
+from hangdoc.render.words import headline
+
+
+def junit_xml(report: Report, cmd: list[str]) -> str:
+    failed = report.verdict in ("hang", "crash")
+    suite = ET.Element("testsuite", name="hangdoc", tests="1", failures=str(int(failed)), errors="0",
+                       timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    case = ET.SubElement(suite, "testcase", classname="hangdoc.run", name=" ".join(cmd)[:200])
+    if failed:
+        failure = ET.SubElement(case, "failure", message=headline(report), type=report.verdict)
+        body = [headline(report)]
+        for f in report.findings:
+            body += [f"[{f.severity.value}] {f.rule}: {f.title}", *("    " + e for e in f.evidence), f"    fix: {f.fix}"]
+        failure.text = "\n".join(body)
+    else:
+        ET.SubElement(case, "system-out").text = headline(report)
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True)
+
+
+def write_junit(path: Path, report: Report, cmd: list[str]) -> None:
+    Path(path).write_text(junit_xml(report, cmd) + "\n")

@@ -1,0 +1,36 @@
+"""no-progress: every process of the job is frozen: same frames, no CPU, no bytes moved."""
+from __future__ import annotations
+
+from hangdoc.model import Finding, Severity
+from hangdoc.rules.base import Context, Rule, finding
+from hangdoc.rules.evidence import frames_line, rank_line, worker_lines
+
+
+def check(ctx: Context) -> list[Finding]:
+    d = ctx.diagnosis
+    if d.verdict != "hang" or not d.frozen:
+        return []
+    now = d.decided_at
+    evidence = [f"no process moved for {now - d.onset:.0f} s (same frames, no CPU time, no bytes read or written)"]
+    for view in d.ranks:
+        evidence.append(rank_line(view, now))
+        stack = frames_line(ctx.bundle, view.info.pid)
+        if stack:
+            evidence.append(f"  stack: {stack}")
+        evidence.extend(worker_lines(view))
+    who = "The process" if len(d.ranks) == 1 else "Every rank"
+    return [finding(RULE, [v.info.rank for v in d.ranks],
+                    f"{who} is frozen outside any collective (a deadlock or an endless wait)", evidence,
+                    "Look at the frame each process sleeps in: a lock taken twice, a queue nobody fills, "
+                    "a subprocess or socket that never answers. Run `hangdoc watch --native` to see the "
+                    "C frames (futex, poll) under the Python line.")]
+
+
+RULE = Rule(
+    slug="no-progress",
+    title="Every process is frozen, outside any collective",
+    severity=Severity.CRITICAL,
+    check=check,
+    summary="Fires on a hang where no rank is in a collective but no process moved for hang-after seconds: "
+            "same frames, no CPU, no I/O (a deadlock, a wait on something that never comes).",
+)
