@@ -143,10 +143,10 @@ class Watcher:
         assert self.job is not None
         for anchor in self._anchors():
             try:
-                fresh = find_job(anchor, self.probes.procfs, single=self.config.single)
+                known = {p.pid: p for p in self.job.processes}
+                fresh = find_job(anchor, self.probes.procfs, single=self.config.single, known=known)
             except HangdocError:
                 continue
-            known = {p.pid: p for p in self.job.processes}
             merged = list(self.job.processes)
             for proc in fresh.processes:
                 if proc.pid not in known:

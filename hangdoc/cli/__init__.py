@@ -39,8 +39,9 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 # Each module registers its command(s) on `app` when imported.
-from hangdoc.cli import report, run, watch  # noqa: E402,F401
+from hangdoc.cli import demo, report, run, watch  # noqa: E402,F401
 from hangdoc.cli import check  # noqa: E402,F401
+from hangdoc.cli import ps  # noqa: E402,F401
 
 
 def main(argv: list[str] | None = None) -> int:

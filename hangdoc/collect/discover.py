@@ -93,8 +93,13 @@ class _Table:
         return self.is_rank_carrier(pid) and not self.is_rank_carrier(self.parent.get(pid, 0))
 
 
-def find_job(pid: int, procfs: ProcFS | None = None, single: bool = False) -> Job:
-    """The job `pid` belongs to. Raises a HangdocError the user can act on when there is none."""
+def find_job(pid: int, procfs: ProcFS | None = None, single: bool = False,
+             known: dict[int, ProcessInfo] | None = None) -> Job:
+    """The job `pid` belongs to. Raises a HangdocError the user can act on when there is none.
+
+    `known` holds processes found earlier: they are not read again (a watch re-discovers often).
+    """
+    known = known or {}
     procfs = procfs or ProcFS()
     if not procfs.exists(pid):
         raise NoSuchProcess(pid)
@@ -138,16 +143,16 @@ def find_job(pid: int, procfs: ProcFS | None = None, single: bool = False) -> Jo
 
     infos: list[ProcessInfo] = []
     if launcher is not None:
-        info = _info(procfs, table, launcher, Role.LAUNCHER)
+        info = known.get(launcher) or _info(procfs, table, launcher, Role.LAUNCHER)
         if info:
             infos.append(info)
     for rank_pid in rank_pids:
-        info = _info(procfs, table, rank_pid, Role.RANK)
+        info = known.get(rank_pid) or _info(procfs, table, rank_pid, Role.RANK)
         if info is None:
             continue
         infos.append(info)
         for child in sorted(table.descendants(rank_pid)):
-            child_info = _info(procfs, table, child, Role.CHILD, rank_info=info)
+            child_info = known.get(child) or _info(procfs, table, child, Role.CHILD, rank_info=info)
             if child_info:
                 infos.append(child_info)
 
@@ -192,15 +197,20 @@ def _info(procfs: ProcFS, table: _Table, pid: int, role: Role,
         return None
     env = table.env(pid)
     exe = procfs.exe(pid)
-    try:
-        libs = procfs.interesting_libs(pid) if role is not Role.LAUNCHER else ()
-    except (ProcGone, ProcDenied):
-        libs = ()
     identity = rank_identity(env)
     method = None
     if rank_info is not None:
         parent_cmdline = _safe_cmdline(procfs, st.ppid)
         method = start_method(cmdline, parent_cmdline)
+    try:
+        if role is Role.LAUNCHER:
+            libs: tuple[str, ...] = ()
+        elif method == "fork" and rank_info is not None and st.ppid == rank_info.pid:
+            libs = rank_info.libs   # a forked child maps what its parent mapped
+        else:
+            libs = procfs.interesting_libs(pid)
+    except (ProcGone, ProcDenied):
+        libs = ()
         # A Python child made by multiprocessing may be a DataLoader worker; its stack decides.
         if method and is_python(cmdline, exe) and "resource_tracker" not in " ".join(cmdline):
             role = Role.WORKER

@@ -147,7 +147,8 @@ def dump_many(pyspy: PySpy, requests: list[DumpRequest], max_workers: int | None
     """Dump every process in parallel; each result is a Dump or the StackError it raised."""
     if not requests:
         return {}
-    workers = max_workers or min(len(requests), max(4, 2 * (os.cpu_count() or 1)), 16)
+    # py-spy spends most of a dump waiting on the target (attach, ptrace stops): run them all at once.
+    workers = max_workers or min(len(requests), 16)
 
     def one(req: DumpRequest) -> Dump | StackError:
         try:

@@ -1,0 +1,55 @@
+"""`hangdoc demo [SCENARIO]`: watch a real torchrun job from the zoo freeze and get diagnosed."""
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from hangdoc.cli import app
+from hangdoc.cli.common import Format, emit_report
+from hangdoc.errors import EXIT_FINDINGS, EXIT_OK, HangdocError
+
+
+@app.command()
+def demo(
+    scenario: str = typer.Argument("bz2-shards", help="A scenario from `hangdoc demo --list`."),
+    list_: bool = typer.Option(False, "--list", help="List the scenarios and exit."),
+    hang_after: float = typer.Option(10.0, "--hang-after", help="Seconds blocked before the verdict."),
+    interval: float = typer.Option(1.0, "--interval", help="Seconds between samples."),
+    fmt: Format = typer.Option(Format.text, "--format", "-f", help="Report format."),
+) -> None:
+    """Run a scenario under watch with a short hang-after, show the live view, then the report.
+
+    Exits 0 when the diagnosis matches the scenario's ground truth, 1 when it does not.
+    """
+    from hangdoc.scenarios import SCENARIOS
+
+    if list_:
+        for s in SCENARIOS.values():
+            truth = f"{s.verdict}, rank {','.join(map(str, s.culprit_ranks))}" if s.culprit_ranks else s.verdict
+            print(f"{s.name:<18} {truth:<12} {s.expected_rule or '-':<22} {s.description}")
+        raise typer.Exit(EXIT_OK)
+    if scenario not in SCENARIOS:
+        raise HangdocError(f"no scenario {scenario!r}; `hangdoc demo --list` shows them")
+    from hangdoc.render.live import LiveView
+    from hangdoc.scenarios.evaluate import evaluate
+
+    chosen = SCENARIOS[scenario]
+    print(f"hangdoc demo: {chosen.name}: {chosen.description}", file=sys.stderr)
+    print(f"hangdoc demo: starting a real torchrun job (2 ranks, gloo); hang-after {hang_after:g} s",
+          file=sys.stderr)
+    view = LiveView(sys.stderr, live=True)
+    try:
+        result = evaluate(chosen, hang_after=hang_after, interval=interval, on_sample=view.update)
+    finally:
+        view.close()
+    emit_report(result.report, fmt)
+    truth = f"{chosen.verdict}, culprits {list(chosen.culprit_ranks)}, rule {chosen.expected_rule}"
+    if result.localised:
+        when = f" {result.seconds_to_verdict:.1f} s after the fault began" if result.seconds_to_verdict else ""
+        print(f"hangdoc demo: diagnosis matches the ground truth ({truth}){when}; the job was ended and its files removed",
+              file=sys.stderr)
+        raise typer.Exit(EXIT_OK)
+    print(f"hangdoc demo: diagnosis differs from the ground truth ({truth}): got {result.verdict}, "
+          f"culprits {list(result.culprits)}, rules {list(result.rules)}", file=sys.stderr)
+    raise typer.Exit(EXIT_FINDINGS)
