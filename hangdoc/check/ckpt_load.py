@@ -1,0 +1,117 @@
+"""Read a checkpoint without running its code, and WeNet's side-car `.yaml` next to it.
+
+`torch.load(weights_only=True, map_location="cpu")` refuses any pickle that would call
+code; such a file, or one that is no checkpoint at all, is a HangdocError (exit 2).
+"""
+from __future__ import annotations
+
+import pickle
+import warnings
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from hangdoc.errors import HangdocError
+
+UNSAFE_MARK = "Weights only load failed"
+
+
+def load_checkpoint(path: str | Path) -> Mapping[str, Any]:
+    path = Path(path)
+    if not path.exists():
+        raise HangdocError(f"checkpoint not found: {path}")
+    if path.is_dir():
+        raise HangdocError(f"{path} is a directory; give the .pt file (torch.distributed.checkpoint "
+                           "directories are not read)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")     # torch's import and legacy-format chatter
+            import torch
+    except ImportError:
+        raise HangdocError("reading a checkpoint needs torch (pip install torch)") from None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+    except pickle.UnpicklingError as exc:
+        if UNSAFE_MARK in str(exc):
+            raise HangdocError(f"{path} needs unsafe unpickling ({_refusal(str(exc))}); hangdoc loads "
+                               "with weights_only=True and never runs a checkpoint's code") from None
+        raise HangdocError(f"{path} is not a torch checkpoint ({_first_line(exc)})") from None
+    except Exception as exc:  # torch raises RuntimeError, KeyError, EOFError, ... on foreign files
+        raise HangdocError(f"{path} is not a torch checkpoint (torch.load: {type(exc).__name__}: "
+                           f"{_first_line(exc)})") from None
+    if not isinstance(obj, Mapping):
+        raise HangdocError(f"{path} holds a {type(obj).__name__}, not a checkpoint dict")
+    return obj
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    if isinstance(exc, EOFError):
+        return "empty or truncated file"
+    return text.splitlines()[0][:160] if text else "no detail"
+
+
+def _refusal(message: str) -> str:
+    """The unpickler's own reason, e.g. 'unsupported GLOBAL posix.system'."""
+    for line in message.splitlines():
+        line = line.split("WeightsUnpickler error:", 1)[-1].strip()
+        if "GLOBAL" in line or "Unsupported" in line:
+            reason = line.split(" was not an allowed global")[0].removeprefix("Trying to load ")
+            return "weights_only refused: " + reason.rstrip(".")[:160]
+    return "weights_only refused it"
+
+
+def side_car_path(path: str | Path) -> Path | None:
+    """WeNet writes `epoch_3.yaml` next to `epoch_3.pt`."""
+    candidate = Path(path).with_suffix(".yaml")
+    return candidate if candidate.is_file() and candidate != Path(path) else None
+
+
+def read_side_car(path: Path) -> dict[str, str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return {"<unreadable>": str(exc)}
+    try:
+        import yaml
+    except ImportError:
+        return parse_top_level(text)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return parse_top_level(text)
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): _scalar(v) for k, v in data.items()}
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, dict):
+        return f"({len(value)} keys)"
+    if isinstance(value, list):
+        return f"({len(value)} items)"
+    return str(value)
+
+
+def parse_top_level(text: str) -> dict[str, str]:
+    """`key: value` lines at the top level of a YAML mapping; nested blocks are counted."""
+    out: dict[str, str] = {}
+    last = None
+    nested = 0
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if line[0] in " \t-":
+            nested += 1
+            if last is not None:
+                out[last] = f"({nested} nested line{'s' if nested != 1 else ''})"
+            continue
+        key, sep, value = line.partition(":")
+        if not sep:
+            continue
+        last, nested = key.strip(), 0
+        out[last] = value.strip().strip("'\"")
+    return out

@@ -1,0 +1,226 @@
+"""Findings about a data list and its partition: pure functions of `DataFacts`."""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from hangdoc.check.compression import slow_kinds
+from hangdoc.check.datalist import short_names
+from hangdoc.check.findings import fmt_bytes, fmt_ranks, make, ordered, plural
+from hangdoc.check.model import DataFacts, Partition, ShardInfo, Throughput
+from hangdoc.check.partition import owner
+from hangdoc.model import Finding, Severity
+
+MAX_RANK_LINES = 8
+SLOW_IMBALANCE = 1.25       # a rank with 25 % more slow bytes than another is behind
+
+
+def data_findings(facts: DataFacts) -> tuple[Finding, ...]:
+    found: list[Finding] = []
+    found += bad_list_entries(facts)
+    found += shards_with_status(facts, facts.shards, "missing", "missing-shard")
+    found += shards_with_status(facts, facts.missing_audio, "missing", "missing-audio")
+    found += shards_with_status(facts, facts.shards, "unreadable", "unreadable-shard")
+    found += unpaired_members(facts)
+    found += empty_shards(facts)
+    found += remote_shards(facts)
+    found += uneven_shards(facts)
+    found += empty_workers(facts.classic)
+    found += slow_decompression(facts)
+    return ordered(found)
+
+
+def _where(facts: DataFacts, index: int) -> tuple[int, int]:
+    return owner(index, facts.world_size, facts.num_workers)
+
+
+def bad_list_entries(facts: DataFacts) -> list[Finding]:
+    if not facts.bad_lines:
+        return []
+    evidence = [f"{b.source}:{b.line}: {b.why}" for b in facts.bad_lines]
+    return [make("bad-list-entry", Severity.CRITICAL, (),
+                 f"{plural(len(facts.bad_lines), 'line')} of the data list cannot be parsed", evidence)]
+
+
+_STATUS_TITLES = {
+    "missing-shard": ("shard named in the list does not exist", "shards named in the list do not exist"),
+    "missing-audio": ("audio file named in the raw list does not exist",
+                      "audio files named in the raw list do not exist"),
+    "unreadable-shard": ("shard is not a readable tar archive", "shards are not readable tar archives"),
+}
+
+
+def shards_with_status(facts: DataFacts, shards: Sequence[ShardInfo], status: str, rule: str) -> list[Finding]:
+    hits = [s for s in shards if s.status == status]
+    if not hits:
+        return []
+    evidence = []
+    for shard in hits:
+        rank, worker = _where(facts, shard.index)
+        why = f" ({shard.error})" if shard.error else ""
+        evidence.append(f"#{shard.index} -> rank {rank}, worker {worker}: {shard.path}{why}")
+    title = f"{len(hits):,} {_STATUS_TITLES[rule][len(hits) != 1]}: the worker that reaches it stops the job"
+    return [make(rule, Severity.CRITICAL, (_where(facts, s.index)[0] for s in hits), title, evidence)]
+
+
+def unpaired_members(facts: DataFacts) -> list[Finding]:
+    broken = [s for s in facts.shards if s.unpaired]
+    strays = [s for s in facts.shards if s.strays]
+    if not broken and not strays:
+        return []
+    evidence = [f"#{s.index} {os.path.basename(s.path)}: {msg}" for s in broken for msg in s.unpaired]
+    evidence += [f"#{s.index} {os.path.basename(s.path)}: stray member {name}" for s in strays for name in s.strays]
+    ranks = (_where(facts, s.index)[0] for s in broken + strays)
+    if broken:
+        n = sum(len(s.unpaired) for s in broken)
+        title = (f"{plural(n, 'utterance')} in {plural(len(broken), 'shard')} "
+                 f"{'lacks' if n == 1 else 'lack'} audio or transcript: "
+                 "the pipeline gets samples without 'wav' or 'txt'")
+        return [make("unpaired-member", Severity.CRITICAL, ranks, title, evidence)]
+    n = sum(len(s.strays) for s in strays)
+    title = (f"{plural(len(strays), 'shard')} {'holds' if len(strays) == 1 else 'hold'} "
+             f"{plural(n, 'stray member')} that {'is' if n == 1 else 'are'} neither audio nor transcript")
+    return [make("unpaired-member", Severity.WARNING, ranks, title, evidence)]
+
+
+def empty_shards(facts: DataFacts) -> list[Finding]:
+    empty = [s for s in facts.shards if s.status == "ok" and s.members == 0]
+    if not empty:
+        return []
+    evidence = [f"#{s.index} -> rank {_where(facts, s.index)[0]}: {s.path}" for s in empty]
+    return [make("empty-shard", Severity.WARNING, (_where(facts, s.index)[0] for s in empty),
+                 f"{plural(len(empty), 'shard')} {'holds' if len(empty) == 1 else 'hold'} no members", evidence)]
+
+
+def remote_shards(facts: DataFacts) -> list[Finding]:
+    remote = [s for s in facts.shards if s.status == "remote"]
+    if not remote:
+        return []
+    verb = "is a URL and was" if len(remote) == 1 else "are URLs and were"
+    return [make("remote-shard", Severity.INFO, (), f"{plural(len(remote), 'shard')} {verb} not checked",
+                 [s.path for s in remote])]
+
+
+def _metric(facts: DataFacts) -> tuple[str, list[int]]:
+    ranks = facts.classic.ranks
+    if facts.batch_size:
+        return "batches", [r.batches or 0 for r in ranks]
+    if any(r.utterances for r in ranks):
+        return "utterances", [r.utterances for r in ranks]
+    return ("shards" if facts.kind == "shard" else "lines"), [r.items for r in ranks]
+
+
+def uneven_shards(facts: DataFacts) -> list[Finding]:
+    metric, values = _metric(facts)
+    hi, lo = max(values), min(values)
+    if hi == lo:
+        return []
+    behind = [r for r, v in enumerate(values) if v < hi]
+    ahead = values.index(hi)
+    pct = 100.0 * (hi - lo) / hi
+    title = (f"{fmt_ranks(behind)} {'gets' if len(behind) == 1 else 'get'} as few as {lo:,} {metric}, rank {ahead} "
+             f"gets {hi:,} (spread {hi - lo:,}, {pct:.0f} %): ranks leave the epoch at different times")
+    evidence = [_rank_line(facts, share.rank) for share in facts.classic.ranks[:MAX_RANK_LINES]]
+    if len(facts.classic.ranks) > MAX_RANK_LINES:
+        evidence.append(f"... {len(facts.classic.ranks) - MAX_RANK_LINES} more ranks")
+    slots = facts.world_size * facts.num_workers
+    word = "shards" if facts.kind == "shard" else "lines"
+    if facts.items % slots:
+        evidence.append(f"{facts.items:,} {word} over {facts.world_size} ranks x {facts.num_workers} workers: "
+                        f"{facts.items:,} is not a multiple of {slots}")
+    if facts.estimated_shards:
+        evidence.append(f"utterances of {plural(facts.estimated_shards, 'compressed shard')} estimated "
+                        "from their size (not sampled)")
+    severity = Severity.CRITICAL if lo == 0 else Severity.WARNING
+    return [make("uneven-shards", severity, behind, title, evidence)]
+
+
+def _rank_line(facts: DataFacts, rank: int) -> str:
+    share = facts.classic.ranks[rank]
+    word = "shard" if facts.kind == "shard" else "line"
+    line = (f"rank {rank}: {plural(share.items, word)}, {plural(share.utterances, 'utterance')}, "
+            f"{fmt_bytes(share.bytes)}")
+    if share.batches is not None:
+        line += f", {plural(share.batches, 'batch', 'batches')} of {facts.batch_size}"
+    return line
+
+
+def empty_workers(partition: Partition) -> list[Finding]:
+    empty = [(r.rank, w.worker) for r in partition.ranks for w in r.workers if w.items == 0]
+    if not empty:
+        return []
+    total = partition.world_size * partition.num_workers
+    evidence = [f"rank {rank}, worker {worker}: no shard" for rank, worker in empty]
+    return [make("empty-worker", Severity.INFO, (r for r, _ in empty),
+                 f"{len(empty)} of {total} DataLoader workers get no shard", evidence)]
+
+
+def _measured(throughput: Sequence[Throughput]) -> dict[str, tuple[float, float, float, int]]:
+    """Per compression: (MB/s, utt/s, slowdown, samples) over every sampled shard of it."""
+    out = {}
+    for kind in {t.compression for t in throughput}:
+        ts = [t for t in throughput if t.compression == kind]
+        seconds = sum(t.seconds for t in ts)
+        plain = sum(t.plain_seconds for t in ts)
+        out[kind] = (sum(t.tar_bytes for t in ts) / seconds / 1e6, sum(t.utterances for t in ts) / seconds,
+                     seconds / max(plain, 1e-9), len(ts))
+    return out
+
+
+def slow_decompression(facts: DataFacts) -> list[Finding]:
+    ranks = facts.classic.ranks
+    measured = _measured(facts.throughput)
+    present = {k for r in ranks for k, n in r.compression_items.items() if n}
+    slow = slow_kinds(present, {k: v[2] for k, v in measured.items()})
+    if not slow:
+        return []
+    slow_bytes = [sum(r.compression_bytes.get(k, 0) for k in slow) for r in ranks]
+    slow_items = [sum(r.compression_items.get(k, 0) for k in slow) for r in ranks]
+    kinds = "/".join(sorted(slow))
+    evidence = [_speed_line(kind, measured.get(kind)) for kind in sorted(slow)]
+    evidence += [f"rank {r.rank}: {plural(slow_items[r.rank], kinds + ' shard')} ({fmt_bytes(slow_bytes[r.rank])}) "
+                 f"of {plural(r.items, 'shard')}" for r in ranks[:MAX_RANK_LINES]]
+    evidence += _dataset_lines(facts)
+    speed = _speed_phrase(slow, measured)
+    total = sum(slow_items)
+    if max(slow_bytes) > SLOW_IMBALANCE * min(slow_bytes):
+        mean = sum(slow_bytes) / len(slow_bytes)
+        heavy = [r for r, b in enumerate(slow_bytes) if b > mean]
+        got = sum(slow_items[r] for r in heavy)
+        title = (f"{fmt_ranks(heavy)} {'reads' if len(heavy) == 1 else 'read'} {got} of {total} {kinds} shards "
+                 f"({100.0 * got / total:.0f} %){speed}: {'its' if len(heavy) == 1 else 'their'} "
+                 "workers fall behind and the others wait in all-reduce")
+        return [make("slow-decompression", Severity.WARNING, heavy, title, evidence)]
+    title = (f"every rank reads {kinds} shards{speed}: evenly spread, but data loading is slower "
+             "(watch for gpu-starved)")
+    return [make("slow-decompression", Severity.INFO, range(len(ranks)), title, evidence)]
+
+
+def _speed_phrase(slow: frozenset[str], measured: dict) -> str:
+    parts = [f"{k} reads {measured[k][2]:.0f} x slower than plain tar ({measured[k][0]:.1f} MB/s)"
+             for k in sorted(slow) if k in measured]
+    return f"; {', '.join(parts)}" if parts else ""
+
+
+def _speed_line(kind: str, m: tuple[float, float, float, int] | None) -> str:
+    if m is None:
+        return (f"{kind}: not measured (no {kind} shard sampled; raise --sample); "
+                f"{kind} decompresses at tens of MB/s per core")
+    mb, utt, slowdown, n = m
+    return (f"{kind}: {mb:.1f} MB/s, {utt:,.0f} utterances/s measured on {plural(n, 'sampled shard')}; "
+            f"{slowdown:.1f} x slower than the same tar uncompressed")
+
+
+def _dataset_lines(facts: DataFacts) -> list[str]:
+    if len(facts.lists) < 2:
+        return []
+    lines = []
+    labels = short_names([s.path for s in facts.lists])
+    for summary in facts.lists:
+        total = sum(r.dataset_utterances.get(summary.path, 0) for r in facts.classic.ranks)
+        if not total:
+            continue
+        shares = ", ".join(f"rank {r.rank} {100.0 * r.dataset_utterances.get(summary.path, 0) / total:.0f} %"
+                           for r in facts.classic.ranks[:MAX_RANK_LINES])
+        lines.append(f"{labels[summary.path]} utterances: {shares}")
+    return lines

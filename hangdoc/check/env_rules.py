@@ -1,0 +1,123 @@
+"""Findings about the host and the launch settings: pure functions of `EnvFacts`."""
+from __future__ import annotations
+
+import os
+
+from hangdoc.check.findings import fmt_bytes, make, ordered, plural
+from hangdoc.check.model import EnvFacts
+from hangdoc.errors import PTRACE_HELP, PY_SPY_HELP
+from hangdoc.model import Finding, Severity
+
+ARM = ("aarch64", "arm64")
+
+
+def env_findings(facts: EnvFacts) -> tuple[Finding, ...]:
+    found: list[Finding] = []
+    found += fork_unsafe_arm(facts)
+    found += cpu_oversubscribed(facts)
+    found += no_workers(facts)
+    found += shm_too_small(facts)
+    found += ptrace_denied(facts)
+    found += py_spy_missing(facts)
+    found += nvml_unavailable(facts)
+    found += collective_timeout_disabled(facts)
+    return ordered(found)
+
+
+def fork_unsafe_arm(facts: EnvFacts) -> list[Finding]:
+    workers = facts.launch.num_workers
+    if facts.arch not in ARM or facts.start_method != "fork" or not facts.openmp_libs or workers == 0:
+        return []
+    libs = ", ".join(sorted({os.path.basename(lib) for lib in facts.openmp_libs}))
+    return [make("fork-unsafe-arm", Severity.WARNING, (),
+                 f"{facts.arch} host forks DataLoader workers and has {libs}: forked workers may "
+                 "segfault in arm_compute::OMPScheduler",
+                 [f"architecture: {facts.arch}",
+                  f"multiprocessing start method: {facts.start_method} (DataLoader's default)",
+                  f"OpenMP / Arm Compute Library: {', '.join(facts.openmp_libs)}"])]
+
+
+def cpu_oversubscribed(facts: EnvFacts) -> list[Finding]:
+    launch = facts.launch
+    if not launch.num_workers:
+        return []
+    workers = launch.num_workers * launch.nproc_per_node
+    if workers <= facts.cpu.usable:
+        return []
+    quota = f", cgroup quota {facts.cpu.quota:g} cores" if facts.cpu.quota else ""
+    return [make("cpu-oversubscribed", Severity.WARNING, (),
+                 f"{plural(launch.nproc_per_node, 'rank')} x {plural(launch.num_workers, 'worker')} = "
+                 f"{workers} DataLoader workers "
+                 f"on {plural(facts.cpu.usable, 'usable CPU')}",
+                 [f"CPUs: {facts.cpu.online} online, {facts.cpu.usable} usable{quota}",
+                  f"{facts.cpu.usable} usable CPUs / {launch.nproc_per_node} ranks: at most "
+                  f"{plural(max(1, facts.cpu.usable // launch.nproc_per_node), 'worker')} per rank"])]
+
+
+def no_workers(facts: EnvFacts) -> list[Finding]:
+    if facts.launch.num_workers != 0:
+        return []
+    return [make("gpu-starved", Severity.INFO, (),
+                 "num_workers=0: each rank's main thread reads and decodes its data between steps",
+                 [f"{facts.cpu.usable} usable CPUs for {facts.launch.nproc_per_node} ranks"])]
+
+
+def shm_too_small(facts: EnvFacts) -> list[Finding]:
+    launch, shm = facts.launch, facts.shm
+    if not launch.num_workers or not launch.batch_bytes:
+        return []
+    need = launch.nproc_per_node * launch.num_workers * launch.prefetch_factor * launch.batch_bytes
+    evidence = [f"{launch.nproc_per_node} ranks x {launch.num_workers} workers x prefetch_factor "
+                f"{launch.prefetch_factor} x {fmt_bytes(launch.batch_bytes)} per batch = {fmt_bytes(need)}"]
+    if shm.total_bytes is None:
+        return [make("shm-too-small", Severity.WARNING, (), f"{shm.path} is not mounted: workers cannot "
+                     "share batches with their rank", evidence)]
+    evidence.append(f"{shm.path}: {fmt_bytes(shm.total_bytes)}, {fmt_bytes(shm.free_bytes or 0)} free")
+    if need > shm.total_bytes:
+        return [make("shm-too-small", Severity.CRITICAL, (),
+                     f"prefetched batches need {fmt_bytes(need)} of shared memory, {shm.path} holds "
+                     f"{fmt_bytes(shm.total_bytes)}: workers die with a Bus error", evidence)]
+    if need > (shm.free_bytes or 0):
+        return [make("shm-too-small", Severity.WARNING, (),
+                     f"prefetched batches need {fmt_bytes(need)} of shared memory, {shm.path} has "
+                     f"{fmt_bytes(shm.free_bytes or 0)} free", evidence)]
+    return []
+
+
+def ptrace_denied(facts: EnvFacts) -> list[Finding]:
+    pt = facts.ptrace
+    if pt.can_attach:
+        return []
+    why = {1: "only a process's ancestors may trace it", 2: "only CAP_SYS_PTRACE may trace",
+           3: "no process may be traced"}.get(pt.scope, "")
+    return [make("ptrace-denied", Severity.WARNING, (),
+                 "py-spy will not be allowed to read the stacks of a job hangdoc did not start",
+                 [f"kernel.yama.ptrace_scope = {pt.scope} ({why})",
+                  f"CAP_SYS_PTRACE: {'yes' if pt.cap_sys_ptrace else 'no'}; uid {pt.uid}",
+                  PTRACE_HELP])]
+
+
+def py_spy_missing(facts: EnvFacts) -> list[Finding]:
+    spy = facts.py_spy
+    if spy.path and spy.version:
+        return []
+    title = "py-spy is not installed" if not spy.path else f"py-spy at {spy.path} does not run"
+    return [make("py-spy-missing", Severity.WARNING, (), title + ": hangdoc cannot read stacks",
+                 [spy.error or "", PY_SPY_HELP])]
+
+
+def nvml_unavailable(facts: EnvFacts) -> list[Finding]:
+    if facts.nvml.available:
+        return []
+    return [make("nvml-unavailable", Severity.INFO, (), "NVML is unavailable: no GPU utilisation in diagnoses",
+                 [facts.nvml.reason or "unknown reason"])]
+
+
+def collective_timeout_disabled(facts: EnvFacts) -> list[Finding]:
+    off = [k for k in ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING")
+           if facts.collective_env.get(k) == "0"]
+    if not off:
+        return []
+    return [make("collective-timeout-disabled", Severity.WARNING, (),
+                 f"{off[0]}=0: a hung NCCL collective never times out",
+                 [f"{k}=0" for k in off])]

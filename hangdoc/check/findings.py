@@ -1,0 +1,47 @@
+"""Build findings with the shared fix texts, order them, and turn them into an exit code."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from hangdoc.advice import ADVICE
+from hangdoc.errors import EXIT_FINDINGS, EXIT_OK
+from hangdoc.model import Finding, Severity
+
+RANK_OF = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
+MAX_EVIDENCE = 12
+
+
+def make(rule: str, severity: Severity, ranks: Iterable[int], title: str, evidence: Sequence[str]) -> Finding:
+    """A Finding whose fix is the shared one for `rule`; long evidence is cut with a count."""
+    evidence = list(evidence)
+    if len(evidence) > MAX_EVIDENCE:
+        evidence = evidence[:MAX_EVIDENCE - 1] + [f"... and {len(evidence) - MAX_EVIDENCE + 1} more"]
+    return Finding(rule=rule, severity=severity, ranks=tuple(sorted(set(ranks))), title=title,
+                   evidence=tuple(evidence), fix=ADVICE[rule].fix)
+
+
+def ordered(findings: Iterable[Finding]) -> tuple[Finding, ...]:
+    return tuple(sorted(findings, key=lambda f: (RANK_OF[f.severity], f.rule)))
+
+
+def exit_code(findings: Iterable[Finding], fail_on: Severity) -> int:
+    """1 when any finding is at or above `fail_on`, else 0."""
+    limit = RANK_OF[fail_on]
+    return EXIT_FINDINGS if any(RANK_OF[f.severity] <= limit for f in findings) else EXIT_OK
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n:,.1f} TB"
+
+
+def fmt_ranks(ranks: Sequence[int]) -> str:
+    ranks = sorted(ranks)
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))

@@ -1,0 +1,101 @@
+"""`hangdoc check data|env|checkpoint`: preflight checks that find tomorrow's hang today.
+
+Each command parses, calls its pipeline in `hangdoc.check`, renders, and maps the
+findings to an exit code: 0 clean, 1 findings at or above --fail-on, 2 bad input.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from hangdoc.check.checkpoint import check_checkpoint
+from hangdoc.check.data import DEFAULT_SAMPLE, check_data
+from hangdoc.check.env import DEFAULT_PREFETCH, check_env
+from hangdoc.check.findings import exit_code
+from hangdoc.check.model import CheckResult
+from hangdoc.check.render_json import render_json
+from hangdoc.check.render_markdown import render_markdown
+from hangdoc.check.render_text import render_text
+from hangdoc.check.sections import layout
+from hangdoc.cli import app
+from hangdoc.errors import HangdocError
+from hangdoc.model import Severity
+
+check_app = typer.Typer(no_args_is_help=True,
+                        help="Preflight: find tomorrow's hang in the data, the host or the checkpoint.")
+app.add_typer(check_app, name="check")
+
+FORMATS = ("text", "markdown", "json")
+FAIL_ON_HELP = "Exit 1 when a finding is at least this severe: critical, warning or info."
+FORMAT_HELP = "text (rich; plain when not a TTY or NO_COLOR), markdown or json."
+
+
+def _fail_on(value: str) -> Severity:
+    try:
+        return Severity(value.lower())
+    except ValueError:
+        raise HangdocError(f"--fail-on must be critical, warning or info, not {value!r}") from None
+
+
+def _format(value: str) -> str:
+    if value.lower() not in FORMATS:
+        raise HangdocError(f"--format must be text, markdown or json, not {value!r}")
+    return value.lower()
+
+
+def _finish(result: CheckResult, fmt: str, fail_on: Severity) -> None:
+    if fmt == "json":
+        render_json(result, sys.stdout)
+    elif fmt == "markdown":
+        render_markdown(layout(result), sys.stdout)
+    else:
+        render_text(layout(result), sys.stdout)
+    sys.stdout.flush()
+    raise typer.Exit(exit_code(result.findings, fail_on))
+
+
+@check_app.command("data")
+def data(
+    lists: list[Path] = typer.Argument(..., metavar="DATA_LIST", show_default=False,
+                                       help="WeNet shard lists (tar paths) or raw lists (JSON lines)."),
+    world_size: int = typer.Option(..., "--world-size", "-w", help="Ranks in the job (W)."),
+    num_workers: int = typer.Option(..., "--num-workers", "-k", help="DataLoader workers per rank (K)."),
+    sample: int = typer.Option(DEFAULT_SAMPLE, "--sample", help="Shards to read in full and time."),
+    batch_size: int | None = typer.Option(None, "--batch-size",
+                                          help="Utterances per batch: compare ranks in batches."),
+    fail_on: str = typer.Option("warning", "--fail-on", help=FAIL_ON_HELP),
+    fmt: str = typer.Option("text", "--format", help=FORMAT_HELP),
+) -> None:
+    """Check data lists: missing, broken or compressed shards, and what each rank and worker gets."""
+    severity, fmt = _fail_on(fail_on), _format(fmt)
+    result = check_data(lists, world_size, num_workers, sample=sample, batch_size=batch_size)
+    _finish(result, fmt, severity)
+
+
+@check_app.command("env")
+def env(
+    num_workers: int | None = typer.Option(None, "--num-workers", "-k", help="DataLoader workers per rank."),
+    nproc_per_node: int = typer.Option(1, "--nproc-per-node", help="Ranks on this node."),
+    prefetch_factor: int = typer.Option(DEFAULT_PREFETCH, "--prefetch-factor", help="Batches each worker prefetches."),
+    batch_bytes: int | None = typer.Option(None, "--batch-bytes", help="Bytes of one batch in shared memory."),
+    fail_on: str = typer.Option("warning", "--fail-on", help=FAIL_ON_HELP),
+    fmt: str = typer.Option("text", "--format", help=FORMAT_HELP),
+) -> None:
+    """Check this host and the launch settings: fork on ARM, CPUs, ptrace, py-spy, NVML, /dev/shm, timeouts."""
+    severity, fmt = _fail_on(fail_on), _format(fmt)
+    result = check_env(num_workers, nproc_per_node, prefetch_factor, batch_bytes)
+    _finish(result, fmt, severity)
+
+
+@check_app.command("checkpoint")
+def checkpoint(
+    path: Path = typer.Argument(..., metavar="CKPT", show_default=False, help="A torch.save'd checkpoint (.pt)."),
+    fail_on: str = typer.Option("warning", "--fail-on", help=FAIL_ON_HELP),
+    fmt: str = typer.Option("text", "--format", help=FORMAT_HELP),
+) -> None:
+    """Check what resuming from a checkpoint restores (loaded with weights_only=True: no code runs)."""
+    severity, fmt = _fail_on(fail_on), _format(fmt)
+    result = check_checkpoint(path)
+    _finish(result, fmt, severity)
