@@ -1,0 +1,138 @@
+"""The scenario zoo: real torchrun + gloo jobs on CPU that reproduce the field's failures.
+
+Each `Scenario` carries its ground truth (verdict, culprit ranks, the rule that should fire),
+writes its own data (`prepare`) and builds its torchrun command (`command`). The training
+program is `train.py`; `launch.py` starts, waits for and ends jobs.
+
+    scenario = SCENARIOS["bz2-shards"]
+    scenario.prepare(workdir)
+    job = start_job(scenario.command(workdir), log_path=workdir / "job.log")
+    wait_for(scenario.fault_marker(workdir), job, timeout=20)
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from hangdoc.scenarios.data import make_shards, write_list
+from hangdoc.scenarios.launch import torchrun_cmd
+
+TRAIN_SCRIPT = Path(__file__).with_name("train.py")
+VERDICTS = ("hang", "healthy", "crash")
+
+
+def _plain(n_shards: int, clips: int = 32) -> Callable[[Path], list[Path]]:
+    """Shards of 1 s clips in plain tar (an AISHELL-like corpus)."""
+    def layout(data: Path) -> list[Path]:
+        return make_shards(data, n_shards, clips, 1.0, prefix="aishell")
+    return layout
+
+
+def _mixed(slow: Callable[[Path], list[Path]]) -> Callable[[Path], list[Path]]:
+    """Six plain shards mixed with two `slow` ones, placed where rank 1's workers draw them.
+
+    Shard i goes to rank i % 2, worker (i // 2) % 2: each of rank 1's workers first reads a
+    plain shard (so training gets going), then a slow one; rank 0 reads plain shards only.
+    """
+    def layout(data: Path) -> list[Path]:
+        a = make_shards(data, 6, 32, 1.0, prefix="aishell")
+        b = slow(data)
+        return [a[0], a[1], a[2], a[3], a[4], b[0], a[5], b[1]]
+    return layout
+
+
+def _bz2_long_clips(data: Path) -> list[Path]:
+    """A LibriSpeech-like corpus in .tar.bz2: 320 x 12 s clips, 123 MB decompressed per shard."""
+    return make_shards(data, 2, 320, 12.0, "bz2", prefix="libri", distinct_clips=4)
+
+
+def _bz2_per_channel(data: Path) -> list[Path]:
+    """A two-microphone corpus in .tar.bz2, one member per channel, packed channel-major."""
+    return make_shards(data, 2, 250, 4.0, "bz2", prefix="chime", distinct_clips=4, channels=2)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One reproducible job and the answer a diagnosis of it must give."""
+
+    name: str
+    description: str
+    verdict: str                        # "hang" | "healthy" | "crash"
+    culprit_ranks: tuple[int, ...]
+    expected_rule: str | None
+    nproc: int = 2
+    num_workers: int = 2
+    batch_size: int = 4
+    max_steps: int | None = None        # default run length; None: until killed (or it crashes)
+    layout: Callable[[Path], list[Path]] = field(default=_plain(8), repr=False, compare=False)
+
+    def prepare(self, workdir: str | Path) -> Path:
+        """Write the scenario's shards under `workdir/data` and the list `workdir/data.list`."""
+        workdir = Path(workdir).resolve()
+        workdir.mkdir(parents=True, exist_ok=True)
+        for stale in [self.fault_marker(workdir), *self.ready_markers(workdir)]:
+            stale.unlink(missing_ok=True)
+        return write_list(self.layout(workdir / "data"), workdir / "data.list")
+
+    def command(self, workdir: str | Path, python: str | None = None,
+                max_steps: int | None = None) -> list[str]:
+        """The torchrun command line; `max_steps` overrides the scenario's default run length."""
+        steps = max_steps if max_steps is not None else self.max_steps
+        args = ["--scenario", self.name, "--workdir", str(Path(workdir).resolve()),
+                "--num-workers", str(self.num_workers), "--batch-size", str(self.batch_size)]
+        if steps is not None:
+            args += ["--max-steps", str(steps)]
+        return torchrun_cmd(TRAIN_SCRIPT, *args, nproc=self.nproc, python=python or sys.executable)
+
+    def fault_marker(self, workdir: str | Path) -> Path:
+        return Path(workdir) / "fault"
+
+    def ready_markers(self, workdir: str | Path) -> list[Path]:
+        return [Path(workdir) / f"ready.{rank}" for rank in range(self.nproc)]
+
+    def read_fault(self, workdir: str | Path) -> dict | None:
+        """The fault record ({"time", "rank", "pid", "what"}), or None before the fault."""
+        try:
+            return json.loads(self.fault_marker(workdir).read_text())
+        except FileNotFoundError:
+            return None
+
+
+_ALL = [
+    Scenario("bz2-shards",
+             "rank 1 draws .tar.bz2 shards read by random access; its workers decompress for minutes",
+             "hang", (1,), "slow-decompression", batch_size=16,
+             layout=_mixed(_bz2_long_clips)),
+    Scenario("tar-stream-decode",
+             "rank 1 decodes per-channel audio straight from bz2 tar member files; every read seeks",
+             "hang", (1,), "tar-member-decode",
+             layout=_mixed(_bz2_per_channel)),
+    Scenario("uneven-shards",
+             "5 shards over 2 ranks x 2 workers: rank 1 runs out first and waits in the epoch barrier",
+             "hang", (1,), "uneven-shards", layout=_plain(5, clips=16)),
+    Scenario("worker-segfault",
+             "a rank-1 DataLoader worker segfaults after 3 batches; the job crashes",
+             "crash", (1,), "worker-died"),
+    Scenario("worker-deadlock",
+             "rank 1's workers fork while a stats thread holds a lock, then block on it forever",
+             "hang", (1,), "worker-deadlock"),
+    Scenario("compute-straggler",
+             "rank 1 loops forever in heavy_compute(); rank 0 waits in the gradient all_reduce",
+             "hang", (1,), "collective-straggler"),
+    Scenario("slow-data",
+             "one worker per rank and a CPU-heavy augmentation: starved, a step every ~0.6 s",
+             "healthy", (), "gpu-starved", num_workers=1, max_steps=60),
+    Scenario("healthy", "fast steps, finishes", "healthy", (), None, max_steps=3000),
+    Scenario("slow-steps", "every step computes for 2.5 s in the model's forward; never a hang",
+             "healthy", (), None, max_steps=12),
+    Scenario("checkpoint-pause",
+             "every 10 steps rank 0 writes a checkpoint for ~3.5 s while rank 1 waits in a barrier",
+             "healthy", (), None, max_steps=60),
+]
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in _ALL}
+
+__all__ = ["SCENARIOS", "Scenario", "TRAIN_SCRIPT", "VERDICTS"]

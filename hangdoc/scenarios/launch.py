@@ -2,8 +2,9 @@
 
 torchrun gives every rank a session (and process group) of its own, so killing the
 launcher's group leaves the ranks running as orphans. `stop_job` signals the launcher
-(which forwards SIGTERM to the ranks), then hunts down every process of the job by
-walking the tree it recorded while the job was alive, and SIGKILLs what is left.
+(which forwards SIGTERM to the ranks), then hunts down every process of the job: those in
+the tree it recorded while the job was alive, and any other process in the ranks' sessions
+(a DataLoader worker forked after the last look), and SIGKILLs what is left.
 """
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ class RunningJob:
     popen: subprocess.Popen
     log_path: Path | None = None
     seen: set[int] = field(default_factory=set)
+    # The processes behind `seen` (psutil checks their start time, so a pid the kernel has
+    # reused since is never signalled) and the sessions they ran in (each rank's own).
+    procs: dict[int, psutil.Process] = field(default_factory=dict, repr=False)
+    sessions: set[int] = field(default_factory=set, repr=False)
 
     @property
     def pid(self) -> int:
@@ -39,10 +44,18 @@ class RunningJob:
     def refresh_tree(self) -> set[int]:
         """Remember every descendant now alive, so `stop_job` can find orphans later."""
         try:
-            root = psutil.Process(self.pid)
-            self.seen.update(p.pid for p in root.children(recursive=True))
+            children = psutil.Process(self.pid).children(recursive=True)
         except psutil.Error:
-            pass
+            return self.seen
+        for proc in children:
+            known = self.procs.get(proc.pid)
+            if known is None or not known.is_running():
+                self.procs[proc.pid] = proc
+            try:
+                self.sessions.add(os.getsid(proc.pid))
+            except OSError:
+                pass
+        self.seen.update(p.pid for p in children)
         return self.seen
 
     def rank_pids(self) -> list[int]:
@@ -86,39 +99,48 @@ def wait_for(paths: list[Path] | Path, job: RunningJob | None = None, timeout: f
     return False
 
 
+def _job_processes(job: RunningJob) -> list[psutil.Process]:
+    """Every live process we know is the job's: those seen, and any in the ranks' sessions."""
+    found = {pid: proc for pid, proc in job.procs.items() if proc.is_running()}
+    sessions = (job.sessions | {job.pid}) - {os.getsid(0)}
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid not in found and os.getsid(proc.pid) in sessions:
+                found[proc.pid] = proc
+        except (OSError, psutil.Error):
+            continue
+    return [proc for proc in found.values() if _alive(proc)]
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def stop_job(job: RunningJob, grace: float = 3.0) -> None:
     """End the launcher, every rank and every worker it ever had; never anything else."""
     job.refresh_tree()
-    pids = set(job.seen)
     if job.popen.poll() is None:
         try:
-            os.killpg(job.pid, signal.SIGTERM)
+            os.killpg(job.pid, signal.SIGTERM)      # torchrun forwards it to the ranks
         except ProcessLookupError:
             pass
         try:
             job.popen.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             pass
-    victims = []
-    for pid in pids | {job.pid}:
-        try:
-            proc = psutil.Process(pid)
-            victims.append(proc)
-        except psutil.Error:
-            continue
-    own_group = os.getpgrp()
-    for proc in victims:
-        try:
-            pgid = os.getpgid(proc.pid)
-            if pgid != own_group:
-                os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(victims, timeout=grace)
+    for _ in range(5):          # a rank may fork a worker while we kill: look again
+        victims = _job_processes(job)
+        if not victims:
+            break
+        for proc in victims:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(victims, timeout=grace)
     if job.popen.poll() is None:
         job.popen.kill()
     job.popen.wait(timeout=grace)

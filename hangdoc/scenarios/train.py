@@ -1,0 +1,453 @@
+"""A small WeNet-shaped training job; `--scenario NAME` picks the fault it reproduces.
+
+    shard list -> shards[rank::world][worker::workers] -> tarfile -> wave -> features
+    -> batches -> DDP(nn.Linear) on gloo -> backward (gradient all_reduce) -> SGD step
+
+torchrun runs it (`python -m hangdoc.scenarios NAME --workdir DIR` builds the command).
+It imports nothing but the standard library and torch, so the stacks a watcher samples hold
+this file's frames and PyTorch's. Markers it leaves in --workdir:
+  ready.<rank>  once the rank's first step has completed;
+  fault         JSON {"time", "rank", "pid", "what"}, written by the process that causes the
+                fault, when it begins (first writer wins).
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import io
+import itertools
+import json
+import os
+import random
+import sys
+import tarfile
+import threading
+import time
+import wave
+import zlib
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+FEATURES = 40
+CLASSES = 8
+RANK = int(os.environ.get("RANK", "0"))
+WORKDIR = Path(".")
+
+
+def mark_fault(what: str) -> None:
+    """Leave the `fault` marker (once per job) at the moment this process starts the fault."""
+    record = {"time": time.time(), "rank": RANK, "pid": os.getpid(), "what": what}
+    path = WORKDIR / "fault"
+    tmp = WORKDIR / f".fault.{os.getpid()}"
+    tmp.write_text(json.dumps(record) + "\n")
+    try:
+        os.link(tmp, path)      # atomic, and never overwrites an earlier fault
+    except FileExistsError:
+        return
+    finally:
+        tmp.unlink()
+    print(f"[rank {RANK}] fault: {what}", flush=True)
+
+
+def worker_id() -> int:
+    info = get_worker_info()
+    return info.id if info else -1
+
+
+# --- decoding ---------------------------------------------------------------------------
+
+
+def pcm_to_tensor(frames: bytes) -> torch.Tensor:
+    if not frames:
+        return torch.zeros(0)
+    return torch.frombuffer(bytearray(frames), dtype=torch.int16).float() / 32768.0
+
+
+def decode_wav(data: bytes) -> torch.Tensor:
+    """Decode a WAV from bytes already read out of the tar (the right way)."""
+    with wave.open(io.BytesIO(data)) as w:
+        return pcm_to_tensor(w.readframes(w.getnframes()))
+
+
+def decode_channels(files: list, block: int = 1600) -> torch.Tensor:
+    """Decode a recording kept as one file per channel straight from the file objects.
+
+    Streaming block by block, all channels in lockstep, keeps memory flat; on members of a
+    compressed tar every switch between channels is a seek in the decompressed stream.
+    """
+    readers = [wave.open(f) for f in files]
+    mixed = []
+    while True:
+        chans = [pcm_to_tensor(r.readframes(block)) for r in readers]
+        n = min(len(c) for c in chans)
+        if n == 0:
+            break
+        mixed.append(sum(c[:n] for c in chans) / len(chans))
+    return torch.cat(mixed) if mixed else torch.zeros(1)
+
+
+def group_members(tar: tarfile.TarFile) -> dict[str, dict[str, tarfile.TarInfo]]:
+    """{key: {"txt": m, "wav": m}} (or "ch0.wav", "ch1.wav", ...) from every header in the tar."""
+    groups: dict[str, dict[str, tarfile.TarInfo]] = {}
+    for member in tar.getmembers():
+        key, _, ext = member.name.partition(".")
+        groups.setdefault(key, {})[ext] = member
+    return groups
+
+
+def read_sequential(path: str):
+    """WeNet's `tar_file_and_group`: walk the members in order, pair key.txt with key.wav."""
+    with tarfile.open(path, "r:*") as tar:
+        sample: dict = {}
+        for member in tar:
+            key, _, ext = member.name.partition(".")
+            if sample and sample["key"] != key:
+                yield sample
+                sample = {}
+            sample["key"] = key
+            data = tar.extractfile(member).read()
+            if ext == "txt":
+                sample["txt"] = data.decode()
+            elif ext == "wav":
+                sample["wav"] = decode_wav(data)
+        if sample:
+            yield sample
+
+
+def read_shuffled(path: str, seed: int):
+    """Shuffle a shard's utterances, then read each one by random access (label first)."""
+    with tarfile.open(path, "r:*") as tar:
+        groups = group_members(tar)
+        keys = list(groups)
+        random.Random(seed).shuffle(keys)
+        for key in keys:
+            text = tar.extractfile(groups[key]["txt"]).read().decode()
+            audio = decode_wav(tar.extractfile(groups[key]["wav"]).read())
+            yield {"key": key, "txt": text, "wav": audio}
+
+
+def read_from_member_files(path: str):
+    """Decode every utterance straight from `tar.extractfile(member)`, no bytes read first."""
+    with tarfile.open(path, "r:*") as tar:
+        for key, parts in group_members(tar).items():
+            text = tar.extractfile(parts["txt"]).read().decode()
+            wavs = [tar.extractfile(parts[ext]) for ext in sorted(parts) if ext.endswith("wav")]
+            yield {"key": key, "txt": text, "wav": decode_channels(wavs)}
+
+
+# --- features, dataset, model ----------------------------------------------------------
+
+WINDOW = torch.hann_window(400)
+
+
+def features(wav: torch.Tensor) -> torch.Tensor:
+    """40 log band energies averaged over time: a stand-in for fbank."""
+    if len(wav) < 400:
+        wav = F.pad(wav, (0, 400 - len(wav)))
+    frames = wav.unfold(0, 400, 160) * WINDOW
+    power = torch.fft.rfft(frames).abs()[:, :200] ** 2
+    bands = power.reshape(len(frames), FEATURES, 5).mean(-1)
+    return torch.log1p(bands * 1000.0).mean(0)
+
+
+def label(text: str) -> int:
+    return zlib.crc32(text.encode()) % CLASSES
+
+
+def collate(samples):
+    feats, labels = zip(*samples)
+    return torch.stack(feats), torch.tensor(labels)
+
+
+class ShardDataset(IterableDataset):
+    """shards[rank::world_size][worker_id::num_workers], one sample per utterance."""
+
+    def __init__(self, shards: list[str], rank: int, world: int, behaviour: "Healthy"):
+        self.shards, self.rank, self.world, self.behaviour = shards, rank, world, behaviour
+
+    def __iter__(self):
+        info = get_worker_info()
+        wid, nworkers = (info.id, info.num_workers) if info else (0, 1)
+        count = 0
+        for shard in self.shards[self.rank::self.world][wid::nworkers]:
+            for sample in self.behaviour.read_shard(shard):
+                count += 1
+                self.behaviour.on_sample(count)
+                yield features(self.behaviour.transform(sample["wav"])), label(sample["txt"])
+
+
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(FEATURES, CLASSES)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+# --- the scenarios ----------------------------------------------------------------------
+
+
+class Healthy:
+    """Fast steps; the baseline every other scenario changes in one place."""
+
+    def __init__(self, args):
+        self.args = args
+
+    def read_shard(self, path: str):
+        return read_sequential(path)
+
+    def on_sample(self, count: int) -> None:        # in the DataLoader worker
+        pass
+
+    def transform(self, wav: torch.Tensor) -> torch.Tensor:     # in the DataLoader worker
+        return wav
+
+    def model(self) -> nn.Module:
+        return Classifier()
+
+    def before_training(self) -> None:
+        pass
+
+    def before_step(self, step: int) -> None:
+        pass
+
+    def after_step(self, step: int, model: nn.Module) -> None:
+        pass
+
+    def end_of_epoch(self, epoch: int, step: int) -> None:
+        pass
+
+
+class Bz2Shards(Healthy):
+    """Local shuffle by random access: on a .tar.bz2 every backward seek restarts bz2."""
+
+    def read_shard(self, path):
+        if path.endswith(".bz2"):
+            mark_fault(f"worker {worker_id()} of rank {RANK} started {Path(path).name}: "
+                       "shuffled random access into a bz2 tar")
+        return read_shuffled(path, seed=zlib.crc32(path.encode()))
+
+
+class TarStreamDecode(Healthy):
+    """Audio decoded from tar member file objects; per-channel files of a bz2 shard."""
+
+    def read_shard(self, path):
+        if path.endswith(".bz2"):
+            mark_fault(f"worker {worker_id()} of rank {RANK} started {Path(path).name}: "
+                       "decoding channels straight from compressed tar members")
+        return read_from_member_files(path)
+
+
+class UnevenShards(Healthy):
+    """Nothing changes here: the shard list gives rank 1 fewer batches than rank 0."""
+
+    def end_of_epoch(self, epoch, step):
+        mark_fault(f"rank {RANK} ran out of batches after step {step} (epoch {epoch}) and "
+                   "entered the end-of-epoch barrier")
+
+
+class WorkerSegfault(Healthy):
+    """A rank-1 worker dies in native code (a null pointer read) after a few batches."""
+
+    def on_sample(self, count):
+        if RANK == 1 and worker_id() == 0 and count == 3 * self.args.batch_size + 1:
+            mark_fault(f"worker 0 of rank 1 (pid {os.getpid()}) reads address 0")
+            ctypes.string_at(0)
+
+
+STATS_LOCK = threading.Lock()
+STATS = {"samples": 0}
+
+
+def upload_stats_forever(path: Path, started: threading.Event) -> None:
+    """A metrics uploader that holds the lock across its slow write: fine in one process."""
+    while True:
+        with STATS_LOCK:
+            started.set()
+            path.write_text(json.dumps(STATS))
+            time.sleep(0.5)
+
+
+def report_stats(samples: int) -> None:
+    if STATS_LOCK.locked():
+        mark_fault(f"worker {worker_id()} of rank {RANK} takes a lock that was held when it was forked")
+    with STATS_LOCK:
+        STATS["samples"] += samples
+
+
+class WorkerDeadlock(Healthy):
+    """Rank 1 runs a metrics thread; its workers fork while it holds a lock they then take."""
+
+    def before_training(self):
+        if RANK == 1:
+            started = threading.Event()
+            threading.Thread(target=upload_stats_forever, args=(WORKDIR / "stats.json", started),
+                             name="stats-uploader", daemon=True).start()
+            started.wait()
+
+    def on_sample(self, count):
+        if count % 16 == 0:
+            report_stats(16)
+
+
+def heavy_compute() -> torch.Tensor:
+    """A per-rank evaluation that never reaches its stopping criterion."""
+    x = torch.randn(192, 192)
+    while True:
+        x = torch.tanh(x @ x.T / 14.0)
+        if x.abs().max() > 10.0:         # tanh keeps it below 1: never true
+            return x
+
+
+class ComputeStraggler(Healthy):
+    def before_step(self, step):
+        if RANK == 1 and step == 5:
+            mark_fault("rank 1 entered heavy_compute() before step 6")
+            heavy_compute()
+
+
+def busy_for(seconds: float, size: int = 128) -> None:
+    """Real CPU work (matmuls) for a fixed wall time, so cadence does not depend on the machine."""
+    x = torch.randn(size, size)
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        x = torch.tanh(x @ x / size)
+
+
+class SlowData(Healthy):
+    """One worker per rank and a CPU-heavy augmentation: ranks mostly wait for data, yet move."""
+
+    def transform(self, wav):
+        busy_for(0.15)               # "reverb simulation"
+        return wav
+
+
+class SlowModel(Classifier):
+    def forward(self, x):
+        busy_for(2.5)
+        return self.linear(x)
+
+
+class SlowSteps(Healthy):
+    def model(self):
+        return SlowModel()
+
+
+class NetworkFile:
+    """A file on shared network storage: writes drain at `rate` bytes per second."""
+
+    def __init__(self, f, rate: float):
+        self.f, self.rate = f, rate
+
+    def write(self, data) -> int:
+        n = self.f.write(data)
+        time.sleep(n / self.rate)
+        return n
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def save_checkpoint(model: nn.Module, path: Path) -> None:
+    """Save the model plus an optimizer-sized tensor (32 MB) to ~10 MB/s storage, then fsync."""
+    state = {"model": model.state_dict(), "ema": torch.zeros(8 * 1024 * 1024)}
+    with open(path, "wb") as f:
+        torch.save(state, NetworkFile(f, rate=10e6))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class CheckpointPause(Healthy):
+    """Every 10 steps rank 0 writes a checkpoint for ~3.5 s; rank 1 waits in a barrier."""
+
+    def after_step(self, step, model):
+        if step % 10 == 0:
+            if RANK == 0:
+                save_checkpoint(model.module, WORKDIR / "checkpoint.pt")
+            dist.barrier()
+
+
+BEHAVIOURS = {
+    "healthy": Healthy,
+    "bz2-shards": Bz2Shards,
+    "tar-stream-decode": TarStreamDecode,
+    "uneven-shards": UnevenShards,
+    "worker-segfault": WorkerSegfault,
+    "worker-deadlock": WorkerDeadlock,
+    "compute-straggler": ComputeStraggler,
+    "slow-data": SlowData,
+    "slow-steps": SlowSteps,
+    "checkpoint-pause": CheckpointPause,
+}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scenario", required=True, choices=sorted(BEHAVIOURS))
+    p.add_argument("--workdir", required=True, type=Path)
+    p.add_argument("--max-steps", type=int, default=10**9)
+    p.add_argument("--num-workers", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--timeout", type=float, default=600.0, help="process-group timeout, seconds")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    global WORKDIR
+    args = parse_args(argv)
+    WORKDIR = args.workdir
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    behaviour = BEHAVIOURS[args.scenario](args)
+    shards = [line.strip() for line in open(WORKDIR / "data.list") if line.strip()]
+    loader = DataLoader(ShardDataset(shards, rank, world, behaviour), batch_size=args.batch_size,
+                        num_workers=args.num_workers, collate_fn=collate,
+                        persistent_workers=args.num_workers > 0)
+    model = DistributedDataParallel(behaviour.model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    behaviour.before_training()
+    print(f"[rank {rank}] {args.scenario}: {len(shards)} shards, world {world}, "
+          f"{args.num_workers} workers, pid {os.getpid()}", flush=True)
+
+    started = time.monotonic()
+    step = 0
+    for epoch in itertools.count():
+        for feats, labels in loader:
+            behaviour.before_step(step)
+            loss = F.cross_entropy(model(feats), labels)
+            optimizer.zero_grad()
+            loss.backward()                      # DDP all_reduces the gradients here
+            optimizer.step()
+            step += 1
+            if step == 1:
+                (WORKDIR / f"ready.{rank}").touch()
+            if step % args.log_every == 0:
+                print(f"[rank {rank}] step {step} loss {loss.item():.4f} "
+                      f"t={time.monotonic() - started:.2f}s", flush=True)
+            behaviour.after_step(step, model)
+            if step >= args.max_steps:
+                break
+        else:
+            behaviour.end_of_epoch(epoch, step)
+            dist.barrier()                       # end-of-epoch sync, as before validation
+            continue
+        break
+    dist.barrier()
+    dist.destroy_process_group()
+    print(f"[rank {rank}] done after {step} steps", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""The scenario zoo's jobs reach their fault (or their end) on time, and leave nothing behind.
+
+Real `torchrun --nproc_per_node=2` jobs on gloo, one per scenario, sized for a 2-core machine.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+from hangdoc.scenarios import SCENARIOS, VERDICTS
+from hangdoc.scenarios.launch import RunningJob, start_job, stop_job, wait_for
+
+pytestmark = pytest.mark.integration
+
+FAULT_WITHIN_S = 20.0       # from start to the fault marker (torchrun start-up included)
+HEALTHY_WITHIN_S = 40.0     # from start to exit 0
+SHORT_RUNS = {"healthy": 40, "slow-data": 6, "slow-steps": 2, "checkpoint-pause": 12}
+
+HANGS = [name for name, s in SCENARIOS.items() if s.verdict == "hang"]
+CRASHES = [name for name, s in SCENARIOS.items() if s.verdict == "crash"]
+HEALTHY = [name for name, s in SCENARIOS.items() if s.verdict == "healthy"]
+
+
+def log_tail(job: RunningJob, chars: int = 3000) -> str:
+    return job.log_path.read_bytes().decode(errors="replace")[-chars:] if job.log_path else ""
+
+
+def survivors(job: RunningJob) -> list[int]:
+    """Processes of the job still alive: any it was seen with, any left in its sessions."""
+    sessions = (job.sessions | {job.pid}) - {os.getsid(0)}
+    alive = []
+    for proc in psutil.process_iter():
+        try:
+            seen = job.procs.get(proc.pid)
+            ours = (seen is not None and seen.is_running()) or os.getsid(proc.pid) in sessions
+            if ours and proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc.pid)
+        except (OSError, psutil.Error):
+            continue
+    return alive
+
+
+def wait_exit(job: RunningJob, timeout: float) -> int | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job.refresh_tree()
+        if job.popen.poll() is not None:
+            return job.popen.returncode
+        time.sleep(0.05)
+    return None
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    yield tmp_path
+    for shard in (tmp_path / "data").glob("*.tar*"):    # the bz2 scenarios write ~100 MB
+        shard.unlink()
+
+
+def test_every_scenario_states_its_ground_truth():
+    for name, scenario in SCENARIOS.items():
+        assert scenario.name == name
+        assert scenario.verdict in VERDICTS
+        assert bool(scenario.culprit_ranks) == (scenario.verdict != "healthy"), name
+        assert all(0 <= r < scenario.nproc for r in scenario.culprit_ranks), name
+        assert scenario.description and "\n" not in scenario.description
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("name", HANGS)
+def test_hang_scenario_reaches_its_fault_and_stays_stuck(name, workdir):
+    # GIVEN the scenario's data
+    scenario = SCENARIOS[name]
+    scenario.prepare(workdir)
+    # WHEN its job starts
+    job = start_job(scenario.command(workdir), log_path=workdir / "job.log")
+    try:
+        # THEN the culprit marks the fault within seconds, after both ranks have trained
+        assert wait_for(scenario.fault_marker(workdir), job, timeout=FAULT_WITHIN_S), log_tail(job)
+        fault = scenario.read_fault(workdir)
+        assert fault["rank"] in scenario.culprit_ranks
+        assert wait_for(scenario.ready_markers(workdir), job, timeout=10), log_tail(job)
+        # AND the job neither finishes nor crashes: it hangs
+        time.sleep(2.0)
+        job.refresh_tree()
+        assert job.popen.poll() is None, log_tail(job)
+        assert len(job.rank_pids()) == scenario.nproc
+    finally:
+        stop_job(job)
+    assert survivors(job) == []
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("name", CRASHES)
+def test_crash_scenario_kills_a_worker_and_the_job(name, workdir):
+    # GIVEN the scenario's data
+    scenario = SCENARIOS[name]
+    scenario.prepare(workdir)
+    # WHEN its job starts
+    job = start_job(scenario.command(workdir), log_path=workdir / "job.log")
+    try:
+        # THEN a worker marks the fault, the job exits non-zero and PyTorch names the signal
+        assert wait_for(scenario.fault_marker(workdir), job, timeout=FAULT_WITHIN_S), log_tail(job)
+        assert scenario.read_fault(workdir)["rank"] in scenario.culprit_ranks
+        returncode = wait_exit(job, timeout=30)
+        assert returncode not in (None, 0), log_tail(job)
+        assert "is killed by signal: Segmentation fault" in log_tail(job, 100_000)
+    finally:
+        stop_job(job)
+    assert survivors(job) == []
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("name", HEALTHY)
+def test_healthy_scenario_trains_and_exits_zero(name, workdir):
+    # GIVEN the scenario's data
+    scenario = SCENARIOS[name]
+    scenario.prepare(workdir)
+    # WHEN its job runs a few steps
+    job = start_job(scenario.command(workdir, max_steps=SHORT_RUNS[name]), log_path=workdir / "job.log")
+    try:
+        # THEN it exits 0 on time, both ranks trained, and no fault was ever marked
+        assert wait_exit(job, timeout=HEALTHY_WITHIN_S) == 0, log_tail(job)
+        assert all(p.exists() for p in scenario.ready_markers(workdir))
+        assert scenario.read_fault(workdir) is None
+        assert f"done after {SHORT_RUNS[name]} steps" in log_tail(job, 100_000)
+    finally:
+        stop_job(job)
+    assert survivors(job) == []
