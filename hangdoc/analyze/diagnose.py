@@ -10,7 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from hangdoc.analyze.classify import Reading
-from hangdoc.analyze.logs import killed_workers, says_failure, torchrun_root_cause
+from hangdoc.analyze.logs import failed_worker_rank, killed_workers, says_failure, torchrun_root_cause
 from hangdoc.analyze.timeline import Timeline, progress, timelines
 from hangdoc.model import Bundle, ProcessInfo, Role
 
@@ -106,6 +106,8 @@ def _crash(bundle: Bundle, views: list[RankView], now: float) -> tuple[tuple[int
     for worker in bundle.job.by_role(Role.WORKER):
         if worker.pid in dead_workers and worker.rank is not None:
             return (worker.rank,), exited[0].exited_at
+    if (rank := failed_worker_rank(bundle.logs)) is not None:   # the worker died before we saw it
+        return (rank,), exited[0].exited_at
     first = [v.info.rank for v in exited if v.exited_at == exited[0].exited_at and v.info.rank is not None]
     return (tuple(first) if some_alive else ()), exited[0].exited_at
 

@@ -9,6 +9,7 @@ from hangdoc.model import LogTail
 _KILLED = re.compile(r"DataLoader worker \(pid (\d+)\) is killed by signal: (.+?)\.?\s*$")
 _EXITED = re.compile(r"DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly")
 _CAUGHT = re.compile(r"Caught (\w+) in DataLoader worker process (\d+)")
+_RANK_PREFIX = re.compile(r"^\[(?:default)?rank(\d+)\]:\s?")   # torchrun's per-rank line prefix
 _ROOT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 _ROOT_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)(?:\s*\(pid:\s*(\d+)\))?")
 _FAILURE = ("ChildFailedError", "Traceback (most recent call last)", "is killed by signal",
@@ -72,3 +73,19 @@ def caught_in_worker(logs: tuple[LogTail, ...]) -> list[tuple[str, int, int]]:
             if (m := _CAUGHT.search(line)):
                 found.append((m.group(1), int(m.group(2)), i))
     return found
+
+
+def line_rank(line: str) -> int | None:
+    """The rank torchrun's `[rankN]:` prefix names, if the line has one."""
+    m = _RANK_PREFIX.match(line)
+    return int(m.group(1)) if m else None
+
+
+def failed_worker_rank(logs: tuple[LogTail, ...]) -> int | None:
+    """The rank whose DataLoader worker died or raised, from the prefix of the line that says so."""
+    for _, line in all_lines(logs):
+        if _KILLED.search(line) or _EXITED.search(line) or _CAUGHT.search(line):
+            rank = line_rank(line)
+            if rank is not None:
+                return rank
+    return None

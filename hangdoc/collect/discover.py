@@ -211,9 +211,9 @@ def _info(procfs: ProcFS, table: _Table, pid: int, role: Role,
             libs = procfs.interesting_libs(pid)
     except (ProcGone, ProcDenied):
         libs = ()
-        # A Python child made by multiprocessing may be a DataLoader worker; its stack decides.
-        if method and is_python(cmdline, exe) and "resource_tracker" not in " ".join(cmdline):
-            role = Role.WORKER
+    # A Python child made by multiprocessing may be a DataLoader worker; its stack decides.
+    if method and is_python(cmdline, exe) and "resource_tracker" not in " ".join(cmdline):
+        role = Role.WORKER
     return ProcessInfo(
         pid=pid,
         ppid=st.ppid,

@@ -8,9 +8,19 @@ from hangdoc.rules.base import Context, Rule
 
 # Order matters only for display: root causes first, the generic findings after them.
 RULE_MODULES = (
+    "slow_decompression",
+    "tar_member_decode",
+    "worker_deadlock",
+    "fork_unsafe_arm",
+    "worker_error",
+    "worker_died",
+    "uneven_shards",
+    "dataloader_stall",
+    "gpu_starved",
     "collective_straggler",
     "collective_mismatch",
     "no_progress",
+    "missing_ranks",
 )
 
 _SEVERITY_ORDER = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}

@@ -1,8 +1,22 @@
-"""Evidence lines shared by rules: a rank's frames, its workers, its GPU."""
+"""Evidence lines shared by rules: a rank's frames, its workers, its GPU, its files, its logs.
+
+Everything here reads the bundle only (samples, job, logs), so rules stay pure.
+"""
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 from hangdoc.analyze.diagnose import RankView
-from hangdoc.model import Bundle
+from hangdoc.analyze.logs import line_rank as log_rank  # noqa: F401  (re-exported for rules)
+from hangdoc.model import Bundle, Frame, LogTail, ProcSample
+
+COMPRESSED_SUFFIXES = {".bz2": "bz2", ".tbz2": "bz2", ".tbz": "bz2", ".gz": "gzip", ".tgz": "gzip",
+                       ".xz": "xz", ".lzma": "xz", ".txz": "xz", ".zst": "zstd", ".zstd": "zstd"}
+DECOMPRESS_FILES = {"bz2.py": "bz2", "lzma.py": "xz", "gzip.py": "gzip", "zlib": "zlib",
+                    "_compression.py": None, "zstandard": "zstd", "zstd": "zstd"}
+FUTEX_SYSCALLS = ("202", "98")           # futex on x86_64, on aarch64
+_PREFIX = re.compile(r"^\[(?:default)?rank\d+\]:\s?")
 
 
 def frames_line(bundle: Bundle, pid: int, depth: int = 6) -> str | None:
@@ -16,8 +30,7 @@ def frames_line(bundle: Bundle, pid: int, depth: int = 6) -> str | None:
 def rank_line(view: RankView, now: float) -> str:
     frame = view.reading.frame.label if view.reading.frame else "no stack"
     detail = f" in {view.reading.detail}" if view.reading.detail else ""
-    who = f"rank {view.info.rank}" if view.info.rank is not None else "process"
-    return (f"{who} (pid {view.info.pid}): {view.reading.state}{detail} "
+    return (f"rank {view.info.rank} (pid {view.info.node_pid}): {view.reading.state}{detail} "
             f"for {now - view.state_since:.0f} s at {frame}")
 
 
@@ -26,5 +39,299 @@ def worker_lines(view: RankView) -> list[str]:
     for worker, reading, alive in view.workers:
         where = reading.frame.label if reading.frame else "-"
         index = worker.worker_index if worker.worker_index is not None else "?"
-        lines.append(f"  worker {index} (pid {worker.pid}): {reading.state if alive else 'exited'} at {where}")
+        lines.append(f"  worker {index} (pid {worker.node_pid}): {reading.state if alive else 'exited'} at {where}")
     return lines
+
+
+# --- numbers -------------------------------------------------------------------------
+
+
+def mb(n: float) -> str:
+    """Bytes as decimal megabytes: "55.1 MB"."""
+    return f"{n / 1e6:.1f} MB"
+
+
+def rate(n: float) -> str:
+    return f"{n / 1e6:.1f} MB/s" if n >= 1e5 else f"{n / 1e3:.0f} kB/s"
+
+
+def basename(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+# --- samples of one process -------------------------------------------------------------
+
+
+def samples_of(bundle: Bundle, pid: int) -> list[tuple[float, ProcSample]]:
+    """(time, sample) for every snapshot that sampled `pid`, oldest first."""
+    out = []
+    for snap in bundle.samples:
+        sample = snap.sample_of(pid)
+        if sample is not None:
+            out.append((snap.time, sample))
+    return out
+
+
+def latest_frames(bundle: Bundle, pid: int) -> tuple[Frame, ...]:
+    """The main thread's frames (innermost first) from the newest sample that has a stack."""
+    for _, sample in reversed(samples_of(bundle, pid)):
+        if sample.stack is not None and sample.stack.main is not None:
+            return sample.stack.main.frames
+    return ()
+
+
+def above_worker_loop(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
+    """The frames a DataLoader worker's `_worker_loop` called into (innermost first)."""
+    loop = next((i for i, f in enumerate(frames) if f.name == "_worker_loop"), len(frames))
+    return frames[:loop]
+
+
+def chain(frames, depth: int = 6) -> str:
+    return " <- ".join(f.label for f in tuple(frames)[:depth])
+
+
+def cpu_use(bundle: Bundle, pid: int) -> tuple[float, float] | None:
+    """(CPU seconds used, wall seconds) between the first and the last sample with /proc data."""
+    points = [(t, s.proc.cpu_s) for t, s in samples_of(bundle, pid) if s.alive and s.proc is not None]
+    if len(points) < 2 or points[-1][0] <= points[0][0]:
+        return None
+    return points[-1][1] - points[0][1], points[-1][0] - points[0][0]
+
+
+def alive_throughout(bundle: Bundle, pid: int) -> bool:
+    seen = samples_of(bundle, pid)
+    return bool(seen) and all(s.alive for _, s in seen)
+
+
+def compression_of_path(path: str) -> str | None:
+    for suffix, kind in COMPRESSED_SUFFIXES.items():
+        if path.endswith(suffix):
+            return kind
+    return None
+
+
+def compression_of_frames(frames) -> str | None:
+    """"bz2", "gzip", "xz", "zlib", "zstd", or "" (only `_compression` / `decompress`) from a stack; None."""
+    generic = False
+    for frame in frames:
+        for needle, kind in DECOMPRESS_FILES.items():
+            if needle in frame.filename:
+                if kind:
+                    return kind
+                generic = True
+        generic = generic or "decompress" in frame.name.lower()
+    return "" if generic else None
+
+
+@dataclass(frozen=True)
+class FileRead:
+    """How a process moved through one file it held open for reading during the capture."""
+
+    path: str
+    size: int | None
+    first_pos: int
+    last_pos: int
+    read_bytes: int            # forward movement summed over sample pairs
+    seconds: float             # the time those pairs span
+    backward_seeks: int        # times the offset went back
+
+    @property
+    def bytes_per_s(self) -> float | None:
+        return self.read_bytes / self.seconds if self.seconds > 0 else None
+
+
+def file_reads(bundle: Bundle, pid: int) -> list[FileRead]:
+    """Every regular file `pid` held open for reading, with its offsets across the samples.
+
+    The rate counts forward movement between consecutive samples in which the same fd named
+    the same file, so it is the bytes the process read from disk (compressed bytes for a
+    compressed file), per second of the time it held the file.
+    """
+    series: dict[tuple[int, str], list[tuple[float, int, int | None]]] = {}
+    for time, sample in samples_of(bundle, pid):
+        if not sample.alive or sample.proc is None:
+            continue
+        for f in sample.proc.open_files:
+            if f.mode == "r":
+                series.setdefault((f.fd, f.path), []).append((time, f.pos, f.size))
+    reads = []
+    for (_, path), points in series.items():
+        forward = seconds = back = 0
+        for (t0, p0, _), (t1, p1, _) in zip(points, points[1:]):
+            seconds += t1 - t0
+            if p1 >= p0:
+                forward += p1 - p0
+            else:
+                back += 1
+                forward += p1        # it went back, then read this far again
+        reads.append(FileRead(path, points[-1][2], points[0][1], points[-1][1], forward, seconds, back))
+    return sorted(reads, key=lambda r: (-r.read_bytes, r.path))
+
+
+def file_read_line(read: FileRead) -> str:
+    size = f" ({mb(read.size)})" if read.size else ""
+    speed = read.bytes_per_s
+    if speed is None:
+        return f"{read.path}{size} open at offset {mb(read.last_pos)}"
+    if not read.read_bytes and not read.backward_seeks:
+        done = f" ({100 * read.last_pos / read.size:.0f}%)" if read.size else ""
+        return f"{read.path}{size}: offset {mb(read.last_pos)}{done}, not moving for {read.seconds:.1f} s"
+    done = f", {100 * read.last_pos / read.size:.0f}% of the file" if read.size else ""
+    back = f"; the offset went back {read.backward_seeks} time(s)" if read.backward_seeks else ""
+    return (f"{read.path}{size}: offset {mb(read.first_pos)} -> {mb(read.last_pos)} in {read.seconds:.1f} s "
+            f"= {rate(speed)}{done}{back}")
+
+
+# --- logs ------------------------------------------------------------------------------
+
+
+def strip_rank(line: str) -> str:
+    """The line without torchrun's `[rankN]:` prefix."""
+    return _PREFIX.sub("", line, count=1).rstrip()
+
+
+def find_lines(logs: tuple[LogTail, ...], *needles: str) -> list[tuple[LogTail, int]]:
+    """(tail, index) of every log line holding one of `needles`."""
+    return [(tail, i) for tail in logs for i, line in enumerate(tail.lines)
+            if any(n in line for n in needles)]
+
+
+def traceback_frames(lines: tuple[str, ...], end: int, limit: int = 4) -> list[str]:
+    """The last `limit` `File "...", line N, in f` entries (with their source line) above `end`."""
+    frames: list[str] = []
+    i = end - 1
+    while i >= 0 and len(frames) < limit:
+        text = strip_rank(lines[i]).strip()
+        if text.startswith("Traceback (most recent call last)") or text.startswith("Original Traceback"):
+            break
+        if text.startswith('File "'):
+            source = strip_rank(lines[i + 1]).strip() if i + 1 < end else ""
+            where = _short_file_line(text)
+            frames.append(f"{where}: {source}" if source and not source.startswith(("^", "~")) else where)
+        i -= 1
+    return list(reversed(frames))
+
+
+_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+), in (.+)$')
+
+
+def _short_file_line(text: str) -> str:
+    m = _FILE_LINE.match(text)
+    if not m:
+        return text
+    path, line, func = m.groups()
+    parts = path.split("/")
+    short = "/".join(parts[-2:]) if len(parts) > 1 else path
+    return f"{func} ({short}:{line})"
+
+
+# --- what a DataLoader worker's stack says ----------------------------------------------
+
+_TAR_MEMBER_READS = ("_FileInFile.", "ExFileObject.", "_Stream.")
+_DECODERS = ("wave.py", "aifc.py", "sunau.py", "soundfile", "torchaudio", "librosa", "audioread",
+             "scipy/io/wavfile", "av/", "PIL/", "cv2")
+
+
+def is_decoder_library(frame: Frame) -> bool:
+    return any(p in frame.filename for p in _DECODERS)
+
+
+def is_decoder(frame: Frame) -> bool:
+    return "tarfile.py" not in frame.filename and (
+        any(p in frame.filename for p in _DECODERS) or "decode" in frame.name.lower())
+
+
+def member_decode(frames) -> tuple[Frame, Frame] | None:
+    """(decoder frame, tar member read frame) when a decoder reads straight from a tar member.
+
+    `frames` innermost first: the first frame outside tarfile.py above (called before) the
+    member's read must be a decoder; a dataset function that reads the bytes and decodes them
+    afterwards never has the decoder on the stack during the read.
+    """
+    frames = tuple(frames)
+    for i, frame in enumerate(frames):
+        if "tarfile.py" in frame.filename and frame.name.startswith(_TAR_MEMBER_READS):
+            caller = next((f for f in frames[i + 1:] if "tarfile.py" not in f.filename), None)
+            if caller is not None and is_decoder(caller):
+                return caller, frame
+            return None
+    return None
+
+
+# The syscalls a stuck process usually sleeps in, by number, for the kernel lines of the evidence.
+_SYSCALLS = {
+    "x86_64": {"0": "read", "7": "poll", "17": "pread64", "23": "select", "35": "nanosleep",
+               "45": "recvfrom", "47": "recvmsg", "61": "wait4", "202": "futex", "230": "clock_nanosleep",
+               "232": "epoll_wait", "270": "pselect6", "271": "ppoll", "281": "epoll_pwait"},
+    "aarch64": {"22": "epoll_pwait", "63": "read", "67": "pread64", "72": "pselect6", "73": "ppoll",
+                "98": "futex", "101": "nanosleep", "115": "clock_nanosleep", "207": "recvfrom",
+                "212": "recvmsg", "260": "wait4"},
+}
+
+
+def kernel_wait(bundle: Bundle, sample: ProcSample) -> str:
+    """"state S, wchan futex_do_wait, syscall 202 (futex)" for one sample."""
+    proc = sample.proc
+    if proc is None:
+        return "no /proc data"
+    parts = [f"state {proc.state}"]
+    if proc.wchan:
+        parts.append(f"wchan {proc.wchan}")
+    if proc.syscall:
+        name = _SYSCALLS.get(bundle.host.arch, {}).get(proc.syscall)
+        parts.append(f"syscall {proc.syscall}" + (f" ({name})" if name else ""))
+    return ", ".join(parts)
+
+
+def in_futex(sample: ProcSample) -> bool:
+    proc = sample.proc
+    return proc is not None and (proc.syscall in FUTEX_SYSCALLS or "futex" in (proc.wchan or ""))
+
+
+def worker_name(worker) -> str:
+    index = worker.worker_index if worker.worker_index is not None else "?"
+    return f"worker {index} (pid {worker.node_pid})"
+
+
+@dataclass(frozen=True)
+class DeadWorker:
+    """A DataLoader worker that died: from the log line PyTorch prints, or seen alive then gone."""
+
+    pid: int
+    rank: int | None
+    how: str                       # "Segmentation fault", "Killed", "exited unexpectedly", "vanished"
+    log: str | None                # the log line that says so, without torchrun's prefix
+    info: object | None            # its ProcessInfo when the capture saw it alive
+
+
+def dead_workers(ctx) -> list[DeadWorker]:
+    """Workers killed (log lines), or gone while their rank lives on, waiting for data, unreplaced."""
+    from hangdoc.analyze.logs import killed_workers
+    from hangdoc.model import Role
+
+    bundle, d = ctx.bundle, ctx.diagnosis
+    lines = {}
+    for tail in bundle.logs:
+        for line in tail.lines:
+            for pid in killed_workers((LogTail(tail.source, (line,)),)):
+                lines.setdefault(pid, line)
+    dead = {}
+    for pid, how in killed_workers(bundle.logs).items():
+        info = bundle.job.info(pid)
+        rank = info.rank if info is not None and info.rank is not None else log_rank(lines.get(pid, ""))
+        if rank is None and len(d.culprits) == 1:
+            rank = d.culprits[0]
+        dead[pid] = DeadWorker(pid, rank, how, strip_rank(lines[pid]) if pid in lines else None, info)
+    for view in d.ranks:
+        if view.exited_at is not None or view.reading.state != "dataloader-wait":
+            continue
+        workers = [w for w in bundle.job.children_of(view.info.pid) if w.role is Role.WORKER]
+        for worker in workers:
+            seen = samples_of(bundle, worker.pid)
+            gone = next((t for t, s in seen if not s.alive), None)
+            if worker.pid in dead or gone is None or not any(s.alive for _, s in seen):
+                continue
+            if any(w.start_time >= gone - 1.0 for w in workers if w.pid != worker.pid):
+                continue   # new workers replaced it: an epoch ended, not a death
+            dead[worker.pid] = DeadWorker(worker.pid, view.info.rank, "vanished", None, worker)
+    return sorted(dead.values(), key=lambda w: (w.rank is None, w.rank, w.pid))

@@ -1,0 +1,79 @@
+"""dataloader-stall: the culprit waits on its DataLoader and no more specific rule explains why."""
+from __future__ import annotations
+
+from hangdoc.advice import ADVICE
+from hangdoc.model import Finding, Severity
+from hangdoc.rules import fork_unsafe_arm, slow_decompression, tar_member_decode, worker_deadlock, worker_died
+from hangdoc.rules import worker_error
+from hangdoc.rules.base import Context, Rule, finding
+from hangdoc.rules.evidence import (above_worker_loop, chain, cpu_use, file_read_line, file_reads,
+                                    kernel_wait, latest_frames, rank_line, samples_of, worker_name)
+
+# The rules that name a cause for a rank's workers; when one fires for a rank, this one stays quiet.
+SPECIFIC = (slow_decompression, tar_member_decode, worker_deadlock, worker_died, worker_error, fork_unsafe_arm)
+
+
+def check(ctx: Context) -> list[Finding]:
+    d = ctx.diagnosis
+    if d.verdict != "hang":
+        return []
+    waiting = [v for v in ctx.culprit_views() if v.reading.state == "dataloader-wait"]
+    if not waiting:
+        return []
+    explained = {r for module in SPECIFIC for f in module.RULE.check(ctx) for r in f.ranks}
+    findings = []
+    for view in waiting:
+        if view.info.rank in explained:
+            continue
+        evidence = [rank_line(view, d.decided_at)]
+        doing = []
+        for worker, reading, alive in view.workers:
+            evidence += _worker_evidence(ctx, worker, reading, alive)
+            if alive:
+                doing.append(_doing(worker, reading))
+        if not view.workers:
+            evidence.append("no DataLoader worker seen: the rank loads data in its main process (num_workers=0)")
+        summary = "; ".join(doing) or "no worker alive"
+        findings.append(finding(
+            RULE, [view.info.rank],
+            f"Rank {view.info.rank} waits on its DataLoader and no worker delivers: {summary}",
+            evidence, ADVICE["dataloader-stall"].fix,
+        ))
+    return findings
+
+
+def _doing(worker, reading) -> str:
+    index = worker.worker_index if worker.worker_index is not None else "?"
+    if reading.state == "idle" and "queue" in (reading.detail or ""):
+        return f"worker {index} waits for work"
+    return f"worker {index} {reading.state} in {reading.frame.name if reading.frame else '?'}"
+
+
+def _worker_evidence(ctx: Context, worker, reading, alive: bool) -> list[str]:
+    name = worker_name(worker)
+    if not alive:
+        return [f"{name}: exited"]
+    detail = f" ({reading.detail})" if reading.detail else ""
+    lines = [f"{name}: {reading.state}{detail}"]
+    frames = above_worker_loop(latest_frames(ctx.bundle, worker.pid))
+    if frames:
+        lines.append(f"{name} stack: {chain(frames)}")
+    last = next((s for _, s in reversed(samples_of(ctx.bundle, worker.pid)) if s.proc), None)
+    used = cpu_use(ctx.bundle, worker.pid)
+    if last is not None:
+        cpu = f"; {used[0]:.2f} s CPU in {used[1]:.1f} s" if used else ""
+        lines.append(f"{name} kernel: {kernel_wait(ctx.bundle, last)}{cpu}")
+    for read in file_reads(ctx.bundle, worker.pid):
+        lines.append(f"{name} has open {file_read_line(read)}")
+    return lines
+
+
+RULE = Rule(
+    slug="dataloader-stall",
+    title="A rank waits on its DataLoader and its workers deliver nothing",
+    severity=Severity.CRITICAL,
+    check=check,
+    summary="Fires on a hang when the culprit waits in DataLoader.__next__ and no more specific rule "
+            "(decompression, tar decode, deadlock, dead or failing worker) explains its workers; shows "
+            "what every worker is doing: stack, kernel wait, CPU, open files.",
+)

@@ -1,0 +1,100 @@
+"""gpu-starved: no hang, but the ranks spend most of their time waiting for data."""
+from __future__ import annotations
+
+from hangdoc.advice import ADVICE
+from hangdoc.model import Finding, Severity
+from hangdoc.rules.base import Context, Rule, finding
+from hangdoc.rules.evidence import cpu_use, worker_name
+
+MIN_SAMPLES = 6          # fewer samples say too little about a share
+STARVED_SHARE = 0.5      # a rank waiting on data in at least half its samples
+BUSY_GPU_PCT = 80        # GPUs this busy on average are not starved, whatever the ranks show
+IDLE_GPU_PCT = 10
+
+
+def _shares(ctx: Context) -> list[tuple[int, int, int]]:
+    """(rank, samples waiting in DataLoader.__next__, samples alive) for each rank."""
+    out = []
+    for view in ctx.diagnosis.ranks:
+        line = ctx.timelines.get(view.info.pid)
+        if line is None or view.info.rank is None:
+            continue
+        states = [p.reading.state for p in line.points if p.reading.state not in ("exited", "unknown")]
+        out.append((view.info.rank, sum(s == "dataloader-wait" for s in states), len(states)))
+    return out
+
+
+def _gpu_lines(ctx: Context) -> tuple[list[str], float | None]:
+    """One line per GPU a rank uses (mean utilisation, idle samples) and the mean over them all."""
+    ranks = {p.pid: p.rank for p in ctx.bundle.job.ranks}
+    util: dict[tuple[int, int | None], list[int]] = {}
+    for snap in ctx.bundle.samples:
+        if not snap.gpu.available:
+            continue
+        for device in snap.gpu.devices:
+            users = [ranks[p.pid] for p in device.processes if p.pid in ranks]
+            if device.utilization_pct is not None and users:
+                util.setdefault((device.index, min(users)), []).append(device.utilization_pct)
+    lines = []
+    for (index, rank), values in sorted(util.items()):
+        idle = sum(v < IDLE_GPU_PCT for v in values)
+        lines.append(f"GPU{index} (rank {rank}): mean {sum(values) / len(values):.0f}% utilisation, "
+                     f"below {IDLE_GPU_PCT}% in {idle} of {len(values)} samples, peak {max(values)}%")
+    every = [v for values in util.values() for v in values]
+    return lines, (sum(every) / len(every) if every else None)
+
+
+def check(ctx: Context) -> list[Finding]:
+    if ctx.diagnosis.verdict != "healthy":
+        return []
+    shares = [s for s in _shares(ctx) if s[2] >= MIN_SAMPLES]
+    starved = [s for s in shares if s[1] / s[2] >= STARVED_SHARE]
+    if not starved:
+        return []
+    gpu_lines, gpu_mean = _gpu_lines(ctx)
+    if gpu_mean is not None and gpu_mean >= BUSY_GPU_PCT:
+        return []
+    evidence = [f"rank {rank}: waiting in DataLoader.__next__ in {waiting} of {alive} samples "
+                f"({100 * waiting / alive:.0f}%)" for rank, waiting, alive in shares]
+    if gpu_lines:
+        evidence += gpu_lines
+    else:
+        gpu = next((s.gpu for s in reversed(ctx.bundle.samples)), None)
+        why = f" ({gpu.reason})" if gpu is not None and gpu.reason else ""
+        evidence.append(f"GPU data unavailable{why}: judged on the dataloader-wait share alone")
+    nranks = len(ctx.bundle.job.ranks)
+    per_rank = [len(ctx.workers_of(r.pid)) for r in ctx.bundle.job.ranks]
+    workers = max(per_rank, default=0)
+    cores = ctx.bundle.host.cpu_count
+    evidence.append(f"{workers} DataLoader worker(s) per rank x {nranks} rank(s) = {sum(per_rank)} workers "
+                    f"on a {cores}-core host")
+    for rank in ctx.bundle.job.ranks:
+        for worker in ctx.workers_of(rank.pid):
+            used = cpu_use(ctx.bundle, worker.pid)
+            if used and used[1] > 0:
+                evidence.append(f"rank {rank.rank} {worker_name(worker)}: {100 * used[0] / used[1]:.0f}% of a core busy")
+    room = cores // max(nranks, 1)
+    if room > workers:
+        here = f" Here: {workers} worker(s) per rank and {room} cores per rank: try num_workers={room}."
+    else:
+        here = (f" Here: {workers} worker(s) per rank already use the {cores} cores; more workers will "
+                "not help: make each sample cheaper (cache features, pack short clips into shards).")
+    ranks = [rank for rank, _, _ in starved]
+    low, high = min(w / a for _, w, a in starved), max(w / a for _, w, a in starved)
+    span = f"{100 * low:.0f}%" if round(100 * low) == round(100 * high) else f"{100 * low:.0f}-{100 * high:.0f}%"
+    return [finding(
+        RULE, ranks,
+        f"Not a hang, but starved: rank(s) {', '.join(map(str, ranks))} wait for data in {span} of samples",
+        evidence, ADVICE["gpu-starved"].fix + here,
+    )]
+
+
+RULE = Rule(
+    slug="gpu-starved",
+    title="The GPUs wait for data (not a hang)",
+    severity=Severity.WARNING,
+    check=check,
+    summary="Fires on a job that is not hung when ranks spend at least half their samples waiting "
+            "in DataLoader.__next__ (and the GPUs, when NVML was read, are not busy); gives the share per "
+            "rank, GPU utilisation, and the worker count against the cores.",
+)

@@ -1,0 +1,100 @@
+"""slow-decompression: the culprit's DataLoader workers spend their time decompressing shards."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hangdoc.advice import ADVICE
+from hangdoc.model import Finding, ProcessInfo, Severity
+from hangdoc.rules.base import Context, Rule, finding
+from hangdoc.rules.evidence import (FileRead, above_worker_loop, basename, chain, compression_of_frames,
+                                    compression_of_path, cpu_use, file_read_line, file_reads, latest_frames,
+                                    member_decode, rank_line, rate, worker_name)
+
+_SEEKS = ("BZ2File.seek", "LZMAFile.seek", "GzipFile.seek", "DecompressReader.seek")
+
+
+@dataclass(frozen=True)
+class _Worker:
+    info: ProcessInfo
+    frames: tuple
+    kind: str | None                # from the frames: "bz2", "gzip", ..., "" generic, None: no frames
+    reads: tuple[FileRead, ...]     # compressed files it read from during the capture
+
+
+def _decompressing(ctx: Context, worker: ProcessInfo) -> _Worker | None:
+    frames = above_worker_loop(latest_frames(ctx.bundle, worker.pid))
+    if member_decode(frames):
+        return None   # a decoder seeking in a tar member: tar-member-decode says why
+    kind = compression_of_frames(frames)
+    reads = tuple(r for r in file_reads(ctx.bundle, worker.pid)
+                  if compression_of_path(r.path) and r.read_bytes > 0)
+    if kind is None and not reads:
+        return None
+    return _Worker(worker, frames, kind, reads)
+
+
+def check(ctx: Context) -> list[Finding]:
+    d = ctx.diagnosis
+    if d.verdict != "hang":
+        return []
+    findings = []
+    for view in ctx.culprit_views():
+        if view.reading.state != "dataloader-wait":
+            continue
+        alive = [w for w, _, is_alive in view.workers if is_alive]
+        busy = [b for b in (_decompressing(ctx, w) for w in alive) if b is not None]
+        if busy:
+            findings.append(_finding(ctx, view, busy))
+    return findings
+
+
+def _finding(ctx: Context, view, busy: list[_Worker]) -> Finding:
+    rank = view.info.rank
+    kinds = [b.kind for b in busy if b.kind] + [compression_of_path(r.path) for b in busy for r in b.reads]
+    kind = kinds[0] if kinds else "compressed"
+    evidence = [rank_line(view, ctx.diagnosis.decided_at)]
+    rates = []
+    for b in busy:
+        name = worker_name(b.info)
+        for read in b.reads:
+            evidence.append(f"{name} reads {file_read_line(read)}")
+            if read.bytes_per_s:
+                rates.append((read, read.bytes_per_s))
+                if read.size:
+                    evidence.append(f"{name}: at this rate one pass over {basename(read.path)} takes "
+                                    f"{read.size / read.bytes_per_s:.0f} s")
+        if not b.reads:
+            evidence.append(f"{name} holds no compressed file open: it decompresses data already in memory")
+        if b.frames:
+            evidence.append(f"{name} stack: {chain(b.frames)}")
+        seek = next((f for f in b.frames if f.name in _SEEKS), None)
+        if seek is not None:
+            evidence.append(f"{name} seeks in the compressed stream ({seek.label}): a seek decompresses "
+                            "everything up to its target, a backward one from the start of the file")
+        used = cpu_use(ctx.bundle, b.info.pid)
+        if used and used[1] > 0:
+            evidence.append(f"{name} used {used[0]:.1f} s of CPU in {used[1]:.1f} s "
+                            f"({100 * used[0] / used[1]:.0f}% of a core)")
+    if rates:
+        read, speed = rates[0]
+        more = (f" ({len(rates)} shards, {rate(sum(s for _, s in rates))} in all)" if len(rates) > 1 else "")
+        title = (f"Rank {rank}'s DataLoader workers are decompressing {basename(read.path)} at {rate(speed)}"
+                 f"{more}; {kind} shards starve this rank")
+        measured = ", ".join(f"{basename(r.path)} {rate(s)}" for r, s in rates)
+        fix = (f"{ADVICE['slow-decompression'].fix} Observed on rank {rank}: {measured} of compressed input "
+               f"with {len(busy)} of its workers decompressing; an uncompressed .tar is read at disk speed.")
+    else:
+        title = f"Rank {rank}'s DataLoader workers are decompressing {kind} data; it starves this rank"
+        fix = ADVICE["slow-decompression"].fix
+    return finding(RULE, [rank], title, evidence, fix)
+
+
+RULE = Rule(
+    slug="slow-decompression",
+    title="A rank's DataLoader workers are stuck decompressing shards",
+    severity=Severity.CRITICAL,
+    check=check,
+    summary="Fires on a hang when the culprit waits on its DataLoader and its workers sit in "
+            "bz2/lzma/gzip/zlib frames or read .bz2/.gz/.xz/.zst files; cites each shard, the rate its "
+            "read offset moves (compressed MB/s) and the frames.",
+)

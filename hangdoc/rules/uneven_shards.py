@@ -1,0 +1,116 @@
+"""uneven-shards: a rank ran out of data and left the epoch while the others still step."""
+from __future__ import annotations
+
+from hangdoc.advice import ADVICE
+from hangdoc.model import Finding, Role, Severity
+from hangdoc.rules.base import Context, Rule, finding
+from hangdoc.rules.evidence import basename, frames_line, latest_frames, mb
+
+# Where a rank that left its data loop waits: the end-of-epoch sync, Join, the next epoch's start.
+LEFT_LOOP = ("barrier", "monitored_barrier", "Join.__exit__", "join hook", "DDP join hook",
+             "DDP join all_reduce")
+# What ranks still in the epoch wait in: the step's gradient collective (or the sync NCCL hides behind).
+_STEP = ("all_reduce", "reduce_scatter", "all_gather", "synchronize")
+_NEXT_EPOCH = ("_share_dist_seed", "_get_iterator", "DataLoader.__iter__")
+_LIST_FLAGS = ("data_list", "data-list", "train_data", "train-data", "shard_list", "shard-list",
+               "datalist", "data_file", "train_list", "train-list")
+_LIST_SUFFIXES = (".list", ".lst", ".shards", ".jsonl")
+
+
+def _left(view, frames) -> bool:
+    if view.reading.detail in LEFT_LOOP:
+        return True
+    return view.reading.detail == "broadcast" and any(f.name.endswith(_NEXT_EPOCH) for f in frames)
+
+
+def data_list(cmdline: tuple[str, ...]) -> str | None:
+    """The shard/data list a training command line names, if it names one."""
+    for i, word in enumerate(cmdline):
+        flag, eq, value = word.partition("=")
+        if flag.lstrip("-").lower() in _LIST_FLAGS:
+            if eq:
+                return value
+            if i + 1 < len(cmdline):
+                return cmdline[i + 1]
+    return next((w for w in cmdline[1:] if w.endswith(_LIST_SUFFIXES)), None)
+
+
+def _open_shards(ctx: Context, rank_pid: int) -> list[str]:
+    """The data files the rank's workers hold open in the last sample (logs and pipes aside)."""
+    lines = []
+    for worker in ctx.workers_of(rank_pid):
+        sample = ctx.bundle.last.sample_of(worker.pid)
+        if sample is None or sample.proc is None:
+            continue
+        for f in sample.proc.open_files:
+            if f.mode == "r":
+                share = f" ({100 * f.pos / f.size:.0f}%)" if f.size else ""
+                size = f" of {mb(f.size)}" if f.size else ""
+                lines.append(f"{basename(f.path)} at {mb(f.pos)}{size}{share}")
+    return lines
+
+
+def check(ctx: Context) -> list[Finding]:
+    d = ctx.diagnosis
+    if d.verdict != "hang" or len(d.mismatch) < 2:
+        return []
+    left = [v for v in ctx.culprit_views()
+            if _left(v, latest_frames(ctx.bundle, v.info.pid))]
+    stepping = [v for v in d.waiting if v.info.rank not in d.culprits
+                and any(s in (v.reading.detail or "") for s in _STEP) and v.reading.detail not in LEFT_LOOP]
+    if not left or not stepping:
+        return []
+    common = stepping[0].reading.detail
+    others = ", ".join(str(v.info.rank) for v in stepping)
+    world = d.ranks[0].info.world_size or len(d.ranks)
+    workers = max((w.num_workers for w in ctx.bundle.job.by_role(Role.WORKER) if w.num_workers), default=None)
+    if workers is None:
+        workers = max((len(ctx.workers_of(v.info.pid)) for v in d.ranks), default=0) or None
+    findings = []
+    for view in left:
+        rank = view.info.rank
+        frames = latest_frames(ctx.bundle, view.info.pid)
+        caller = next((f for f in frames if not f.short_filename.startswith("torch/")), None)
+        where = f", called from {caller.label}" if caller else ""
+        evidence = [f"rank {rank} waits in {view.reading.detail}{where}, while rank(s) {others} wait in "
+                    f"{common} for the next step"]
+        stack = frames_line(ctx.bundle, view.info.pid)
+        if stack:
+            evidence.append(f"rank {rank} stack: {stack}")
+        mine = _open_shards(ctx, view.info.pid)
+        evidence.append(f"rank {rank}'s DataLoader workers hold " +
+                        (f"open: {', '.join(mine)}" if mine else "no data file open: their share is used up"))
+        for other in stepping:
+            theirs = _open_shards(ctx, other.info.pid)
+            if theirs:
+                evidence.append(f"rank {other.info.rank}'s workers hold open: {', '.join(theirs)}")
+        listing = data_list(view.info.cmdline)
+        split = f"{world} ranks x {workers} workers = {world * workers}" if workers else f"{world} ranks"
+        if listing:
+            evidence.append(f"the job's data list is {listing} (its content is not in the bundle); "
+                            f"shards are split over {split}")
+        fix = f"{ADVICE['uneven-shards'].fix} Here: {split} readers"
+        if workers:
+            target = listing or "DATA_LIST"
+            fix += (f"; check the list with `hangdoc check data {target} --world-size {world} "
+                    f"--num-workers {workers}`.")
+        else:
+            fix += "."
+        findings.append(finding(
+            RULE, [rank],
+            f"Rank {rank} left the data loop early: it waits in {view.reading.detail} while rank(s) {others} "
+            f"still wait in {common}",
+            evidence, fix,
+        ))
+    return findings
+
+
+RULE = Rule(
+    slug="uneven-shards",
+    title="A rank ran out of data and left the epoch before the others",
+    severity=Severity.CRITICAL,
+    check=check,
+    summary="Fires on a collective mismatch where the ranks that left wait in a barrier, Join, or the "
+            "next epoch's DataLoader seed broadcast while the others wait in the training step's "
+            "collective; cites the shards each rank's workers still hold and the data list.",
+)

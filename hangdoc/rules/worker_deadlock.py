@@ -1,0 +1,92 @@
+"""worker-deadlock: a DataLoader worker sleeps on a lock forever while its rank waits for data."""
+from __future__ import annotations
+
+from hangdoc.advice import ADVICE
+from hangdoc.analyze.timeline import CPU_NOISE_S
+from hangdoc.model import Finding, Severity
+from hangdoc.rules.base import Context, Rule, finding
+from hangdoc.rules.evidence import (above_worker_loop, chain, in_futex, kernel_wait, latest_frames, rank_line,
+                                    samples_of, worker_name)
+
+# Threads the stdlib and torch start on their own (queue feeders, pin-memory): not the job's locks.
+_LIBRARY_FILES = ("threading.py", "multiprocessing/", "queue.py", "selectors.py", "concurrent/", "torch/")
+
+MIN_ASLEEP_S = 2.0
+QUEUE_WAIT = "waiting for work on its index queue"
+
+
+def asleep_in_futex(ctx: Context, pid: int) -> tuple[float, float, str] | None:
+    """(seconds, CPU seconds, kernel wait) of the trailing run of samples spent in a futex, CPU flat."""
+    seen = [(t, s) for t, s in samples_of(ctx.bundle, pid) if s.alive and s.proc is not None]
+    if not seen or not in_futex(seen[-1][1]):
+        return None
+    end_t, end = seen[-1]
+    start_t, start = end_t, end
+    for t, s in reversed(seen[:-1]):
+        if not in_futex(s) or end.proc.cpu_s - s.proc.cpu_s > CPU_NOISE_S:
+            break
+        start_t, start = t, s
+    return end_t - start_t, end.proc.cpu_s - start.proc.cpu_s, kernel_wait(ctx.bundle, end)
+
+
+def check(ctx: Context) -> list[Finding]:
+    d = ctx.diagnosis
+    if d.verdict != "hang":
+        return []
+    findings = []
+    for view in ctx.culprit_views():
+        if view.reading.state != "dataloader-wait":
+            continue
+        evidence, stuck = [rank_line(view, d.decided_at)], []
+        for worker, reading, alive in view.workers:
+            if not alive or reading.detail == QUEUE_WAIT or reading.state not in ("lock-wait", "idle"):
+                continue
+            asleep = asleep_in_futex(ctx, worker.pid)
+            if asleep is None or asleep[0] < MIN_ASLEEP_S:
+                continue
+            seconds, cpu, wait = asleep
+            frames = above_worker_loop(latest_frames(ctx.bundle, worker.pid))
+            top = reading.frame.label if reading.frame else "?"
+            stuck.append((worker, top))
+            evidence.append(f"{worker_name(worker)} asleep for {seconds:.0f} s in a futex ({wait}), "
+                            f"{cpu:.2f} s CPU, at {top}")
+            evidence.append(f"{worker_name(worker)} stack: {chain(frames)}")
+            if worker.start_method:
+                evidence.append(f"{worker_name(worker)} start method: {worker.start_method}")
+        if not stuck:
+            continue
+        evidence += _rank_threads(ctx, view.info)
+        worker, top = stuck[0]
+        index = worker.worker_index if worker.worker_index is not None else "?"
+        findings.append(finding(
+            RULE, [view.info.rank],
+            f"DataLoader worker {index} of rank {view.info.rank} is deadlocked on a lock at {top}; "
+            f"rank {view.info.rank} waits for its data",
+            evidence, ADVICE["worker-deadlock"].fix,
+        ))
+    return findings
+
+
+def _rank_threads(ctx: Context, rank) -> list[str]:
+    """The rank's other Python threads: one of them held the lock when the workers were forked."""
+    sample = ctx.bundle.last.sample_of(rank.pid)
+    if sample is None or sample.stack is None:
+        return []
+    others = [t for t in sample.stack.threads if not t.is_main and t.frames
+              and not all(f.short_filename.startswith(_LIBRARY_FILES) for f in t.frames)]
+    if not others:
+        return []
+    named = "; ".join(f"{t.name} at {t.frames[0].label}" for t in others[:4])
+    return [f"rank {rank.rank} runs threads besides MainThread (a lock one of them held at fork time "
+            f"stays held in every forked worker): {named}"]
+
+
+RULE = Rule(
+    slug="worker-deadlock",
+    title="A DataLoader worker is blocked on a lock it inherited",
+    severity=Severity.CRITICAL,
+    check=check,
+    summary="Fires on a hang when the culprit waits on its DataLoader and one of its workers is "
+            "alive but asleep in a futex (syscall 202 / 98, wchan futex_*) with no CPU used across "
+            "samples, not on its index queue: a lock held across fork.",
+)

@@ -1,0 +1,312 @@
+"""Record the rules' golden bundles from real torchrun jobs on this machine.
+
+    .venv/bin/python tests/golden_record.py                  # record every case
+    .venv/bin/python tests/golden_record.py bz2-shards ...   # record these cases
+    .venv/bin/python tests/golden_record.py --markdown-only  # rewrite expected.md from the stored bundles
+    .venv/bin/python tests/golden_record.py --docs           # rewrite the examples in docs/rules/*.md
+    .venv/bin/python tests/golden_record.py --list
+
+Each case starts a real 2-rank gloo job (a scenario of hangdoc/scenarios/, a mode of
+tests/jobs/stall_job.py or of tests/jobs/rules_job.py), waits for its markers, runs
+`python -m hangdoc watch LAUNCHER_PID --interval 0.5 --hang-after 4 --no-live --no-gpu
+--format json --out ...` (healthy jobs: the same Watcher in-process, since watch saves no
+bundle when nothing is found), always stops the job, trims the bundle to its last samples
+and writes tests/golden/<case>/{bundle.json, expected.json, expected.md}. A derived case
+edits another case's bundle where this machine cannot produce the real thing (see its README).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hangdoc.analyze.report import build_report  # noqa: E402
+from hangdoc.bundle_io import load_bundle  # noqa: E402
+from hangdoc.model import Bundle, LogTail, Role  # noqa: E402
+from hangdoc.render.markdown import report_markdown  # noqa: E402
+from hangdoc.scenarios import SCENARIOS  # noqa: E402
+from hangdoc.scenarios.data import make_shards, synth_wav, write_list  # noqa: E402
+from hangdoc.scenarios.launch import RunningJob, start_job, stop_job, torchrun_cmd, wait_for  # noqa: E402
+from hangdoc.serde import to_dict  # noqa: E402
+
+GOLDEN = ROOT / "tests" / "golden"
+JOBS = ROOT / "tests" / "jobs"
+KEEP_SAMPLES = 12
+KEEP_LOG_LINES = 400   # what the collector keeps: the whole tail
+WATCH = ("--interval", "0.5", "--hang-after", "4", "--no-live", "--no-gpu", "--format", "json")
+ALL_RULES = ("slow-decompression", "tar-member-decode", "uneven-shards", "worker-died", "worker-error",
+             "worker-deadlock", "fork-unsafe-arm", "dataloader-stall", "gpu-starved",
+             "collective-straggler", "collective-mismatch")
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    about: str
+    verdict: str
+    culprits: tuple[int, ...]
+    fire: tuple[str, ...]
+    start: Callable[[Path], tuple[list[str], list[Path]]] | None = None   # workdir -> (cmd, markers)
+    timeout_s: float | None = None       # healthy jobs: how long to watch
+    derive: tuple[str, Callable[[Bundle], Bundle]] | None = None   # (source case, edit)
+    readme: str = ""
+
+    @property
+    def not_fire(self) -> tuple[str, ...]:
+        return tuple(r for r in ALL_RULES if r not in self.fire)
+
+
+def scenario(name: str, *, fault: bool = True, max_steps: int | None = None):
+    def start(workdir: Path):
+        s = SCENARIOS[name]
+        s.prepare(workdir)
+        markers = s.ready_markers(workdir) + ([s.fault_marker(workdir)] if fault else [])
+        return s.command(workdir, max_steps=max_steps), markers
+    return start
+
+
+def stall_job(mode: str):
+    def start(workdir: Path):
+        cmd = torchrun_cmd(JOBS / "stall_job.py", "--workdir", str(workdir), "--mode", mode)
+        return cmd, [workdir / "ready.0", workdir / "ready.1", workdir / "fault"]
+    return start
+
+
+def rules_job(mode: str, layout: str = "plain", *, fault: bool = True, fault_after: float = 6.0):
+    """A mode of tests/jobs/rules_job.py; crash modes wait only for ready, so watch sees the fault."""
+    def start(workdir: Path):
+        data = workdir / "data"
+        if layout == "bz2-rank0":   # shard i goes to rank i % 2: rank 0 draws the bz2 ones
+            bz2 = make_shards(data, 2, 24, 1.0, "bz2", prefix="libri")
+            plain = make_shards(data, 2, 24, 1.0, prefix="aishell")
+            shards = [bz2[0], plain[0], bz2[1], plain[1]]
+        else:
+            shards = make_shards(data, 4, 24, 1.0, prefix="aishell")
+        listing = write_list(shards, workdir / "data.list")
+        (workdir / "raw.wav").write_bytes(synth_wav(1.0, seed=7))
+        cmd = torchrun_cmd(JOBS / "rules_job.py", "--workdir", str(workdir), "--mode", mode,
+                           "--data-list", str(listing), "--fault-after", str(fault_after))
+        return cmd, [workdir / "ready.0", workdir / "ready.1"] + ([workdir / "fault"] if fault else [])
+    return start
+
+
+def on_aarch64(bundle: Bundle) -> Bundle:
+    """The x86 segfault as a Kunpeng host shows it: aarch64, OpenMP and ACL mapped in every process."""
+    arm_libs = ("/opt/arm/acl/lib/libarm_compute.so",)
+
+    def edit(proc):
+        if proc.role in (Role.RANK, Role.WORKER):
+            return dataclasses.replace(proc, libs=tuple(sorted(set(proc.libs) | set(arm_libs))))
+        return proc
+
+    job = dataclasses.replace(bundle.job, processes=tuple(edit(p) for p in bundle.job.processes))
+    host = dataclasses.replace(bundle.host, arch="aarch64", hostname=bundle.host.hostname + "-kunpeng")
+    return dataclasses.replace(bundle, host=host, job=job)
+
+
+CASES = [
+    Case("bz2-shards", "rank 1's workers decompress .tar.bz2 shards by random access; rank 0 waits",
+         "hang", (1,), ("slow-decompression", "collective-straggler"), scenario("bz2-shards")),
+    Case("tar-stream-decode", "rank 1 decodes per-channel audio straight from bz2 tar member files",
+         "hang", (1,), ("tar-member-decode", "collective-straggler"), scenario("tar-stream-decode")),
+    Case("tar-stream-error", "a rank-1 worker decodes from a streamed tar member: '_Stream' has no seekable",
+         "crash", (1,), ("tar-member-decode", "worker-error"), rules_job("tar-stream", fault=False, fault_after=10)),
+    Case("uneven-shards", "5 shards over 2 ranks x 2 workers: rank 1 reaches the epoch barrier first",
+         "hang", (1,), ("uneven-shards", "collective-mismatch"), scenario("uneven-shards")),
+    Case("barrier-mismatch", "stall_job: rank 1 calls barrier() mid-epoch while rank 0 is in all_reduce",
+         "hang", (1,), ("uneven-shards", "collective-mismatch"), stall_job("mismatch")),
+    Case("worker-segfault", "a rank-1 worker segfaults (x86_64): the job crashes",
+         "crash", (1,), ("worker-died",), scenario("worker-segfault", fault=False)),
+    Case("worker-segfault-aarch64", "the worker-segfault bundle as an aarch64 host with OpenMP/ACL shows it",
+         "crash", (1,), ("worker-died", "fork-unsafe-arm"),
+         derive=("worker-segfault", on_aarch64),
+         readme="Hand-derived from ../worker-segfault/bundle.json (a real x86_64 segfault): "
+                "host.arch set to aarch64, hostname suffixed -kunpeng, libarm_compute added to the "
+                "ranks' and workers' libs (torch's libgomp is mapped already). No aarch64 machine was available."),
+    Case("worker-oom", "a rank-1 worker is SIGKILLed, as the OOM killer does",
+         "crash", (1,), ("worker-died",), rules_job("worker-oom", fault=False, fault_after=10)),
+    Case("worker-keyerror", "a rank-1 worker raises KeyError: 'sample_rate' (decode sets it in one branch)",
+         "crash", (1,), ("worker-error",), rules_job("worker-keyerror", fault=False, fault_after=10)),
+    Case("worker-deadlock", "rank 1's workers take a lock that was held when they were forked",
+         "hang", (1,), ("worker-deadlock", "collective-straggler"), scenario("worker-deadlock")),
+    Case("stuck-fetch", "a rank-1 worker sleeps in recv() on a store that never answers",
+         "hang", (1,), ("dataloader-stall", "collective-straggler"), rules_job("stuck-fetch")),
+    Case("compute-straggler", "rank 1 loops in heavy_compute(); its workers idle on their index queues",
+         "hang", (1,), ("collective-straggler",), scenario("compute-straggler")),
+    Case("bz2-bystander", "rank 0 reads .tar.bz2 shards and waits; rank 1 loops in heavy_compute()",
+         "hang", (1,), ("collective-straggler",), rules_job("bz2-bystander", "bz2-rank0")),
+    Case("slow-data", "one worker per rank, CPU-heavy augmentation: ranks mostly wait for data",
+         "healthy", (), ("gpu-starved",), scenario("slow-data", fault=False, max_steps=400), timeout_s=12),
+    Case("healthy-finished", "fast steps; the job finishes while watched",
+         "healthy", (), (), scenario("healthy", fault=False, max_steps=600), timeout_s=40),
+    Case("checkpoint-pause", "rank 0 writes a checkpoint for 3.5 s every 10 steps; rank 1 waits in a barrier",
+         "healthy", (), (), scenario("checkpoint-pause", fault=False, max_steps=400), timeout_s=12),
+]
+BY_NAME = {c.name: c for c in CASES}
+
+
+def watch_cli(pid: int, out: Path, timeout_s: float | None) -> Path:
+    """`hangdoc watch PID ...` in a child process, as a user runs it."""
+    extra = ("--timeout", str(timeout_s)) if timeout_s else ()
+    env = dict(os.environ, NO_COLOR="1", COLUMNS="200")
+    done = subprocess.run([sys.executable, "-m", "hangdoc", "watch", str(pid), *WATCH, "--out", str(out), *extra],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    if not out.exists():
+        raise RuntimeError(f"watch saved no bundle (exit {done.returncode}): {done.stderr[-2000:]}")
+    return out
+
+
+def watch_healthy(pid: int, out: Path, timeout_s: float) -> Path:
+    """What `watch --timeout` does, keeping the bundle it does not save for a healthy job."""
+    from hangdoc.bundle_io import save_bundle
+    from hangdoc.pipeline import make_probes
+    from hangdoc.watcher import WatchConfig, Watcher
+
+    config = WatchConfig(interval_s=0.5, hang_after_s=4.0, timeout_s=timeout_s)
+    outcome = Watcher(pid, make_probes(gpu=False), config).run()
+    return save_bundle(outcome.bundle, out)
+
+
+def trim(bundle: Bundle, keep: int = KEEP_SAMPLES) -> Bundle:
+    """The last `keep` samples (more if fewer change the verdict), the last lines of each log."""
+    full = build_report(bundle)
+    for n in range(min(keep, len(bundle.samples)), len(bundle.samples) + 1):
+        cut = dataclasses.replace(bundle, samples=bundle.samples[-n:])
+        report = build_report(cut)
+        if (report.verdict, report.culprit_ranks) == (full.verdict, full.culprit_ranks):
+            break
+    seen = {s.pid for snap in cut.samples for s in snap.processes}
+    job = dataclasses.replace(cut.job, processes=tuple(p for p in cut.job.processes if p.pid in seen))
+    logs = tuple(LogTail(t.source, t.lines[-KEEP_LOG_LINES:]) for t in cut.logs)
+    return dataclasses.replace(cut, job=job, logs=logs)
+
+
+def record(case: Case, attempts: int = 3) -> Bundle:
+    """Record `case`; a crash can outrun the watcher's attach, so a failed try is repeated."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return record_once(case)
+        except RuntimeError as exc:
+            if attempt == attempts:
+                raise
+            print(f"{case.name}: try {attempt} failed ({str(exc).splitlines()[0][:160]}); again", flush=True)
+    raise AssertionError("unreachable")
+
+
+def record_once(case: Case) -> Bundle:
+    if case.derive is not None:
+        source, edit = case.derive
+        return edit(load_bundle(GOLDEN / source / "bundle.json"))
+    workdir = Path(tempfile.mkdtemp(prefix=f"hangdoc-golden-{case.name}-"))
+    cmd, markers = case.start(workdir)
+    job: RunningJob = start_job(cmd, cwd=workdir, log_path=workdir / "job.log")
+    try:
+        if not wait_for(markers, job, timeout=90):
+            tail = (workdir / "job.log").read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"{case.name}: the job did not reach its markers; log tail:\n{tail}")
+        out = workdir / "bundle.json"
+        if case.verdict == "healthy":
+            watch_healthy(job.pid, out, case.timeout_s or 12)
+        else:
+            watch_cli(job.pid, out, case.timeout_s)
+        return trim(load_bundle(out))
+    finally:
+        stop_job(job)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def write_case(case: Case, bundle: Bundle) -> None:
+    folder = GOLDEN / case.name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "bundle.json").write_text(json.dumps(to_dict(bundle), separators=(",", ":")) + "\n")
+    expected = {"about": case.about, "verdict": case.verdict, "culprit_ranks": list(case.culprits),
+                "fire": list(case.fire), "not_fire": list(case.not_fire)}
+    (folder / "expected.json").write_text(json.dumps(expected, indent=2) + "\n")
+    if case.readme:
+        (folder / "README").write_text(case.readme + "\n")
+
+
+def write_markdown(case: Case) -> str:
+    bundle = load_bundle(GOLDEN / case.name / "bundle.json")
+    report = build_report(bundle)
+    text = report_markdown(report, [bundle]) + "\n"
+    (GOLDEN / case.name / "expected.md").write_text(text)
+    fired = sorted({f.rule for f in report.findings})
+    problems = []
+    if (report.verdict, report.culprit_ranks) != (case.verdict, case.culprits):
+        problems.append(f"verdict {report.verdict} culprits {list(report.culprit_ranks)}")
+    problems += [f"missing {r}" for r in case.fire if r not in fired]
+    problems += [f"unexpected {r}" for r in fired if r not in case.fire]
+    return f"{case.name}: fired {fired}" + (f"  MISMATCH: {'; '.join(problems)}" if problems else "")
+
+
+DOCS = ROOT / "docs" / "rules"
+_EXAMPLE = re.compile(r"<!-- example: (\S+) (\S+) -->\n(?:\n```text\n.*?\n```\n)?", re.S)
+
+
+def finding_block(case: str, slug: str) -> str:
+    """A golden case's finding for `slug` as plain text: title, evidence, fix."""
+    bundle = load_bundle(GOLDEN / case / "bundle.json")
+    found = next(f for f in build_report(bundle).findings if f.rule == slug)
+    ranks = f" (ranks {', '.join(map(str, found.ranks))})" if found.ranks else ""
+    lines = [f"{found.severity.value} {found.rule}{ranks}: {found.title}"]
+    lines += [f"  - {line.strip()}" for line in found.evidence]
+    lines += [f"  Fix: {found.fix}"]
+    return "\n".join(lines)
+
+
+def write_doc_examples() -> None:
+    """Fill every `<!-- example: CASE SLUG -->` in docs/rules/*.md with that golden finding."""
+    for page in sorted(DOCS.glob("*.md")):
+        text = page.read_text()
+        new = _EXAMPLE.sub(lambda m: f"<!-- example: {m[1]} {m[2]} -->\n\n```text\n"
+                                     f"{finding_block(m[1], m[2])}\n```\n", text)
+        if new != text:
+            page.write_text(new)
+            print(f"{page.relative_to(ROOT)}: examples rewritten")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cases", nargs="*", help="case names (default: all)")
+    parser.add_argument("--markdown-only", action="store_true", help="rewrite expected.md from stored bundles")
+    parser.add_argument("--docs", action="store_true", help="rewrite the examples in docs/rules/*.md")
+    parser.add_argument("--list", action="store_true")
+    args = parser.parse_args(argv)
+    chosen = [BY_NAME[name] for name in args.cases] if args.cases else CASES
+    if args.docs:
+        write_doc_examples()
+        return 0
+    if args.list:
+        for case in CASES:
+            kind = "derived" if case.derive else "real"
+            print(f"{case.name:24} {kind:8} {case.verdict:8} fire={','.join(case.fire) or '-'}")
+        return 0
+    for case in chosen:
+        if args.markdown_only and not (GOLDEN / case.name / "bundle.json").exists():
+            print(f"{case.name}: not recorded yet")
+            continue
+        if not args.markdown_only:
+            started = time.monotonic()
+            write_case(case, record(case))
+            print(f"{case.name}: recorded in {time.monotonic() - started:.0f} s", flush=True)
+        print(write_markdown(case), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""Every rule has a docs page that `hangdoc explain` prints, and its example is a real golden finding."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from hangdoc.cli import main
+from hangdoc.rules import get_rule
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs" / "rules"
+GOLDEN = ROOT / "tests" / "golden"
+DOCUMENTED = ("slow-decompression", "tar-member-decode", "uneven-shards", "dataloader-stall", "worker-died",
+              "worker-error", "worker-deadlock", "fork-unsafe-arm", "gpu-starved", "collective-straggler",
+              "collective-mismatch")
+SECTIONS = ("## What it detects", "## Evidence it cites", "## Example", "## Fix", "## False positives and limits")
+_EXAMPLE = re.compile(r"<!-- example: (\S+) (\S+) -->\n\n```text\n(.*?)\n```", re.S)
+
+
+@pytest.mark.parametrize("slug", DOCUMENTED)
+def test_every_rule_has_a_page_with_every_section(slug):
+    # GIVEN a registered rule THEN docs/rules/<slug>.md exists and has every section, a code fix
+    assert get_rule(slug) is not None
+    page = (DOCS / f"{slug}.md").read_text()
+    assert page.startswith(f"# {slug}\n")
+    for section in SECTIONS:
+        assert section in page, section
+    fix = page.split("## Fix", 1)[1].split("## False positives", 1)[0]
+    assert "```" in fix
+
+
+@pytest.mark.parametrize("slug", DOCUMENTED)
+def test_explain_prints_the_page(slug, capsys):
+    # WHEN `hangdoc explain <slug>` runs THEN it prints the page and exits 0
+    assert main(["explain", slug]) == 0
+    assert capsys.readouterr().out == (DOCS / f"{slug}.md").read_text()
+
+
+@pytest.mark.parametrize("slug", DOCUMENTED)
+def test_the_example_is_the_finding_of_a_golden_case(slug):
+    # GIVEN the page's example block(s) THEN each names a golden case about this rule,
+    # and its title is the one in that case's expected report
+    examples = _EXAMPLE.findall((DOCS / f"{slug}.md").read_text())
+    assert examples, "no filled example (run tests/golden_record.py --docs)"
+    for case, rule, block in examples:
+        assert rule == slug
+        title = block.splitlines()[0].split(": ", 1)[1]
+        assert title in (GOLDEN / case / "expected.md").read_text()

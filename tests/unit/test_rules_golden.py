@@ -1,0 +1,142 @@
+"""The root-cause rules on golden bundles: real torchrun jobs recorded by tests/golden_record.py.
+
+Each tests/golden/<case>/ holds bundle.json (what `hangdoc watch` saved), expected.json (verdict,
+culprits, the rules that must fire and those that must not) and expected.md (the Markdown report,
+exactly). A case with a README was derived by hand from a real bundle; the README says how.
+Re-record: `.venv/bin/python tests/golden_record.py [CASE]`; after a deliberate change to a rule's
+wording: `.venv/bin/python tests/golden_record.py --markdown-only`.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from hangdoc.analyze.report import build_report
+from hangdoc.bundle_io import load_bundle
+from hangdoc.model import Severity
+from hangdoc.render.markdown import report_markdown
+from hangdoc.rules import all_rules
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+CASES = sorted(p.name for p in GOLDEN.iterdir() if (p / "bundle.json").is_file()) if GOLDEN.is_dir() else []
+ROOT_CAUSES = ("slow-decompression", "tar-member-decode", "uneven-shards", "dataloader-stall", "worker-died",
+               "worker-error", "worker-deadlock", "fork-unsafe-arm", "gpu-starved")
+
+
+@lru_cache(maxsize=None)
+def golden(name: str):
+    folder = GOLDEN / name
+    bundle = load_bundle(folder / "bundle.json")
+    return bundle, build_report(bundle), json.loads((folder / "expected.json").read_text())
+
+
+def fired(report) -> set[str]:
+    return {f.rule for f in report.findings}
+
+
+def test_there_are_golden_cases():
+    assert len(CASES) >= 10, CASES
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_verdict_and_culprits_are_the_recorded_ones(name):
+    # GIVEN a bundle recorded from a real job WHEN it is diagnosed offline
+    _, report, expected = golden(name)
+    # THEN the verdict and the culprit ranks are the ones the job was built to show
+    assert report.verdict == expected["verdict"]
+    assert list(report.culprit_ranks) == expected["culprit_ranks"]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_expected_rules_fire(name):
+    # GIVEN a golden bundle WHEN the rules run
+    _, report, expected = golden(name)
+    # THEN every rule the case is about fires
+    assert set(expected["fire"]) <= fired(report), [f.title for f in report.findings]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_near_miss_rules_stay_quiet(name):
+    # GIVEN a golden bundle WHEN the rules run
+    _, report, expected = golden(name)
+    # THEN none of the rules that must not fire does
+    assert not set(expected["not_fire"]) & fired(report), [f.title for f in report.findings]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_markdown_report_is_the_golden_one(name):
+    # GIVEN a golden bundle WHEN rendered as Markdown, as `hangdoc report --format markdown` does
+    bundle, report, _ = golden(name)
+    text = report_markdown(report, [bundle]) + "\n"
+    # THEN it is exactly expected.md
+    assert text == (GOLDEN / name / "expected.md").read_text()
+
+
+@pytest.mark.parametrize("name", [c for c in CASES if golden(c)[2]["verdict"] == "healthy"])
+def test_a_healthy_bundle_has_no_critical_finding(name):
+    # GIVEN a job that never hung WHEN diagnosed THEN nothing is critical
+    _, report, _ = golden(name)
+    assert not [f.title for f in report.findings if f.severity is Severity.CRITICAL]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_every_finding_has_evidence_and_a_fix(name):
+    _, report, _ = golden(name)
+    for f in report.findings:
+        assert f.title and "\n" not in f.title
+        assert f.evidence and all(line.strip() for line in f.evidence)
+        assert f.fix
+
+
+@pytest.mark.parametrize("slug", ROOT_CAUSES + ("collective-straggler", "collective-mismatch"))
+def test_every_rule_has_a_case_that_fires_it_and_a_near_miss(slug):
+    # GIVEN all golden cases THEN the rule fires in one and is asserted quiet in another
+    assert slug in {r.slug for r in all_rules()}
+    assert any(slug in golden(c)[2]["fire"] for c in CASES), f"no case fires {slug}"
+    assert any(slug in golden(c)[2]["not_fire"] for c in CASES), f"no near miss for {slug}"
+
+
+@pytest.mark.parametrize("name", [c for c in CASES if golden(c)[2]["verdict"] == "hang"
+                                  and set(golden(c)[2]["fire"]) & set(ROOT_CAUSES)])
+def test_a_root_cause_about_the_culprit_comes_before_the_generic_finding(name):
+    # GIVEN a hang whose cause a root-cause rule names WHEN the report lists its findings
+    _, report, expected = golden(name)
+    rules = [f.rule for f in report.findings]
+    cause = next(r for r in rules if r in ROOT_CAUSES)
+    generic = next(r for r in rules if r in ("collective-straggler", "collective-mismatch"))
+    # THEN the root cause comes first, is about the culprit, and the generic finding is kept
+    assert rules.index(cause) < rules.index(generic)
+    assert set(report.findings[rules.index(cause)].ranks) == set(expected["culprit_ranks"])
+
+
+def test_slow_decompression_names_the_shard_its_rate_and_the_frames():
+    # GIVEN rank 1's workers decompressing .tar.bz2 shards (a real job)
+    _, report, _ = golden("bz2-shards")
+    finding = next(f for f in report.findings if f.rule == "slow-decompression")
+    # THEN the title names the shard and the MB/s, the evidence the file, the offsets and bz2 frames
+    assert finding.ranks == (1,)
+    assert ".tar.bz2 at " in finding.title and "MB/s" in finding.title and "bz2 shards starve" in finding.title
+    assert any(".tar.bz2 (" in e and "MB/s" in e and "->" in e for e in finding.evidence)
+    assert any("stack:" in e and "bz2.py" in e for e in finding.evidence)
+    assert "uncompressed .tar" in finding.fix and "MB/s" in finding.fix
+
+
+def test_worker_error_points_at_the_decode_branch():
+    # GIVEN a worker that raised KeyError: 'sample_rate'
+    _, report, _ = golden("worker-keyerror")
+    finding = next(f for f in report.findings if f.rule == "worker-error")
+    # THEN the exception, its frames and the decode-branch hint are cited
+    assert finding.title == "DataLoader worker 0 of rank 1 raised KeyError: 'sample_rate'"
+    assert any("resample" in e for e in finding.evidence)
+    assert "every branch" in finding.fix
+
+
+def test_oom_kill_names_the_signal_and_memory():
+    _, report, _ = golden("worker-oom")
+    finding = next(f for f in report.findings if f.rule == "worker-died")
+    assert "Killed" in finding.title and finding.ranks == (1,)
+    assert any("resident memory" in e for e in finding.evidence)
+    assert "OOM killer" in finding.fix and "prefetch_factor" in finding.fix

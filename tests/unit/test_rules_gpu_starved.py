@@ -1,0 +1,66 @@
+"""gpu-starved with and without GPU data: the slow-data golden bundle, with NVML samples added."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from hangdoc.analyze.report import build_report
+from hangdoc.bundle_io import load_bundle
+from hangdoc.model import Bundle, GpuDevice, GpuProcess, GpuState, Severity
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+
+
+def with_gpus(bundle: Bundle, utilisation: list[int]) -> Bundle:
+    """One GPU per rank; sample i reads utilisation[i % len] on every GPU."""
+    samples = []
+    for i, snap in enumerate(bundle.samples):
+        devices = tuple(
+            GpuDevice(index=r.rank, uuid=f"GPU-{r.rank}", name="NVIDIA H100 80GB HBM3",
+                      utilization_pct=utilisation[i % len(utilisation)], memory_util_pct=None,
+                      memory_used_bytes=None, memory_total_bytes=None, power_w=None, power_limit_w=None,
+                      sm_clock_mhz=None, sm_clock_max_mhz=None, processes=(GpuProcess(r.pid, None),))
+            for r in bundle.job.ranks)
+        samples.append(dataclasses.replace(snap, gpu=GpuState("ok", None, "550.54", devices)))
+    return dataclasses.replace(bundle, samples=tuple(samples))
+
+
+def starved(bundle: Bundle):
+    return [f for f in build_report(bundle).findings if f.rule == "gpu-starved"]
+
+
+def test_without_gpus_it_says_so_and_judges_on_the_wait_share():
+    # GIVEN the real slow-data job, watched with --no-gpu
+    bundle = load_bundle(GOLDEN / "slow-data" / "bundle.json")
+    # WHEN the rules run
+    [finding] = starved(bundle)
+    # THEN a warning from the dataloader-wait share alone, saying GPU data is unavailable
+    assert finding.severity is Severity.WARNING
+    assert any(e.startswith("GPU data unavailable") for e in finding.evidence)
+    assert any("waiting in DataLoader.__next__ in" in e for e in finding.evidence)
+    assert any("-core host" in e for e in finding.evidence)
+
+
+def test_bursty_gpus_are_cited_per_device():
+    # GIVEN the same job with GPUs at 0 % most of the time and bursts of 75 %
+    bundle = with_gpus(load_bundle(GOLDEN / "slow-data" / "bundle.json"), [0, 0, 75, 0])
+    # WHEN the rules run
+    [finding] = starved(bundle)
+    # THEN each GPU's mean, idle samples and peak are evidence, and nothing says "unavailable"
+    gpu0 = next(e for e in finding.evidence if e.startswith("GPU0 (rank 0)"))
+    assert "mean 19% utilisation" in gpu0 and "peak 75%" in gpu0
+    assert not any("unavailable" in e for e in finding.evidence)
+
+
+def test_busy_gpus_are_not_starved():
+    # GIVEN the same wait share but GPUs at 95 %
+    bundle = with_gpus(load_bundle(GOLDEN / "slow-data" / "bundle.json"), [95])
+    # THEN no gpu-starved finding
+    assert starved(bundle) == []
+
+
+def test_a_hang_is_not_gpu_starved():
+    # GIVEN a hung job whose culprit waits for data
+    bundle = load_bundle(GOLDEN / "bz2-shards" / "bundle.json")
+    # THEN the hang rules speak, not gpu-starved
+    assert starved(bundle) == []
