@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from functools import cached_property
 
 BUNDLE_SCHEMA = "hangdoc/bundle-v1"
 REPORT_SCHEMA = "hangdoc/report-v1"
+# Linux pids stay below 2**22; a merge of several nodes' bundles renumbers colliding pids to
+# node_slot * PID_STRIDE + pid, so `pid % PID_STRIDE` is always the pid on the process's own node.
+PID_STRIDE = 10_000_000
 
 
 class Role(str, enum.Enum):
@@ -140,10 +144,15 @@ class GpuState:
         return self.status == "ok"
 
     def device_of(self, pid: int) -> GpuDevice | None:
+        return self._device_by_pid.get(pid)
+
+    @cached_property
+    def _device_by_pid(self) -> dict[int, GpuDevice]:
+        index: dict[int, GpuDevice] = {}
         for device in self.devices:
-            if any(p.pid == pid for p in device.processes):
-                return device
-        return None
+            for proc in device.processes:
+                index.setdefault(proc.pid, device)
+        return index
 
 
 # --- the job and its samples ---------------------------------------------------
@@ -169,6 +178,12 @@ class ProcessInfo:
     num_workers: int | None = None
     start_method: str | None = None  # "fork" or "spawn" for multiprocessing children
     libs: tuple[str, ...] = ()     # the mapped libraries that matter (libgomp, libnccl, ...)
+    host: str | None = None        # its node's hostname, set by a merge (None: the bundle's host)
+
+    @property
+    def node_pid(self) -> int:
+        """The pid on its own node (a merge may renumber `pid`; see PID_STRIDE)."""
+        return self.pid % PID_STRIDE
 
 
 @dataclass(frozen=True)
@@ -188,10 +203,15 @@ class Snapshot:
     gpu: GpuState
 
     def sample_of(self, pid: int) -> ProcSample | None:
+        return self._by_pid.get(pid)
+
+    @cached_property
+    def _by_pid(self) -> dict[int, ProcSample]:
+        # Built once per snapshot: lookups by pid for every process would be quadratic otherwise.
+        index: dict[int, ProcSample] = {}
         for sample in self.processes:
-            if sample.pid == pid:
-                return sample
-        return None
+            index.setdefault(sample.pid, sample)
+        return index
 
 
 @dataclass(frozen=True)
@@ -217,18 +237,31 @@ class Job:
     def by_role(self, role: Role) -> tuple[ProcessInfo, ...]:
         return tuple(p for p in self.processes if p.role is role)
 
-    @property
+    @cached_property
     def ranks(self) -> tuple[ProcessInfo, ...]:
         return tuple(sorted(self.by_role(Role.RANK), key=lambda p: (p.rank is None, p.rank, p.pid)))
 
     def info(self, pid: int) -> ProcessInfo | None:
-        for proc in self.processes:
-            if proc.pid == pid:
-                return proc
-        return None
+        return self._by_pid.get(pid)
 
     def children_of(self, rank_pid: int) -> tuple[ProcessInfo, ...]:
-        return tuple(p for p in self.processes if p.rank_pid == rank_pid and p.role is not Role.RANK)
+        return self._children.get(rank_pid, ())
+
+    # Indexes built once per job: per-rank lookups would be quadratic over thousands of ranks.
+    @cached_property
+    def _by_pid(self) -> dict[int, ProcessInfo]:
+        index: dict[int, ProcessInfo] = {}
+        for proc in self.processes:
+            index.setdefault(proc.pid, proc)
+        return index
+
+    @cached_property
+    def _children(self) -> dict[int, tuple[ProcessInfo, ...]]:
+        children: dict[int, list[ProcessInfo]] = {}
+        for proc in self.processes:
+            if proc.rank_pid is not None and proc.role is not Role.RANK:
+                children.setdefault(proc.rank_pid, []).append(proc)
+        return {pid: tuple(procs) for pid, procs in children.items()}
 
 
 @dataclass(frozen=True)
@@ -301,6 +334,7 @@ class RankReport:
     gpu: dict[str, float | int | str | None] | None
     top_frame: str | None
     workers: tuple[WorkerReport, ...] = ()
+    group_rank: int | None = None  # torchrun's node (agent) index: which node the rank runs on
 
 
 @dataclass(frozen=True)

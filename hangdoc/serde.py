@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import sys
 import types
 import typing
 from typing import Any, TypeVar
@@ -90,5 +91,6 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
     if tp in (int, str, bool):
         if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
             raise ValueError(f"{where}: expected {tp.__name__}, got {value!r}")
-        return value
+        # Frame names and file paths repeat across thousands of processes: keep one copy each.
+        return sys.intern(value) if tp is str else value
     raise TypeError(f"{where}: unsupported annotation {tp!r}")

@@ -47,7 +47,7 @@ JOBS = ROOT / "tests" / "jobs"
 KEEP_SAMPLES = 12
 KEEP_LOG_LINES = 400   # what the collector keeps: the whole tail
 WATCH = ("--interval", "0.5", "--hang-after", "4", "--no-live", "--no-gpu", "--format", "json")
-ALL_RULES = ("slow-decompression", "tar-member-decode", "uneven-shards", "worker-died", "worker-error",
+ALL_RULES = ("slow-decompression", "tar-member-decode", "uneven-shards", "worker-died", "worker-error", "no-progress", "missing-ranks",
              "worker-deadlock", "fork-unsafe-arm", "dataloader-stall", "gpu-starved",
              "collective-straggler", "collective-mismatch")
 

@@ -66,15 +66,58 @@ def prefix_tree(classes: list[StackClass]) -> Node:
     return root
 
 
+def rank_set(ranks, limit: int = 16) -> str:
+    """"rank 3" or "ranks 0-511,513-1023 (1023)"; past `limit` runs the rest is counted, not listed."""
+    ranks = [r for r in ranks if r is not None and r >= 0]
+    if not ranks:
+        return "ranks ?"
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    parts = rank_ranges(ranks).split(",")
+    shown = ",".join(parts[:limit]) + (f",... (+{len(parts) - limit} runs)" if len(parts) > limit else "")
+    count = len(set(ranks))
+    return f"ranks {shown} ({count})" if count > 2 else f"ranks {shown}"
+
+
+def _chain_label(chain: list[Node]) -> str:
+    labels = [node.label for node in chain]
+    if len(labels) > 5:
+        labels = labels[:2] + [f"... {len(labels) - 4} frames ..."] + labels[-2:]
+    return " > ".join(labels)
+
+
 def tree_lines(node: Node, indent: str = "") -> list[str]:
-    """The tree with single-child chains folded: each line says which ranks took that branch."""
+    """The tree, outermost frame first, one line per branch: single-child chains fold into one line.
+
+    Each line says which ranks took the branch; where ranks stop while others go deeper, a
+    line says so. Thousands of ranks in a few classes print as a few lines.
+    """
     lines = []
-    for child in node.children.values():
+    children = sorted(node.children.values(), key=lambda c: (-len(c.ranks), min(c.ranks, default=0)))
+    for child in children:
         chain = [child]
-        while len(chain[-1].children) == 1 and sorted(next(iter(chain[-1].children.values())).ranks) == sorted(chain[-1].ranks):
-            chain.append(next(iter(chain[-1].children.values())))
-        shown = chain[-1]
-        skipped = f" ... ({len(chain) - 1} frames above)" if len(chain) > 1 else ""
-        lines.append(f"{indent}[ranks {rank_ranges(shown.ranks)}] {shown.label}{skipped}")
-        lines.extend(tree_lines(shown, indent + "  "))
+        while len(chain[-1].children) == 1:
+            only = next(iter(chain[-1].children.values()))
+            if len(only.ranks) != len(chain[-1].ranks):   # a child's ranks are a subset of its parent's
+                break
+            chain.append(only)
+        lines.append(f"{indent}[{rank_set(child.ranks)}] {_chain_label(chain)}")
+        lines.extend(tree_lines(chain[-1], indent + "  "))
+    if children:
+        deeper = {r for c in children for r in c.ranks}
+        here = [r for r in node.ranks if r not in deeper]
+        if here:
+            lines.append(f"{indent}[{rank_set(here)}] (innermost frame above)")
+    return lines
+
+
+def stack_tree(bundle: Bundle) -> list[str]:
+    """The main-thread stacks of every rank in the last sample as a folded prefix tree."""
+    classes = stack_classes(bundle)
+    if not classes:
+        return []
+    lines = tree_lines(prefix_tree(classes))
+    bare = [r for c in classes if not c.frames for r in c.ranks]
+    if bare:
+        lines.append(f"[{rank_set(bare)}] (no stack)")
     return lines

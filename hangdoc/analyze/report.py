@@ -46,16 +46,17 @@ def _rank_report(bundle: Bundle, diagnosis: Diagnosis, view: RankView) -> RankRe
                "memory_used_bytes": device.memory_used_bytes}
     return RankReport(
         rank=view.info.rank,
-        pid=view.info.pid,
-        host=bundle.host.hostname,
+        pid=view.info.node_pid,
+        host=view.info.host or bundle.host.hostname,
         state=view.reading.state,
         waiting_s=round(diagnosis.decided_at - view.state_since, 1),
         progress=view.progress,
         gpu=gpu,
         top_frame=view.reading.frame.label if view.reading.frame else None,
         workers=tuple(
-            WorkerReport(pid=w.pid, index=w.worker_index, state=r.state if alive else "exited",
+            WorkerReport(pid=w.node_pid, index=w.worker_index, state=r.state if alive else "exited",
                          top_frame=r.frame.label if r.frame else None, alive=alive)
             for w, r, alive in view.workers
         ),
+        group_rank=view.info.group_rank,
     )

@@ -33,5 +33,5 @@ def emit_report(report: Report, fmt: Format, bundles: list[Bundle] | None = None
     else:
         from hangdoc.render.text import render_text
 
-        render_text(report, out)
+        render_text(report, out, bundles=bundles)
     out.flush()

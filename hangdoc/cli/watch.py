@@ -1,4 +1,4 @@
-"""`hangdoc watch PID`: attach to a running job, sample it, and report a hang when it is one."""
+"""`hangdoc watch PID` (or `--job`): attach to a running job, sample it, and report a hang when it is one."""
 from __future__ import annotations
 
 import sys
@@ -11,7 +11,7 @@ import typer
 from hangdoc.bundle_io import check_writable, save_bundle
 from hangdoc.cli import app
 from hangdoc.cli.common import Format, emit_report, verdict_exit_code
-from hangdoc.errors import EXIT_OK
+from hangdoc.errors import EXIT_OK, HangdocError
 from hangdoc.model import Role
 
 DEFAULT_INTERVAL_S = 2.0
@@ -23,7 +23,12 @@ def default_out() -> Path:
 
 @app.command()
 def watch(
-    pid: int = typer.Argument(..., help="Any pid of the job: the torchrun launcher, a rank or a DataLoader worker."),
+    target: Optional[str] = typer.Argument(
+        None, metavar="[PID]",
+        help="Any pid of the job: the torchrun launcher, a rank or a DataLoader worker. With --job: the "
+             "run id (or launcher pid) of the job to pick among this node's jobs."),
+    job: bool = typer.Option(False, "--job", help="Find the job on this node, no pid needed (what a cluster's "
+                             "launcher runs on every node); with several jobs here, name one: --job RUN_ID."),
     once: bool = typer.Option(False, "--once", help="Capture one snapshot, write the bundle and exit."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to save the bundle (default ./hangdoc-<time>.json)."),
     interval: float = typer.Option(DEFAULT_INTERVAL_S, "--interval", min=0.1, help="Seconds between samples."),
@@ -37,13 +42,17 @@ def watch(
     py_spy: Optional[str] = typer.Option(None, "--py-spy", help="Path of the py-spy binary to use."),
     no_gpu: bool = typer.Option(False, "--no-gpu", help="Do not sample GPUs through NVML."),
 ) -> None:
-    """Attach to a running torchrun / DDP job from any of its pids and diagnose it.
+    """Attach to a running torchrun / DDP job (any of its pids, or --job: the one on this node) and diagnose it.
+
+    With no pid, or with --job, hangdoc finds the job on this node itself; with several there,
+    name one: --job RUN_ID (or its launcher pid).
 
     Exits 3 on a hang (report on stdout, bundle saved), 4 if the job crashed, 0 if it ended
     well or --timeout passed with nothing found, 2 on usage or attach errors.
     """
     from hangdoc.pipeline import make_probes, snapshot_once
 
+    pid = job_pid(target, job)
     out = check_writable(out or default_out())
     probes = make_probes(py_spy=py_spy, gpu=not no_gpu)
     if once:
@@ -82,3 +91,16 @@ def finish(outcome, out: Path, fmt: Format) -> int:
         print("hangdoc: the job ended", file=sys.stderr)
         emit_report(outcome.report, fmt, [outcome.bundle])
     return verdict_exit_code(outcome.report.verdict)
+
+
+def job_pid(target: str | None, by_job: bool) -> int:
+    """The pid to attach to: the one given, or (with --job or no pid) this node's job's launcher."""
+    if target is not None and not by_job:
+        if not target.isdigit():
+            raise HangdocError(f"{target!r} is not a pid; to pick a job by its run id use --job {target}")
+        return int(target)
+    from hangdoc.collect.jobs import pick_job
+
+    chosen = pick_job(target)
+    print(f"hangdoc: watching {chosen.label}", file=sys.stderr)
+    return chosen.anchor

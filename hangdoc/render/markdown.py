@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from hangdoc.analyze.classes import rank_ranges, stack_classes
+from hangdoc.analyze.classes import rank_ranges, stack_classes, stack_tree
 from hangdoc.model import Bundle, Report
+from hangdoc.render.text import culprit_places, group_cells, rank_rows, spans_nodes, stacks_heading
 from hangdoc.render.words import duration, rank_label, gpu_cell, headline, timeout_line
 
 
@@ -14,6 +15,8 @@ def _cell(text: str | None) -> str:
 
 def report_markdown(report: Report, bundles: list[Bundle] | None = None) -> str:
     lines = [f"## hangdoc: {headline(report)}", ""]
+    if (places := culprit_places(report)):
+        lines += [f"- {line}" for line in places] + [""]
     if (line := timeout_line(report)):
         lines += [line, ""]
     if report.findings:
@@ -25,14 +28,27 @@ def report_markdown(report: Report, bundles: list[Bundle] | None = None) -> str:
         lines += ["", f"**Fix:** {finding.fix}", ""]
     lines += ["### Ranks", "", "| rank | pid | host | state | for | progress | GPU | top frame |",
               "|---:|---:|---|---|---:|---|---|---|"]
-    for r in report.ranks:
-        lines.append(f"| {rank_label(r.rank)} | {r.pid} | {_cell(r.host)} | {r.state} | {duration(r.waiting_s)} | "
+    nodes = spans_nodes(report)
+    for rows in rank_rows(report):
+        r = rows[0]
+        if len(rows) > 1:
+            cells = group_cells(rows)
+            node = cells["node"] if cells["node"].endswith("nodes") else f"node {cells['node']}"
+            host = f"{cells['host']} ({node})" if nodes else cells["host"]
+            lines.append(f"| {cells['rank']} | - | {_cell(host)} | {r.state} | {cells['for']} | "
+                         f"{r.progress} | - | `{_cell(r.top_frame)}` |")
+            continue
+        host = f"{r.host} (node {r.group_rank})" if nodes and r.group_rank is not None else r.host
+        lines.append(f"| {rank_label(r.rank)} | {r.pid} | {_cell(host)} | {r.state} | {duration(r.waiting_s)} | "
                      f"{r.progress} | {gpu_cell(r.gpu)} | `{_cell(r.top_frame)}` |")
         for w in r.workers:
             index = w.index if w.index is not None else "?"
             lines.append(f"| ↳ worker {index} | {w.pid} | | {w.state} | | | | `{_cell(w.top_frame)}` |")
     lines.append("")
     for bundle in bundles or []:
+        tree = stack_tree(bundle)
+        if tree:
+            lines += ["### Stack tree", "", stacks_heading(bundle), "", "```"] + tree + ["```", ""]
         classes = stack_classes(bundle)
         if classes:
             lines += ["### Stacks by equivalence class", ""]

@@ -8,10 +8,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from hangdoc.model import Report
+from hangdoc.analyze.classes import rank_ranges, rank_set, stack_classes, stack_tree
+from hangdoc.model import Bundle, RankReport, Report
 from hangdoc.render.words import duration, rank_label, gpu_cell, headline, timeout_line
 
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+# Past this many ranks the table lists the culprits and groups the others by what they do.
+MAX_RANK_ROWS = 64
 
 
 def make_console(out: TextIO, width: int | None = None) -> Console:
@@ -24,10 +27,13 @@ def make_console(out: TextIO, width: int | None = None) -> Console:
                    highlight=False, soft_wrap=False, emoji=False)
 
 
-def render_text(report: Report, out: TextIO, width: int | None = None) -> None:
+def render_text(report: Report, out: TextIO, width: int | None = None,
+                bundles: list[Bundle] | None = None) -> None:
     console = make_console(out, width)
     style = "bold red" if report.verdict in ("hang", "crash") else "bold green"
     console.print(Text(f"hangdoc: {headline(report)}", style=style))
+    for line in culprit_places(report):
+        console.print(Text(f"  {line}", style="bold"))
     if (line := timeout_line(report)):
         console.print(line)
     for finding in report.findings:
@@ -41,19 +47,91 @@ def render_text(report: Report, out: TextIO, width: int | None = None) -> None:
     if report.ranks:
         console.print()
         console.print(ranks_table(report))
+    for bundle in bundles or []:
+        tree = stack_tree(bundle)
+        if tree:
+            console.print()
+            console.print(Text(stacks_heading(bundle), style="bold"))
+            for line in tree:
+                console.print(Text("  " + line), overflow="fold")
+
+
+def spans_nodes(report: Report) -> bool:
+    """Ranks of several nodes (a merged bundle): say which node and host each culprit is on."""
+    return len({(r.host, r.group_rank) for r in report.ranks}) > 1
+
+
+def place(rank: RankReport) -> str:
+    node = f"node {rank.group_rank}, " if rank.group_rank is not None else ""
+    return f"{node}host {rank.host}, pid {rank.pid}"
+
+
+def culprit_places(report: Report, limit: int = 8) -> list[str]:
+    if not report.culprit_ranks or not spans_nodes(report):
+        return []
+    culprits = set(report.culprit_ranks)
+    rows = [r for r in report.ranks if r.rank in culprits]
+    lines = [f"rank {r.rank} runs on {place(r)}" for r in rows[:limit]]
+    if len(rows) > limit:
+        lines.append(f"... and {len(rows) - limit} more culprit ranks")
+    return lines
+
+
+def rank_rows(report: Report) -> list[list[RankReport]]:
+    """Rows of the ranks table: one rank each, or past MAX_RANK_ROWS, the culprits one by one
+    and the other ranks grouped by state, progress and top frame."""
+    if len(report.ranks) <= MAX_RANK_ROWS:
+        return [[r] for r in report.ranks]
+    culprits = set(report.culprit_ranks)
+    groups: dict[tuple, list[RankReport]] = {}
+    for r in report.ranks:
+        if r.rank not in culprits:
+            groups.setdefault((r.state, r.progress, r.top_frame), []).append(r)
+    return ([[r] for r in report.ranks if r.rank in culprits]
+            + sorted(groups.values(), key=lambda rows: (-len(rows), rows[0].rank or 0)))
+
+
+def group_cells(rows: list[RankReport]) -> dict[str, str]:
+    """The RANK, PID, NODE, HOST and FOR cells of a row that stands for several ranks."""
+    nodes = {r.group_rank for r in rows if r.group_rank is not None}
+    hosts = {r.host for r in rows}
+    return {
+        "rank": rank_set([r.rank for r in rows]).removeprefix("ranks "),
+        "pid": "-",
+        "node": rank_ranges(nodes) if len(nodes) <= 4 else f"{len(nodes)} nodes",
+        "host": next(iter(hosts)) if len(hosts) == 1 else f"{len(hosts)} hosts",
+        "for": duration(max(r.waiting_s for r in rows)),
+    }
+
+
+def stacks_heading(bundle: Bundle) -> str:
+    classes = stack_classes(bundle)
+    ranks = sum(len(c.ranks) for c in classes)
+    return (f"Stacks of {ranks} rank{'s' if ranks != 1 else ''} in {len(classes)} "
+            f"class{'es' if len(classes) != 1 else ''} "
+            "(main threads, outermost frame first; single-branch chains folded):")
 
 
 def ranks_table(report: Report) -> Table:
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    for name in ("RANK", "PID", "STATE", "FOR", "PROGRESS", "GPU", "TOP FRAME"):
+    nodes = spans_nodes(report)
+    where = ("NODE", "HOST") if nodes else ()
+    for name in ("RANK", "PID", *where, "STATE", "FOR", "PROGRESS", "GPU", "TOP FRAME"):
         table.add_column(name, no_wrap=name != "TOP FRAME", overflow="fold")
     culprits = set(report.culprit_ranks)
-    for rank in report.ranks:
+    for rows in rank_rows(report):
+        rank = rows[0]
+        if len(rows) > 1:
+            cells = group_cells(rows)
+            table.add_row(cells["rank"], cells["pid"], *((cells["node"], cells["host"]) if nodes else ()),
+                          rank.state, cells["for"], rank.progress, "-", rank.top_frame or "-")
+            continue
         style = "bold red" if rank.rank in culprits else ""
-        table.add_row(rank_label(rank.rank), str(rank.pid), rank.state, duration(rank.waiting_s), rank.progress,
-                      gpu_cell(rank.gpu), rank.top_frame or "-", style=style)
+        node_cells = (rank_label(rank.group_rank), rank.host) if nodes else ()
+        table.add_row(rank_label(rank.rank), str(rank.pid), *node_cells, rank.state, duration(rank.waiting_s),
+                      rank.progress, gpu_cell(rank.gpu), rank.top_frame or "-", style=style)
         for worker in rank.workers:
             index = worker.index if worker.index is not None else "?"
-            table.add_row(f"  w{index}", str(worker.pid), worker.state, "", "", "", worker.top_frame or "-",
-                          style="dim")
+            table.add_row(f"  w{index}", str(worker.pid), *(("", "") if nodes else ()), worker.state, "", "", "",
+                          worker.top_frame or "-", style="dim")
     return table

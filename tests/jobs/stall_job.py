@@ -5,12 +5,14 @@
 --mode mismatch  rank 1 goes to a barrier while rank 0 is in all_reduce
 --mode slow      every step takes 2-3 s (never a hang)
 --mode segfault  a rank-1 worker dies by SIGSEGV
+--mode frozen    both ranks take a lock twice after a few steps: frozen outside any collective
 Rank r writes WORKDIR/ready.r after its first step; the stalling rank writes WORKDIR/fault.
 """
 import argparse
 import bz2
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -59,6 +61,11 @@ def train_loop(args):
         if step == 5 and rank == 1 and args.mode == "mismatch":
             Path(args.workdir, "fault").write_text(str(time.time()))
             dist.barrier()
+        if step == 5 and args.mode == "frozen":
+            lock = threading.Lock()
+            lock.acquire()
+            Path(args.workdir, "fault").write_text(str(time.time()))
+            lock.acquire()      # never returns: the same thread holds it
         if args.mode == "slow":
             time.sleep(2.0 + 0.5 * rank)
         dist.all_reduce(total)

@@ -7,14 +7,12 @@ from pathlib import Path
 import pytest
 
 from hangdoc.cli import main
-from hangdoc.rules import get_rule
+from hangdoc.rules import all_rules, get_rule
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "rules"
 GOLDEN = ROOT / "tests" / "golden"
-DOCUMENTED = ("slow-decompression", "tar-member-decode", "uneven-shards", "dataloader-stall", "worker-died",
-              "worker-error", "worker-deadlock", "fork-unsafe-arm", "gpu-starved", "collective-straggler",
-              "collective-mismatch")
+DOCUMENTED = tuple(r.slug for r in all_rules())
 SECTIONS = ("## What it detects", "## Evidence it cites", "## Example", "## Fix", "## False positives and limits")
 _EXAMPLE = re.compile(r"<!-- example: (\S+) (\S+) -->\n\n```text\n(.*?)\n```", re.S)
 

@@ -1,0 +1,263 @@
+"""The bundles of one job's nodes joined into one bundle, so the diagnosis sees every rank.
+
+Each node's hangdoc captures only its own ranks, on its own clock and rhythm. The merge
+checks the bundles belong together (one run id and master address, one run, disjoint
+ranks), tags every process with its node's host, keeps pids of different nodes apart,
+and lays the nodes' samples into rounds by time: a round holds at most one sample of each
+node, and the last round holds every node's last sample. A process appears only in the
+rounds its node was sampled in, so `timelines()` and `diagnose()` read the merged bundle
+exactly as they read one node's, and `bundle.last` shows every rank.
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hangdoc.errors import BadBundle, HangdocError
+from hangdoc.model import (
+    BUNDLE_SCHEMA, PID_STRIDE, Bundle, GpuDevice, GpuProcess, GpuState, Job, LogTail, Options,
+    ProcessInfo, ProcSample, Snapshot,
+)
+
+# Ranks of one run start within seconds of each other on every node (after the rendezvous);
+# ranks that started this far apart belong to different runs (a restart, or a new job that
+# reuses the run id and master port, as static rendezvous's run id "none" always does).
+SAME_RUN_S = 15 * 60.0
+
+
+@dataclass(frozen=True)
+class _Node:
+    name: str            # the file it came from
+    bundle: Bundle
+    slot: int            # its place in the merged job, ordered by its lowest rank
+
+    @property
+    def host(self) -> str:
+        return self.bundle.host.hostname
+
+
+def job_label(job: Job) -> str:
+    """How a job is named to the user: "run none at 127.0.0.1:29500, world size 2"."""
+    where = f"{job.master_addr}:{job.master_port}" if job.master_addr or job.master_port else "no master address"
+    size = f", world size {job.world_size}" if job.world_size is not None else ""
+    return f"run {job.run_id or '?'} at {where}{size}"
+
+
+def merge_bundles(bundles: Sequence[Bundle], names: Sequence[str] | None = None) -> Bundle:
+    """One bundle for the job from its nodes' bundles; a HangdocError (exit 2) when they do not fit."""
+    names = list(names) if names is not None else [f"bundle {i + 1}" for i in range(len(bundles))]
+    if not bundles:
+        raise BadBundle("no bundle to merge")
+    for name, bundle in zip(names, bundles):
+        if not bundle.samples:
+            raise BadBundle(f"{name} holds no sample")
+        if bundle.job.single_process:
+            raise HangdocError(f"{name} is a --single capture of one process; only bundles of a "
+                               "distributed job's nodes can be merged")
+    if len(bundles) == 1:
+        return bundles[0]
+    _check_one_job(bundles, names)
+    nodes = sorted((_Node(n, b, 0) for n, b in zip(names, bundles)), key=lambda n: _lowest_rank(n.bundle))
+    nodes = [dataclasses.replace(node, slot=i) for i, node in enumerate(nodes)]
+    renumber = _pids_collide(nodes)
+    moved = [_relabel(node, renumber) for node in nodes]
+    first = moved[0]
+    job = Job(
+        run_id=_first(b.job.run_id for b in moved),
+        master_addr=_first(b.job.master_addr for b in moved),
+        master_port=_first(b.job.master_port for b in moved),
+        world_size=_first(b.job.world_size for b in moved),
+        launcher_pid=None,   # one per node; each stays in `processes` with its role
+        processes=tuple(p for b in moved for p in b.job.processes),
+    )
+    merged = Bundle(
+        schema=BUNDLE_SCHEMA,
+        hangdoc_version=first.hangdoc_version,
+        created=max(b.created for b in moved),
+        host=first.host,     # the lowest ranks' node; every process carries its own host
+        job=job,
+        samples=_rounds([b.samples for b in moved]),
+        logs=tuple(LogTail(f"{b.host.hostname}:{log.source}", log.lines) for b in moved for log in b.logs),
+        options=_options([b.options for b in moved]),
+        exit_code=_exit_code([b.exit_code for b in moved]),
+    )
+    return merged
+
+
+# --- do they belong together ------------------------------------------------------------
+
+
+def _check_one_job(bundles: Sequence[Bundle], names: Sequence[str]) -> None:
+    ref, ref_name = bundles[0], names[0]
+    for name, bundle in zip(names[1:], bundles[1:]):
+        a, b = ref.job, bundle.job
+        same = ((a.run_id, a.master_addr, a.master_port) == (b.run_id, b.master_addr, b.master_port)
+                and (a.world_size is None or b.world_size is None or a.world_size == b.world_size))
+        if not same:
+            raise HangdocError(f"{ref_name} and {name} are bundles of different jobs "
+                               f"({job_label(a)} vs {job_label(b)}); merge the bundles of one job only")
+    starts = [(min(p.start_time for p in b.job.ranks), name) for name, b in zip(names, bundles) if b.job.ranks]
+    if starts:
+        (early, early_name), (late, late_name) = min(starts), max(starts)
+        if late - early > SAME_RUN_S:
+            raise HangdocError(
+                f"{early_name} and {late_name} are of different runs of {job_label(ref.job)}: their ranks "
+                f"started {_span(late - early)} apart (a restart, or a new job on the same run id and port); "
+                "merge the bundles of one run only")
+    owner: dict[int, int] = {}
+    for i, bundle in enumerate(bundles):
+        for proc in bundle.job.ranks:
+            if proc.rank is None:
+                continue
+            first = owner.setdefault(proc.rank, i)
+            if first != i:
+                where = (f"{names[first]} twice" if names[first] == names[i]
+                         else f"both {names[first]} and {names[i]}")
+                raise HangdocError(
+                    f"rank {proc.rank} is in {where}: give each node's bundle once (two captures of one "
+                    "node cannot be merged; keep the newer one)")
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min"
+
+
+def _lowest_rank(bundle: Bundle) -> tuple:
+    ranks = [p.rank for p in bundle.job.ranks if p.rank is not None]
+    return (min(ranks) if ranks else float("inf"), bundle.host.hostname)
+
+
+def _first(values):
+    return next((v for v in values if v is not None), None)
+
+
+# --- every process tagged with its node, pids kept apart ----------------------------------
+
+
+def _pids_collide(nodes: list[_Node]) -> bool:
+    seen: set[int] = set()
+    for node in nodes:
+        pids = {p.pid for p in node.bundle.job.processes}
+        if seen & pids:
+            return True
+        seen |= pids
+    return False
+
+
+def _relabel(node: _Node, renumber: bool) -> Bundle:
+    """The node's bundle with its host on every process and, when pids collide, pids renumbered."""
+    host = node.host
+    base = node.slot * PID_STRIDE if renumber else 0
+
+    def pid(value: int | None) -> int | None:
+        return value + base if value is not None and base else value
+
+    procs = tuple(_with(p, pid=pid(p.pid), ppid=pid(p.ppid), rank_pid=pid(p.rank_pid), host=p.host or host)
+                  for p in node.bundle.job.processes)
+    job = dataclasses.replace(node.bundle.job, processes=procs, launcher_pid=pid(node.bundle.job.launcher_pid))
+    samples = node.bundle.samples
+    if base:
+        samples = tuple(
+            Snapshot(time=s.time, took_s=s.took_s,
+                     processes=tuple(_with(x, pid=x.pid + base) for x in s.processes),
+                     gpu=_renumber_gpu(s.gpu, pid))
+            for s in samples)
+    return dataclasses.replace(node.bundle, job=job, samples=samples)
+
+
+def _with(obj: ProcessInfo | ProcSample, **changes):
+    """`dataclasses.replace` for the plain frozen records a merge copies by the ten thousand.
+
+    replace() calls __init__ and looks the fields up again on every call: ten times slower,
+    and it was most of a 4096-rank merge. These classes have no __post_init__ nor cached
+    properties, so copying their attributes is all a replace would do.
+    """
+    clone = object.__new__(type(obj))
+    clone.__dict__.update(obj.__dict__, **changes)
+    return clone
+
+
+def _renumber_gpu(gpu: GpuState, pid) -> GpuState:
+    if not gpu.devices:
+        return gpu
+    devices = tuple(dataclasses.replace(d, processes=tuple(GpuProcess(pid(p.pid), p.used_memory_bytes)
+                                                           for p in d.processes))
+                    for d in gpu.devices)
+    return dataclasses.replace(gpu, devices=devices)
+
+
+# --- samples laid into rounds by time ------------------------------------------------------
+
+
+def _rounds(per_node: list[tuple[Snapshot, ...]]) -> tuple[Snapshot, ...]:
+    """Merged snapshots: each holds at most one sample of each node, taken within one interval.
+
+    Every node sample is used once (a repeated sample would look like a process that stopped
+    moving), in its node's order; the last round holds every node's last sample, so that
+    `bundle.last` shows every rank, whenever each node stopped sampling.
+    """
+    events = sorted((snap.time, node, i) for node, snaps in enumerate(per_node) for i, snap in enumerate(snaps))
+    window = _window(per_node)
+    rounds: list[dict[int, int]] = []
+    start = 0.0
+    for time, node, i in events:
+        if not rounds or node in rounds[-1] or time - start > window:
+            rounds.append({})
+            start = time
+        rounds[-1][node] = i
+    final = rounds[-1]
+    for node, snaps in enumerate(per_node):
+        last = len(snaps) - 1
+        if final.get(node) != last:
+            for members in rounds:
+                if members.get(node) == last:
+                    del members[node]
+            final[node] = last
+    return tuple(_snapshot([per_node[node][i] for node, i in sorted(members.items())])
+                 for members in rounds if members)
+
+
+def _window(per_node: list[tuple[Snapshot, ...]]) -> float:
+    """A little less than the shortest node's sampling interval (no node samples twice in it)."""
+    gaps = [statistics.median(b.time - a.time for a, b in zip(snaps, snaps[1:]))
+            for snaps in per_node if len(snaps) >= 2]
+    gaps = [g for g in gaps if g > 0]
+    return 0.9 * min(gaps) if gaps else float("inf")
+
+
+def _snapshot(parts: list[Snapshot]) -> Snapshot:
+    if len(parts) == 1:
+        return parts[0]
+    return Snapshot(
+        time=max(p.time for p in parts),
+        took_s=max(p.took_s for p in parts),
+        processes=tuple(x for p in parts for x in p.processes),
+        gpu=_gpu([p.gpu for p in parts]),
+    )
+
+
+def _gpu(states: list[GpuState]) -> GpuState:
+    ok = [s for s in states if s.available]
+    if not ok:
+        return states[0]
+    devices: tuple[GpuDevice, ...] = tuple(d for s in ok for d in s.devices)
+    return GpuState(status="ok", driver_version=_first(s.driver_version for s in ok), devices=devices,
+                    errors=tuple(e for s in states for e in s.errors))
+
+
+def _options(options: list[Options]) -> Options:
+    hang_after = [o.hang_after_s for o in options if o.hang_after_s is not None]
+    interval = [o.interval_s for o in options if o.interval_s is not None]
+    return Options(interval_s=max(interval) if interval else None,
+                   hang_after_s=min(hang_after) if hang_after else None,
+                   native=any(o.native for o in options),
+                   nonblocking=any(o.nonblocking for o in options))
+
+
+def _exit_code(codes: list[int | None]) -> int | None:
+    failed = [c for c in codes if c not in (None, 0)]
+    if failed:
+        return failed[0]
+    return 0 if codes and all(c == 0 for c in codes) else None
