@@ -32,6 +32,9 @@ def save_bundle(bundle: Bundle, path: str | Path) -> Path:
     try:
         with os.fdopen(fd, "w") as out:
             out.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes it 0600; a bundle is meant to be shared
         os.replace(tmp, path)
     except BaseException:
         try:
