@@ -121,13 +121,8 @@ def find_job(pid: int, procfs: ProcFS | None = None, single: bool = False,
         rank = pid
         while table.is_rank_carrier(table.parent.get(rank, 0)):
             rank = table.parent[rank]
-        parent = table.parent.get(rank)
-        siblings = [p for p in table.children.get(parent, ()) if table.is_rank(p)] if parent else []
-        if parent and parent > 1 and (len(siblings) > 1 or looks_like_launcher(procfs, parent)):
-            launcher = parent
-            rank_pids = _ranks_below(table, launcher)
-        else:
-            rank_pids = [rank]
+        launcher = launcher_of(table, rank)
+        rank_pids = _ranks_below(table, launcher) if launcher is not None else [rank]
     else:
         rank_pids = _ranks_below(table, pid)
         if rank_pids:
@@ -157,16 +152,32 @@ def find_job(pid: int, procfs: ProcFS | None = None, single: bool = False,
                 infos.append(child_info)
 
     first_env = table.env(rank_pids[0])
-    identity = rank_identity(first_env)
     return Job(
-        run_id=first_env.get("TORCHELASTIC_RUN_ID"),
-        master_addr=first_env.get("MASTER_ADDR"),
-        master_port=_int(first_env.get("MASTER_PORT")),
-        world_size=identity[1] if identity else None,
+        **job_identity(first_env),
         launcher_pid=launcher,
         processes=tuple(infos),
-        single_process=single and identity is None,
+        single_process=single and rank_identity(first_env) is None,
     )
+
+
+def job_identity(env: dict[str, str]) -> dict:
+    """What tells one job from another, read from a rank's environment."""
+    identity = rank_identity(env)
+    return {"run_id": env.get("TORCHELASTIC_RUN_ID"), "master_addr": env.get("MASTER_ADDR"),
+            "master_port": _int(env.get("MASTER_PORT")), "world_size": identity[1] if identity else None}
+
+
+def local_rank_of(env: dict[str, str]) -> int | None:
+    return _int(env.get("LOCAL_RANK") or env.get("OMPI_COMM_WORLD_LOCAL_RANK"))
+
+
+def launcher_of(table: "_Table", rank_pid: int) -> int | None:
+    """The rank's parent when it started the job: it has other ranks below it or is a known launcher."""
+    parent = table.parent.get(rank_pid, 0)
+    if parent <= 1:
+        return None
+    siblings = [p for p in table.children.get(parent, ()) if table.is_rank(p)]
+    return parent if len(siblings) > 1 or looks_like_launcher(table.procfs, parent) else None
 
 
 def looks_like_launcher(procfs: ProcFS, pid: int) -> bool:
@@ -223,7 +234,7 @@ def _info(procfs: ProcFS, table: _Table, pid: int, role: Role,
         start_time=st.start_time,
         env=filter_env(env),
         rank=identity[0] if identity else None,
-        local_rank=_int(env.get("LOCAL_RANK") or env.get("OMPI_COMM_WORLD_LOCAL_RANK")),
+        local_rank=local_rank_of(env),
         group_rank=_int(env.get("GROUP_RANK")),
         world_size=identity[1] if identity else None,
         rank_pid=rank_info.pid if rank_info else (pid if role is Role.RANK else None),

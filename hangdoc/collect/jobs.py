@@ -11,7 +11,8 @@ import socket
 from dataclasses import dataclass
 
 from hangdoc.analyze.classes import rank_ranges
-from hangdoc.collect.discover import _Table, is_python, looks_like_launcher, rank_identity, start_method
+from hangdoc.collect.discover import (_Table, is_python, job_identity, launcher_of, local_rank_of, rank_identity,
+                                     start_method)
 from hangdoc.collect.procfs import ProcDenied, ProcFS, ProcGone
 from hangdoc.errors import HangdocError
 
@@ -84,9 +85,7 @@ def list_jobs(procfs: ProcFS | None = None) -> list[NodeJob]:
     for pid in sorted(table.parent):
         if not table.is_rank(pid):
             continue
-        parent = table.parent.get(pid, 0)
-        siblings = [p for p in table.children.get(parent, ()) if table.is_rank(p)]
-        launcher = parent if parent > 1 and (len(siblings) > 1 or looks_like_launcher(table.procfs, parent)) else None
+        launcher = launcher_of(table, pid)
         env = table.env(pid)
         identity = (env.get("TORCHELASTIC_RUN_ID"), env.get("MASTER_ADDR"), env.get("MASTER_PORT"))
         groups.setdefault((launcher, identity if launcher is None else None), []).append(pid)
@@ -101,16 +100,12 @@ def _node_job(table: _Table, launcher: int | None, pids: list[int]) -> NodeJob:
         env = table.env(pid)
         identity = rank_identity(env)
         ranks.append(RankEntry(pid=pid, rank=identity[0] if identity else None,
-                               local_rank=_int(env.get("LOCAL_RANK") or env.get("OMPI_COMM_WORLD_LOCAL_RANK")),
+                               local_rank=local_rank_of(env),
                                workers=_workers(table, pid)))
     ranks.sort(key=lambda r: (r.rank is None, r.rank, r.pid))
     env = table.env(ranks[0].pid)
-    identity = rank_identity(env)
     return NodeJob(
-        run_id=env.get("TORCHELASTIC_RUN_ID"),
-        master_addr=env.get("MASTER_ADDR"),
-        master_port=_int(env.get("MASTER_PORT")),
-        world_size=identity[1] if identity else None,
+        **job_identity(env),
         group_rank=_int(env.get("GROUP_RANK")),
         group_world_size=_int(env.get("GROUP_WORLD_SIZE")),
         launcher_pid=launcher,

@@ -1,7 +1,6 @@
 """The foundation on a real torchrun job: discovery, stacks, /proc evidence, safety."""
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from pathlib import Path
