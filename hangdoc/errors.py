@@ -67,6 +67,15 @@ class PtraceDenied(HangdocError):
         super().__init__(f"cannot read the stack of pid {pid}: ptrace denied{why}. {PTRACE_HELP}")
 
 
+class ProcessNotReadable(HangdocError):
+    def __init__(self, pid: int):
+        super().__init__(
+            f"cannot read /proc/{pid}/environ: permission denied, so pid {pid} belongs to another user. "
+            f"Run hangdoc as the job's user (e.g. `sudo -u <user> hangdoc ...`) or as root; "
+            "in a container, run it inside the job's container or with --cap-add=SYS_PTRACE."
+        )
+
+
 class PySpyMissing(HangdocError):
     def __init__(self):
         super().__init__(PY_SPY_HELP)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hangdoc.collect.procfs import ProcDenied, ProcFS, ProcGone
-from hangdoc.errors import HangdocError, NoSuchProcess, NotDistributed, NotPython
+from hangdoc.errors import NoSuchProcess, NotDistributed, NotPython, ProcessNotReadable
 from hangdoc.model import Job, ProcessInfo, Role
 from hangdoc.redact import filter_env, redact_cmdline
 
@@ -109,9 +109,7 @@ def find_job(pid: int, procfs: ProcFS | None = None, single: bool = False,
     try:
         table._env[pid] = procfs.environ(pid)
     except ProcDenied:
-        raise HangdocError(
-            f"cannot read /proc/{pid}/environ: permission denied; run hangdoc as the job's user or root"
-        ) from None
+        raise ProcessNotReadable(pid) from None
     except ProcGone:
         raise NoSuchProcess(pid) from None
 
