@@ -186,19 +186,24 @@ def write_bundles(folder: Path, ranks: int, seed: int = 0) -> list[Path]:
 
 
 _CHILD = r"""
-import gc, io, json, resource, sys, time
+import gc, io, json, sys, time
 gc.disable()   # as bundle_io.load_bundles does while it loads and merges
 t = time.perf_counter()
 from hangdoc.analyze.report import build_report
 from hangdoc.bundle_io import bundle_files, load_bundle
 from hangdoc.merge import merge_bundles
 from hangdoc.render.text import render_text
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def hwm():
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the parent (a torch-sized bench).
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+base = hwm()
 files = bundle_files([sys.argv[1]])
 t0 = time.perf_counter()
 bundles = [load_bundle(f) for f in files]
 t1, c1 = time.perf_counter(), time.process_time()
-loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+loaded = hwm()
 merged = merge_bundles(bundles, [str(f) for f in files])
 del bundles
 t2, c2 = time.perf_counter(), time.process_time()
@@ -209,7 +214,7 @@ render_text(report, out, width=160, bundles=[merged])
 t4 = time.perf_counter()
 print(json.dumps({"load_s": t1 - t0, "merge_s": t2 - t1, "diagnose_s": t3 - t2, "render_s": t4 - t3,
                   "merge_diagnose_cpu_s": c3 - c1,
-                  "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                  "peak_rss_bytes": hwm() * 1024,
                   "loaded_rss_bytes": loaded * 1024,
                   "base_rss_bytes": base * 1024, "verdict": report.verdict,
                   "culprits": list(report.culprit_ranks), "report_lines": out.getvalue().count("\n"),
