@@ -20,8 +20,6 @@ import wave
 from pathlib import Path
 from typing import Iterable, Iterator
 
-import torch
-
 SAMPLE_RATE = 16000
 WORDS = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go",
          "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -39,10 +37,10 @@ def synth_wav(seconds: float, *, seed: int, noise: float = 3.0, sample_rate: int
     n = max(1, int(seconds * sample_rate))
     step = 2 * math.pi * rng.uniform(120.0, 900.0) / sample_rate
     amplitude = rng.uniform(1500.0, 6000.0)
-    gen = torch.Generator().manual_seed(seed)
-    signal = amplitude * torch.sin(torch.arange(n, dtype=torch.float64) * step)
-    signal += noise * torch.randn(n, generator=gen, dtype=torch.float64)
-    pcm = array.array("h", signal.round().clamp(-32768, 32767).to(torch.int16).tolist())
+    # The standard library only: `hangdoc run` and `demo` import this module and must not need torch.
+    gauss, sin = rng.gauss, math.sin
+    pcm = array.array("h", (max(-32768, min(32767, round(amplitude * sin(i * step) + noise * gauss(0.0, 1.0))))
+                            for i in range(n)))
     if sys.byteorder == "big":
         pcm.byteswap()                   # WAV data is little-endian
     out = io.BytesIO()
