@@ -11,7 +11,7 @@ import functools
 import sys
 import types
 import typing
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
 
@@ -29,68 +29,128 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
-@functools.lru_cache(maxsize=None)
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
 def from_dict(cls: type[T], data: Any) -> T:
     """Rebuild `cls` from what `to_dict` produced; raises ValueError on a shape mismatch."""
-    return _convert(cls, data, cls.__name__)
+    return _converter(cls)(data, cls.__name__)
 
 
-def _convert(tp: Any, value: Any, where: str) -> Any:
+Converter = Callable[[Any, str], Any]
+
+
+@functools.lru_cache(maxsize=None)
+def _converter(tp: Any) -> Converter:
+    """A function that converts JSON data to `tp`, built once per annotation: a merged bundle of
+    thousands of ranks holds millions of values, so the annotation is not re-read for each."""
     origin = typing.get_origin(tp)
     if tp is Any:
-        return value
+        return lambda value, where: value
     if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _convert(arg, value, where)
-            except (ValueError, TypeError) as exc:
-                errors.append(str(exc))
-        raise ValueError(f"{where}: {value!r} fits none of {args}")
+        return _union([a for a in typing.get_args(tp) if a is not type(None)],
+                      type(None) in typing.get_args(tp), tp)
     if origin is tuple:
         args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return _tuple_of(_converter(args[0]))
+        return _fixed_tuple(tuple(_converter(a) for a in args))
+    if origin is dict:
+        return _dict_of(_converter(typing.get_args(tp)[1]))
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _dataclass(tp)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        def enum_value(value, where):
+            try:
+                return tp(value)
+            except ValueError:
+                raise ValueError(f"{where}: {value!r} is not a valid {tp.__name__}") from None
+        return enum_value
+    if tp is float:
+        def number(value, where):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{where}: expected a number, got {value!r}")
+            return float(value)
+        return number
+    if tp is str:
+        def text(value, where):
+            if not isinstance(value, str):
+                raise ValueError(f"{where}: expected str, got {value!r}")
+            return sys.intern(value)   # frame names and paths repeat across thousands of processes
+        return text
+    if tp in (int, bool):
+        def scalar(value, where):
+            if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
+                raise ValueError(f"{where}: expected {tp.__name__}, got {value!r}")
+            return value
+        return scalar
+    raise TypeError(f"unsupported annotation {tp!r}")
+
+
+def _union(options: list, optional: bool, tp: Any) -> Converter:
+    converters = [_converter(a) for a in options]
+
+    def union(value, where):
+        if value is None and optional:
+            return None
+        for convert in converters:
+            try:
+                return convert(value, where)
+            except (ValueError, TypeError):
+                continue
+        raise ValueError(f"{where}: {value!r} fits none of {typing.get_args(tp)}")
+    return union
+
+
+def _tuple_of(item: Converter) -> Converter:
+    def convert(value, where):
         if not isinstance(value, list):
             raise ValueError(f"{where}: expected a list, got {type(value).__name__}")
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_convert(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
-        return tuple(_convert(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
-    if origin is dict:
-        _, vt = typing.get_args(tp)
+        return tuple([item(v, where) for v in value])
+    return convert
+
+
+def _fixed_tuple(items: tuple[Converter, ...]) -> Converter:
+    def convert(value, where):
+        if not isinstance(value, list):
+            raise ValueError(f"{where}: expected a list, got {type(value).__name__}")
+        return tuple(c(v, f"{where}[{i}]") for i, (c, v) in enumerate(zip(items, value)))
+    return convert
+
+
+def _dict_of(item: Converter) -> Converter:
+    def convert(value, where):
         if not isinstance(value, dict):
             raise ValueError(f"{where}: expected an object, got {type(value).__name__}")
-        return {k: _convert(vt, v, f"{where}.{k}") for k, v in value.items()}
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return {k: item(v, where) for k, v in value.items()}
+    return convert
+
+
+def _dataclass(tp: type) -> Converter:
+    hints = typing.get_type_hints(tp)
+    fields = [(f.name, _LazyConverter(hints[f.name]),
+               f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+              for f in dataclasses.fields(tp)]
+
+    def convert(value, where):
         if not isinstance(value, dict):
             raise ValueError(f"{where}: expected an object, got {type(value).__name__}")
-        hints = _hints(tp)
         kwargs = {}
-        for f in dataclasses.fields(tp):
-            if f.name in value:
-                kwargs[f.name] = _convert(hints[f.name], value[f.name], f"{where}.{f.name}")
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ValueError(f"{where}: missing field {f.name!r}")
+        for name, field_converter, required in fields:
+            if name in value:
+                kwargs[name] = field_converter(value[name], f"{where}.{name}")
+            elif required:
+                raise ValueError(f"{where}: missing field {name!r}")
         return tp(**kwargs)
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        try:
-            return tp(value)
-        except ValueError:
-            raise ValueError(f"{where}: {value!r} is not a valid {tp.__name__}") from None
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{where}: expected a number, got {value!r}")
-        return float(value)
-    if tp in (int, str, bool):
-        if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
-            raise ValueError(f"{where}: expected {tp.__name__}, got {value!r}")
-        # Frame names and file paths repeat across thousands of processes: keep one copy each.
-        return sys.intern(value) if tp is str else value
-    raise TypeError(f"{where}: unsupported annotation {tp!r}")
+    return convert
+
+
+class _LazyConverter:
+    """Resolved on first use, so dataclasses that refer to each other build without recursion."""
+
+    __slots__ = ("tp", "fn")
+
+    def __init__(self, tp: Any):
+        self.tp, self.fn = tp, None
+
+    def __call__(self, value, where):
+        if self.fn is None:
+            self.fn = _converter(self.tp)
+        return self.fn(value, where)
