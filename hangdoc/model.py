@@ -271,6 +271,17 @@ class LogTail:
 
 
 @dataclass(frozen=True)
+class DataListCopy:
+    """A data list a rank's command line names, read at capture time so rules stay pure."""
+
+    path: str                      # as resolved on the job's host
+    kind: str                      # "shard" (one tar path a line) or "raw" (JSON lines)
+    entries: tuple[str, ...]       # shard paths, or the raw lines' wav paths
+    sizes: tuple[int | None, ...]  # bytes of each shard (None: missing or not a file)
+    truncated: bool = False        # only the first MAX entries were kept
+
+
+@dataclass(frozen=True)
 class Options:
     interval_s: float | None = None
     hang_after_s: float | None = None
@@ -289,6 +300,7 @@ class Bundle:
     logs: tuple[LogTail, ...] = ()
     options: Options = field(default_factory=Options)
     exit_code: int | None = None   # the launcher's, when hangdoc started the job itself
+    data_lists: tuple[DataListCopy, ...] = ()
 
     @property
     def last(self) -> Snapshot:

@@ -4,10 +4,13 @@ Commands call these; these call the collectors, the analysis and the rules.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from hangdoc import __version__
+from hangdoc.collect.datalists import copy_data_lists
 from hangdoc.collect.discover import find_job
+from hangdoc.collect.logs import log_sources, read_tails
 from hangdoc.collect.host import host_facts
 from hangdoc.collect.procfs import ProcFS
 from hangdoc.collect.snapshot import Probes, capture
@@ -43,7 +46,9 @@ def snapshot_once(pid: int, probes: Probes, *, single: bool = False, native: boo
     job = find_job(pid, probes.procfs, single=single)
     snapshot, job = capture(job, probes, native=native, nonblocking=nonblocking)
     require_stacks(snapshot, job)
-    return make_bundle(job, (snapshot,), probes, Options(native=native, nonblocking=nonblocking))
+    bundle = make_bundle(job, (snapshot,), probes, Options(native=native, nonblocking=nonblocking),
+                         logs=read_tails(log_sources(job, probes.procfs.root)))
+    return dataclasses.replace(bundle, data_lists=copy_data_lists(job, probes.procfs.root))
 
 
 def report_from_files(paths, hang_after: float | None = None):

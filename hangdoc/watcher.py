@@ -15,6 +15,7 @@ from typing import Callable
 
 from hangdoc.analyze.report import build_report
 from hangdoc.collect.discover import find_job
+from hangdoc.collect.datalists import copy_data_lists
 from hangdoc.collect.logs import log_sources, read_tails
 from hangdoc.collect.snapshot import Probes, capture
 from hangdoc.errors import HangdocError
@@ -55,11 +56,13 @@ class Watcher:
     job: Job | None = None
     samples: deque = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
     sources: tuple[str, ...] = ()
+    data_lists: tuple = ()
     rounds: int = 0
 
     def start(self) -> Bundle:
         """Find the job and take the first full capture; attach errors surface here."""
         self.job = find_job(self.pid, self.probes.procfs, single=self.config.single)
+        self.data_lists = copy_data_lists(self.job, self.probes.procfs.root)
         snapshot = self._capture(all_workers=True)
         require_stacks(snapshot, self.job)
         return self.bundle()
@@ -77,6 +80,7 @@ class Watcher:
                                 native=self.config.native, nonblocking=self.config.nonblocking),
                         logs=logs),
             exit_code=self.exit_code(),
+            data_lists=self.data_lists,
         )
 
     def run(self, on_sample: Callable[[Bundle, Report], None] | None = None,

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 from hangdoc.advice import ADVICE
-from hangdoc.model import Finding, Role, Severity
+from hangdoc.check.partition import classic_split
+from hangdoc.cmdline import data_list
+from hangdoc.model import DataListCopy, Finding, Role, Severity
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import basename, frames_line, latest_frames, mb
 
@@ -12,27 +14,12 @@ LEFT_LOOP = ("barrier", "monitored_barrier", "Join.__exit__", "join hook", "DDP 
 # What ranks still in the epoch wait in: the step's gradient collective (or the sync NCCL hides behind).
 _STEP = ("all_reduce", "reduce_scatter", "all_gather", "synchronize")
 _NEXT_EPOCH = ("_share_dist_seed", "_get_iterator", "DataLoader.__iter__")
-_LIST_FLAGS = ("data_list", "data-list", "train_data", "train-data", "shard_list", "shard-list",
-               "datalist", "data_file", "train_list", "train-list")
-_LIST_SUFFIXES = (".list", ".lst", ".shards", ".jsonl")
 
 
 def _left(view, frames) -> bool:
     if view.reading.detail in LEFT_LOOP:
         return True
     return view.reading.detail == "broadcast" and any(f.name.endswith(_NEXT_EPOCH) for f in frames)
-
-
-def data_list(cmdline: tuple[str, ...]) -> str | None:
-    """The shard/data list a training command line names, if it names one."""
-    for i, word in enumerate(cmdline):
-        flag, eq, value = word.partition("=")
-        if flag.lstrip("-").lower() in _LIST_FLAGS:
-            if eq:
-                return value
-            if i + 1 < len(cmdline):
-                return cmdline[i + 1]
-    return next((w for w in cmdline[1:] if w.endswith(_LIST_SUFFIXES)), None)
 
 
 def _open_shards(ctx: Context, rank_pid: int) -> list[str]:
@@ -47,6 +34,30 @@ def _open_shards(ctx: Context, rank_pid: int) -> list[str]:
                 share = f" ({100 * f.pos / f.size:.0f}%)" if f.size else ""
                 size = f" of {mb(f.size)}" if f.size else ""
                 lines.append(f"{basename(f.path)} at {mb(f.pos)}{size}{share}")
+    return lines
+
+
+def _copy_of(ctx: Context, listing: str | None) -> DataListCopy | None:
+    if not listing:
+        return None
+    name = listing.rstrip("/").rsplit("/", 1)[-1]
+    return next((c for c in ctx.bundle.data_lists if c.path.endswith("/" + name) or c.path == listing), None)
+
+
+def _partition_lines(copy: DataListCopy, world: int, workers: int) -> list[str]:
+    """How the classic split `shards[rank::W][worker::K]` shares the list out, rank by rank."""
+    n, readers = len(copy.entries), world * workers
+    split = classic_split(n, world, workers)
+    more = " (first entries only)" if copy.truncated else ""
+    lines = [f"{copy.path} lists {n} {copy.kind} entries{more} for {world} ranks x {workers} workers = "
+             f"{readers} readers: " + ("a multiple, equal counts" if n % readers == 0
+                                       else f"{n} % {readers} = {n % readers}, so some readers get one less")]
+    for rank, shares in enumerate(split):
+        count = sum(len(w) for w in shares)
+        size = sum(copy.sizes[i] or 0 for w in shares for i in w)
+        per_worker = ", ".join(f"w{k} {len(w)}" for k, w in enumerate(shares))
+        weight = f", {mb(size)}" if size else ""
+        lines.append(f"  rank {rank}: {count} entries{weight} ({per_worker})")
     return lines
 
 
@@ -86,8 +97,11 @@ def check(ctx: Context) -> list[Finding]:
                 evidence.append(f"rank {other.info.rank}'s workers hold open: {', '.join(theirs)}")
         listing = data_list(view.info.cmdline)
         split = f"{world} ranks x {workers} workers = {world * workers}" if workers else f"{world} ranks"
-        if listing:
-            evidence.append(f"the job's data list is {listing} (its content is not in the bundle); "
+        copy = _copy_of(ctx, listing)
+        if copy is not None and workers:
+            evidence.extend(_partition_lines(copy, world, workers))
+        elif listing:
+            evidence.append(f"the job's data list is {listing} (it could not be read at capture time); "
                             f"shards are split over {split}")
         fix = f"{ADVICE['uneven-shards'].fix} Here: {split} readers"
         if workers:

@@ -82,6 +82,7 @@ class Scenario:
         """The torchrun command line; `max_steps` overrides the scenario's default run length."""
         steps = max_steps if max_steps is not None else self.max_steps
         args = ["--scenario", self.name, "--workdir", str(Path(workdir).resolve()),
+                "--data-list", str(Path(workdir).resolve() / "data.list"),
                 "--num-workers", str(self.num_workers), "--batch-size", str(self.batch_size)]
         if steps is not None:
             args += ["--max-steps", str(steps)]

@@ -393,6 +393,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenario", required=True, choices=sorted(BEHAVIOURS))
     p.add_argument("--workdir", required=True, type=Path)
+    p.add_argument("--data-list", type=Path, default=None, help="shard list (default: WORKDIR/data.list)")
     p.add_argument("--max-steps", type=int, default=10**9)
     p.add_argument("--num-workers", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=4)
@@ -410,7 +411,7 @@ def main(argv=None) -> int:
     dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
     behaviour = BEHAVIOURS[args.scenario](args)
-    shards = [line.strip() for line in open(WORKDIR / "data.list") if line.strip()]
+    shards = [line.strip() for line in open(args.data_list or WORKDIR / "data.list") if line.strip()]
     loader = DataLoader(ShardDataset(shards, rank, world, behaviour), batch_size=args.batch_size,
                         num_workers=args.num_workers, collate_fn=collate,
                         persistent_workers=args.num_workers > 0)

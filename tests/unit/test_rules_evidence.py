@@ -5,7 +5,7 @@ from hangdoc.model import (BUNDLE_SCHEMA, Bundle, Frame, GpuState, Host, IoCount
                            ProcessInfo, ProcSample, ProcStat, Role, Snapshot)
 from hangdoc.rules.evidence import (compression_of_frames, compression_of_path, file_read_line, file_reads,
                                     log_rank, member_decode, strip_rank, traceback_frames)
-from hangdoc.rules.uneven_shards import data_list
+from hangdoc.cmdline import data_list
 
 
 def frame(name: str, filename: str, line: int = 1) -> Frame:
@@ -81,3 +81,31 @@ def test_a_data_list_is_found_on_the_command_line():
     assert data_list(("python", "train.py", "--train_data=data/shards.txt")) == "data/shards.txt"
     assert data_list(("python", "train.py", "data/train/data.list")) == "data/train/data.list"
     assert data_list(("python", "train.py", "--lr", "0.1")) is None
+
+
+def test_uneven_shards_counts_what_each_rank_was_given_from_the_copied_list():
+    # GIVEN the real uneven-shards bundle and a copy of a 5-shard list its ranks were given
+    import dataclasses
+    from pathlib import Path
+
+    from hangdoc.analyze.report import build_report
+    from hangdoc.bundle_io import load_bundle
+    from hangdoc.cmdline import data_list
+    from hangdoc.model import DataListCopy
+
+    bundle = load_bundle(Path(__file__).resolve().parents[1] / "golden" / "uneven-shards" / "bundle.json")
+    rank = bundle.job.ranks[1]
+    named = data_list(rank.cmdline) or "/data/train.list"
+    if data_list(rank.cmdline) is None:
+        rank = dataclasses.replace(rank, cmdline=rank.cmdline + ("--data-list", named))
+        bundle = dataclasses.replace(bundle, job=dataclasses.replace(
+            bundle.job, processes=tuple(rank if p.pid == rank.pid else p for p in bundle.job.processes)))
+    shards = tuple(f"/data/s{i}.tar" for i in range(5))
+    bundle = dataclasses.replace(bundle, data_lists=(DataListCopy(
+        path="/data/" + named.rsplit("/", 1)[-1], kind="shard", entries=shards, sizes=(1 << 20,) * 5),))
+    # WHEN diagnosed
+    finding = next(f for f in build_report(bundle).findings if f.rule == "uneven-shards")
+    # THEN the evidence shows the split: 5 shards over 4 readers, rank 1 with 2 of them
+    text = "\n".join(finding.evidence)
+    assert "5 % 4 = 1" in text
+    assert "rank 0: 3 entries, 3.1 MB (w0 2, w1 1)" in text and "rank 1: 2 entries, 2.1 MB (w0 1, w1 1)" in text
