@@ -24,6 +24,12 @@ class Context:
     def culprit_views(self) -> list[RankView]:
         return [v for v in self.diagnosis.ranks if v.info.rank in self.diagnosis.culprits]
 
+    def starved_culprits(self) -> list[RankView]:
+        """The culprits of a hang that wait on their DataLoader: where the data rules look."""
+        if self.diagnosis.verdict != "hang":
+            return []
+        return [v for v in self.culprit_views() if v.reading.state == "dataloader-wait"]
+
     def workers_of(self, rank_pid: int) -> list[ProcessInfo]:
         return [p for p in self.bundle.job.children_of(rank_pid) if p.role is Role.WORKER]
 

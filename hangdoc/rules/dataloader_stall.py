@@ -15,9 +15,7 @@ SPECIFIC = (slow_decompression, tar_member_decode, worker_deadlock, worker_died,
 
 def check(ctx: Context) -> list[Finding]:
     d = ctx.diagnosis
-    if d.verdict != "hang":
-        return []
-    waiting = [v for v in ctx.culprit_views() if v.reading.state == "dataloader-wait"]
+    waiting = ctx.starved_culprits()
     if not waiting:
         return []
     explained = {r for module in SPECIFIC for f in module.RULE.check(ctx) for r in f.ranks}

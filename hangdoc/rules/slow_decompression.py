@@ -34,13 +34,8 @@ def _decompressing(ctx: Context, worker: ProcessInfo) -> _Worker | None:
 
 
 def check(ctx: Context) -> list[Finding]:
-    d = ctx.diagnosis
-    if d.verdict != "hang":
-        return []
     findings = []
-    for view in ctx.culprit_views():
-        if view.reading.state != "dataloader-wait":
-            continue
+    for view in ctx.starved_culprits():
         alive = [w for w, _, is_alive in view.workers if is_alive]
         busy = [b for b in (_decompressing(ctx, w) for w in alive) if b is not None]
         if busy:

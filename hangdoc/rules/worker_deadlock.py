@@ -31,12 +31,8 @@ def asleep_in_futex(ctx: Context, pid: int) -> tuple[float, float, str] | None:
 
 def check(ctx: Context) -> list[Finding]:
     d = ctx.diagnosis
-    if d.verdict != "hang":
-        return []
     findings = []
-    for view in ctx.culprit_views():
-        if view.reading.state != "dataloader-wait":
-            continue
+    for view in ctx.starved_culprits():
         evidence, stuck = [rank_line(view, d.decided_at)], []
         for worker, reading, alive in view.workers:
             if not alive or reading.detail == QUEUE_WAIT or reading.state not in ("lock-wait", "idle"):
