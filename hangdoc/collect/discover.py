@@ -19,7 +19,8 @@ _RANK_VARS = (("RANK", "WORLD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_
               ("PMI_RANK", "PMI_SIZE"))
 
 
-def _int(value: str | None) -> int | None:
+def env_int(value: str | None) -> int | None:
+    """An environment value as an int; None when unset or not a number."""
     try:
         return int(value) if value is not None else None
     except ValueError:
@@ -29,7 +30,7 @@ def _int(value: str | None) -> int | None:
 def rank_identity(env: dict[str, str]) -> tuple[int, int] | None:
     """(rank, world size) from an environment, or None when it names no rank."""
     for rank_var, size_var in _RANK_VARS:
-        rank, size = _int(env.get(rank_var)), _int(env.get(size_var))
+        rank, size = env_int(env.get(rank_var)), env_int(env.get(size_var))
         if rank is not None and size is not None:
             return rank, size
     return None
@@ -162,11 +163,11 @@ def job_identity(env: dict[str, str]) -> dict:
     """What tells one job from another, read from a rank's environment."""
     identity = rank_identity(env)
     return {"run_id": env.get("TORCHELASTIC_RUN_ID"), "master_addr": env.get("MASTER_ADDR"),
-            "master_port": _int(env.get("MASTER_PORT")), "world_size": identity[1] if identity else None}
+            "master_port": env_int(env.get("MASTER_PORT")), "world_size": identity[1] if identity else None}
 
 
 def local_rank_of(env: dict[str, str]) -> int | None:
-    return _int(env.get("LOCAL_RANK") or env.get("OMPI_COMM_WORLD_LOCAL_RANK"))
+    return env_int(env.get("LOCAL_RANK") or env.get("OMPI_COMM_WORLD_LOCAL_RANK"))
 
 
 def launcher_of(table: "_Table", rank_pid: int) -> int | None:
@@ -233,7 +234,7 @@ def _info(procfs: ProcFS, table: _Table, pid: int, role: Role,
         env=filter_env(env),
         rank=identity[0] if identity else None,
         local_rank=local_rank_of(env),
-        group_rank=_int(env.get("GROUP_RANK")),
+        group_rank=env_int(env.get("GROUP_RANK")),
         world_size=identity[1] if identity else None,
         rank_pid=rank_info.pid if rank_info else (pid if role is Role.RANK else None),
         start_method=method,

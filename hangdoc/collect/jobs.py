@@ -11,7 +11,7 @@ import socket
 from dataclasses import dataclass
 
 from hangdoc.analyze.classes import rank_ranges
-from hangdoc.collect.discover import (_Table, is_python, job_identity, launcher_of, local_rank_of, rank_identity,
+from hangdoc.collect.discover import (_Table, env_int, is_python, job_identity, launcher_of, local_rank_of, rank_identity,
                                      start_method)
 from hangdoc.collect.procfs import ProcDenied, ProcFS, ProcGone
 from hangdoc.errors import HangdocError
@@ -64,12 +64,6 @@ def this_host() -> str:
     return socket.gethostname()
 
 
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
-
 
 def _safe_cmdline(procfs: ProcFS, pid: int | None) -> tuple[str, ...]:
     try:
@@ -106,8 +100,8 @@ def _node_job(table: _Table, launcher: int | None, pids: list[int]) -> NodeJob:
     env = table.env(ranks[0].pid)
     return NodeJob(
         **job_identity(env),
-        group_rank=_int(env.get("GROUP_RANK")),
-        group_world_size=_int(env.get("GROUP_WORLD_SIZE")),
+        group_rank=env_int(env.get("GROUP_RANK")),
+        group_world_size=env_int(env.get("GROUP_WORLD_SIZE")),
         launcher_pid=launcher,
         launcher=_launcher_name(_safe_cmdline(table.procfs, launcher)) if launcher is not None else None,
         ranks=tuple(ranks),
