@@ -23,7 +23,7 @@ from pathlib import Path
 from hangdoc.scenarios import SCENARIOS
 from hangdoc.scenarios.launch import start_job, stop_job, wait_for
 
-SECTIONS = ("snapshot", "latency", "overhead", "zoo", "check", "merge")
+SECTIONS = ("snapshot", "locals", "latency", "overhead", "false-alarms", "detection", "zoo", "check", "merge")
 
 
 def machine() -> str:
@@ -132,7 +132,7 @@ def _one_overhead_run(watched: bool, steps: int, interval: float) -> float:
         try:
             wait_for(scenario.ready_markers(work), job, timeout=90)
             if watched:
-                watcher = Watcher(job.pid, make_probes(gpu=True), WatchConfig(interval_s=interval, hang_after_s=60))
+                watcher = Watcher(job.pid, make_probes(gpu=True), WatchConfig(interval_s=interval))
                 thread = threading.Thread(target=lambda: watcher.run(ended=lambda: job.popen.poll() is not None),
                                           daemon=True)
                 thread.start()
@@ -159,7 +159,7 @@ def bench_overhead(pairs: int = 3, steps: int = 1500, interval: float | None = N
             "bare_runs": [round(x, 1) for x in bare], "watched_runs": [round(x, 1) for x in watched]}
 
 
-def bench_zoo(hang_after: float = 10.0) -> dict:
+def bench_zoo(hang_after: float | None = 10.0) -> dict:
     """Every scenario under `hangdoc run`: verdict, culprits, rule, time from fault to verdict."""
     from hangdoc.scenarios.evaluate import evaluate
 
@@ -199,6 +199,35 @@ def main(argv=None) -> int:
         print(table("Snapshot latency per sample as the job grows",
                     ["processes", "median s", "ms / process"],
                     [[r["processes"], r["median_s"], r["per_process_ms"]] for r in rows]) + "\n")
+    if "locals" in wanted:
+        from hangdoc.bench_rhythm import bench_locals
+
+        r = results["locals"] = bench_locals()
+        print(table(f"One capture of {r['job']}, with and without --locals (median of {r['runs']} alternated)",
+                    ["wall s without", "wall s with", "CPU s without", "CPU s with", "CPU with / without"],
+                    [[r["wall_s_without"], r["wall_s_with"], r["cpu_s_without"], r["cpu_s_with"],
+                      f"{r['cpu_ratio']}x"]]) + "\n")
+    if "false-alarms" in wanted:
+        from hangdoc.bench_rhythm import bench_false_alarms
+
+        r = results["false_alarms"] = bench_false_alarms()
+        print(table("False alarms: healthy scenarios under hangdoc run, no --hang-after (learned threshold)",
+                    ["scenario", "runs", "hang verdicts", "verdicts", "largest threshold s"],
+                    [[x["scenario"], x["runs"], x["hang_verdicts"], " ".join(x["verdicts"]), x["threshold_s"]]
+                     for x in r["rows"]]))
+        print(f"hang verdicts in all: {r['hang_verdicts']} (goal: {r['goal']})\n")
+    if "detection" in wanted:
+        from hangdoc.bench_rhythm import bench_detection
+
+        r = results["detection"] = bench_detection()
+        print(table(f"Detection with no --hang-after (interval {r['interval_s']:g} s)",
+                    ["scenario", "verdict", "culprits", "right", "threshold from", "learned step s",
+                     "threshold s", "fault -> verdict s", "target s", "met"],
+                    [[x["scenario"], x["verdict"], x["culprits"], "yes" if x["right"] else "NO", x["source"],
+                      x["learned_step_s"] if x["learned_step_s"] is not None else "-", x["threshold_s"],
+                      x["seconds_to_verdict"], x["target_s"] if x["target_s"] is not None else "-",
+                      "yes" if x["met"] else "no"] for x in r["rows"]]))
+        print(f"goal: {r['goal']}\n")
     if "overhead" in wanted:
         r = results["overhead"] = bench_overhead()
         print(table(f"Training overhead of hangdoc watch at --interval {r['interval_s']:g} (healthy job, alternated)",

@@ -3,7 +3,7 @@
 Exit codes (documented in docs/exit-codes.md):
   0  healthy / nothing found        3  hang detected
   1  `check` found problems         4  the job crashed
-  2  usage, attach or input error
+  2  usage, attach or input error       5  suspect: ranks split, not seen long enough to tell
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_HANG = 3
 EXIT_CRASH = 4
+EXIT_SUSPECT = 5      # one instant, or not long enough: ranks split, no progress seen
 
 
 class HangdocError(Exception):

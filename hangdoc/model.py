@@ -41,12 +41,34 @@ class Frame:
 
 
 @dataclass(frozen=True)
+class FrameMark:
+    """One frame of the job's own code, as its locals stood: a digest and the integers."""
+
+    function: str                  # "main", "Trainer.fit_loop"
+    line: int
+    digest: str                    # digest of the identities (addresses) of its non-integer locals
+    counters: tuple[tuple[str, int], ...] = ()   # its integer locals by name: ("step", 4812)
+
+
+@dataclass(frozen=True)
+class LoopMark:
+    """Where the job's own code stands, read from the locals `py-spy dump --locals` prints.
+
+    Only digests and integers are kept: the reprs of strings and containers (where secrets
+    live) never leave the parser. See hangdoc/analyze/progress.py for how two are compared.
+    """
+
+    frames: tuple[FrameMark, ...]  # the job's frames (not stdlib, not torch), OUTERMOST first
+
+
+@dataclass(frozen=True)
 class Thread:
     tid: int                       # the kernel's thread id
     name: str
     active: bool                   # py-spy: running (not idle) at the instant of the dump
     owns_gil: bool
     frames: tuple[Frame, ...]      # innermost first, as py-spy prints them
+    loop: LoopMark | None = None   # from --locals: the job's loop position (None: no locals read)
 
     @property
     def is_main(self) -> bool:
@@ -90,6 +112,15 @@ class IoCounters:
 
 
 @dataclass(frozen=True)
+class ThreadCounters:
+    """The kernel's view of one thread: CPU time and how often it went to sleep or was preempted."""
+
+    cpu_s: float
+    voluntary_switches: int        # /proc/PID/task/TID/status voluntary_ctxt_switches
+    involuntary_switches: int
+
+
+@dataclass(frozen=True)
 class ProcStat:
     state: str                     # R, S, D, Z, T, ...
     wchan: str | None
@@ -100,6 +131,7 @@ class ProcStat:
     num_threads: int
     io: IoCounters | None
     open_files: tuple[OpenFile, ...] = ()
+    main_thread: ThreadCounters | None = None   # the main thread alone (tid == pid)
 
     @property
     def cpu_s(self) -> float:
@@ -350,9 +382,21 @@ class RankReport:
 
 
 @dataclass(frozen=True)
+class Threshold:
+    """How hang was told from slow: the threshold, where it came from, and the quiet so far."""
+
+    source: str                    # "given" (--hang-after), "learned" (the job's steps), "default"
+    hang_after_s: float
+    longest_step_s: float | None   # the longest gap between two steps of one rank, as seen
+    steps_seen: int
+    quiet_s: float                 # how long no rank has stepped (nor done I/O of its own)
+    signal: str                    # "loop" (the job's locals) or "frames" (no locals could be read)
+
+
+@dataclass(frozen=True)
 class Report:
     schema: str
-    verdict: str                   # "hang", "healthy" or "crash"
+    verdict: str                   # "hang", "suspect", "healthy" or "crash"
     detected_after_s: float | None
     culprit_ranks: tuple[int, ...]
     findings: tuple[Finding, ...]
@@ -362,3 +406,4 @@ class Report:
     pg_timeout_s: float | None = None
     timeout_remaining_s: float | None = None
     host: str | None = None
+    threshold: Threshold | None = None

@@ -187,6 +187,6 @@ def _timeout_finding(config: WatchConfig) -> Finding:
 def _timed_out(outcome: Outcome, config: WatchConfig) -> Outcome:
     """A smoke run that outlives its budget fails like a hang: CI must not wait forever."""
     report = outcome.report
-    if report.verdict == "healthy":
+    if report.verdict in ("healthy", "suspect"):
         report = dataclasses.replace(report, verdict="hang", findings=(_timeout_finding(config),) + report.findings)
     return Outcome(report, outcome.bundle, "timeout")

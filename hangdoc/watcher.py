@@ -4,6 +4,10 @@ Each round re-discovers the job (new DataLoader workers appear every epoch), cap
 it, and re-runs the (pure) analysis over the samples so far. Workers' stacks are taken
 where they matter: at the first round, every `worker_every` rounds, and every round for
 the workers of a rank that waits on its DataLoader.
+
+Sampling is gentle: a rank that stepped at the last sample (and its workers) is read with
+`py-spy --nonblocking`, which does not pause its threads; a rank that looks stuck, and
+every process at the first round, is read blocking, for a consistent stack.
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ MAX_SAMPLES = 600   # about 20 minutes at the default interval; older samples ar
 @dataclass
 class WatchConfig:
     interval_s: float = 2.0
-    hang_after_s: float = 60.0
+    hang_after_s: float | None = None      # None: learned from the job's step rhythm
     timeout_s: float | None = None
     native: bool = False
     nonblocking: bool = False
@@ -58,6 +62,7 @@ class Watcher:
     sources: tuple[str, ...] = ()
     data_lists: tuple = ()
     rounds: int = 0
+    stepping: set = field(default_factory=set)   # ranks that stepped at the last sample
 
     def start(self) -> Bundle:
         """Find the job and take the first full capture; attach errors surface here."""
@@ -90,6 +95,7 @@ class Watcher:
         began = time.monotonic()
         while True:
             report = build_report(bundle, self.config.hang_after_s)
+            self.stepping = {r.pid for r in report.ranks if r.progress == "active"}
             if on_sample:
                 on_sample(bundle, report)
             if report.verdict in ("hang", "crash"):
@@ -107,12 +113,19 @@ class Watcher:
         assert self.job is not None
         wanted = self._stack_pids(all_workers)
         snapshot, self.job = capture(self.job, self.probes, stack_pids=wanted,
-                                     native=self.config.native, nonblocking=self.config.nonblocking)
+                                     native=self.config.native, nonblocking=self._gentle_pids())
         self.samples.append(snapshot)
         self.rounds += 1
         if not self.sources or self.rounds % 10 == 1:
             self.sources = tuple(dict.fromkeys(self.sources + log_sources(self.job, self.probes.procfs.root)))
         return snapshot
+
+    def _gentle_pids(self) -> set[int]:
+        """Processes read without pausing them: all with --nonblocking, else the stepping ranks'."""
+        if self.config.nonblocking:
+            return {p.pid for p in self.job.processes}
+        return {p.pid for p in self.job.processes
+                if p.pid in self.stepping or (p.role is not Role.RANK and p.rank_pid in self.stepping)}
 
     def _stack_pids(self, all_workers: bool) -> set[int]:
         assert self.job is not None

@@ -1,8 +1,11 @@
-"""Hang, crash or healthy, and who everyone is waiting for: a pure function of the bundle.
+"""Hang, crash, suspect or healthy, and who everyone is waiting for: a pure function of the bundle.
 
-The verdict is `hang` once ranks have been blocked in collectives (same frames, no bytes
-moved) for `hang_after` seconds; the culprits are the ranks outside the majority's
-collective (a straggler), or the ranks in a different collective (a mismatch).
+The verdict is `hang` once no rank has stepped (its own loop moved on, `analyze/progress.py`)
+nor done I/O of its own for the threshold (given, or learned from the job's step rhythm),
+while some rank waits in a collective or nothing moves at all. The culprits are the ranks
+outside the majority's collective (a straggler), or the ranks in a different collective
+(a mismatch). `suspect`: the ranks are split (some wait in a collective for the others) and
+the bundle cannot show them moving: one instant, or quiet for a third of the threshold.
 """
 from __future__ import annotations
 
@@ -11,7 +14,8 @@ from dataclasses import dataclass, field
 
 from hangdoc.analyze.classify import Reading
 from hangdoc.analyze.logs import failed_worker_rank, killed_workers, says_failure, torchrun_root_cause
-from hangdoc.analyze.timeline import Timeline, progress, timelines
+from hangdoc.analyze.progress import Rhythm, blocked_since, progress_word, rhythm
+from hangdoc.analyze.timeline import Timeline, timelines
 from hangdoc.model import Bundle, ProcessInfo, Role
 
 # Collectives on the common path of a training step: the rank elsewhere left that path.
@@ -33,7 +37,7 @@ class RankView:
 
 @dataclass(frozen=True)
 class Diagnosis:
-    verdict: str                       # "hang", "crash" or "healthy"
+    verdict: str                       # "hang", "crash", "suspect" or "healthy"
     culprits: tuple[int, ...]
     onset: float | None
     decided_at: float
@@ -41,6 +45,7 @@ class Diagnosis:
     mismatch: dict[str, tuple[int, ...]] = field(default_factory=dict)  # collective -> ranks
     hang_after_s: float = 60.0
     frozen: bool = False               # a hang outside collectives: nothing moved at all
+    rhythm: Rhythm | None = None       # how the threshold was set, and since when nothing stepped
 
     def view(self, rank: int) -> RankView | None:
         return next((r for r in self.ranks if r.info.rank == rank), None)
@@ -51,7 +56,8 @@ class Diagnosis:
 
 
 def diagnose(bundle: Bundle, hang_after: float | None = None) -> Diagnosis:
-    hang_after = hang_after if hang_after is not None else (bundle.options.hang_after_s or 60.0)
+    """`hang_after` overrides the bundle's own; with neither, the threshold is learned."""
+    hang_after = hang_after if hang_after is not None else bundle.options.hang_after_s
     lines = timelines(bundle)
     now = bundle.last.time
     views = []
@@ -66,27 +72,36 @@ def diagnose(bundle: Bundle, hang_after: float | None = None) -> Diagnosis:
             for w in workers if w.pid in lines
         )
         exited_at = next((p.time for p in line.points if p.reading.state == "exited"), None)
-        views.append(RankView(rank, line.last.reading, line.state_since(), line.blocked_since(),
-                              progress(line, worker_lines), worker_states, exited_at))
+        views.append(RankView(rank, line.last.reading, line.state_since(), blocked_since(line),
+                              progress_word(line, worker_lines), worker_states, exited_at))
+    rank_lines = [lines[v.info.pid] for v in views]
+    beat = rhythm(rank_lines, bundle.samples[0].time, hang_after)
+
+    def verdict(name: str, culprits=(), onset=None, mismatch=None, frozen=False) -> Diagnosis:
+        return Diagnosis(name, tuple(culprits), onset, now, tuple(views), mismatch or {},
+                         beat.threshold_s, frozen, beat)
 
     crash = _crash(bundle, views, now)
     if crash is not None:
-        return Diagnosis("crash", crash[0], crash[1], now, tuple(views), hang_after_s=hang_after)
+        return verdict("crash", crash[0], crash[1])
     if views and all(v.exited_at is not None for v in views):
-        return Diagnosis("healthy", (), None, now, tuple(views), hang_after_s=hang_after)
-
+        return verdict("healthy")
     if not views and bundle.exit_code not in (None, 0):
-        return Diagnosis("crash", (), None, now, (), hang_after_s=hang_after)
-    blocked = [v for v in views if v.blocked_since is not None and now - v.blocked_since >= hang_after]
-    if not blocked:
-        frozen = _all_frozen(bundle, lines, views, now, hang_after)
-        if frozen is not None:
-            return Diagnosis("hang", tuple(v.info.rank for v in views if v.info.rank is not None),
-                             frozen, now, tuple(views), hang_after_s=hang_after, frozen=True)
-        return Diagnosis("healthy", (), None, now, tuple(views), hang_after_s=hang_after)
-    onset = min(v.blocked_since for v in blocked)
+        return verdict("crash")
+
+    quiet = now - beat.quiet_since
     culprits, mismatch = _culprits(views)
-    return Diagnosis("hang", culprits, onset, now, tuple(views), mismatch, hang_after)
+    live = [v for v in views if v.exited_at is None]
+    split = bool(live) and (bool(mismatch) or (any(v.reading.state == "collective-wait" for v in live)
+                                               and bool(culprits)))
+    if quiet >= beat.threshold_s and any(v.reading.state == "collective-wait" for v in live):
+        return verdict("hang", culprits, beat.quiet_since, mismatch)
+    frozen = _all_frozen(bundle, lines, views, now, beat.threshold_s)
+    if frozen is not None:
+        return verdict("hang", (v.info.rank for v in views if v.info.rank is not None), frozen, frozen=True)
+    if split and (len(bundle.samples) == 1 or quiet >= beat.threshold_s / 3):
+        return verdict("suspect", culprits, beat.quiet_since, mismatch)
+    return verdict("healthy")
 
 
 def _crash(bundle: Bundle, views: list[RankView], now: float) -> tuple[tuple[int, ...], float | None] | None:

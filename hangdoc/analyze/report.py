@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from hangdoc.analyze.diagnose import Diagnosis, RankView, diagnose
-from hangdoc.model import REPORT_SCHEMA, Bundle, Report, RankReport, WorkerReport
+from hangdoc.model import REPORT_SCHEMA, Bundle, Report, RankReport, Threshold, WorkerReport
 from hangdoc.rules import run_rules
 from hangdoc.rules.base import Context
 
@@ -21,14 +21,24 @@ def build_report(bundle: Bundle, hang_after: float | None = None) -> Report:
         schema=REPORT_SCHEMA,
         verdict=diagnosis.verdict,
         detected_after_s=(round(diagnosis.decided_at - diagnosis.onset, 1)
-                          if diagnosis.verdict != "healthy" and diagnosis.onset is not None else None),
+                          if diagnosis.verdict in ("hang", "crash") and diagnosis.onset is not None else None),
         culprit_ranks=diagnosis.culprits,
         findings=findings,
         ranks=tuple(_rank_report(bundle, diagnosis, view) for view in diagnosis.ranks),
         pg_timeout_s=timeout,
         timeout_remaining_s=remaining,
         host=bundle.host.hostname,
+        threshold=_threshold(diagnosis),
     )
+
+
+def _threshold(diagnosis: Diagnosis) -> Threshold | None:
+    beat = diagnosis.rhythm
+    if beat is None:
+        return None
+    return Threshold(source=beat.source, hang_after_s=beat.threshold_s, longest_step_s=beat.longest_step_s,
+                     steps_seen=beat.steps_seen, quiet_s=round(diagnosis.decided_at - beat.quiet_since, 1),
+                     signal="loop" if beat.has_locals else "frames")
 
 
 def pg_timeout(bundle: Bundle) -> float:

@@ -1,16 +1,16 @@
 """Each process over time: its state at every sample, whether it moves, and for how long it has not.
 
-A rank is *blocked* in a collective when sample after sample it sits at the same frames
-and neither reads nor writes a byte: a completed step always moves bytes (the gradient
-all-reduce over gloo's sockets, the next batch through the worker pipes), so a rank that
-moves none has not stepped, however often it is caught on the same line.
+Whether a rank *progressed* between two samples is decided from the job's own loop
+(`analyze/progress.py`); CPU time and bytes here are hints that it is busy, never proof
+that it stepped: NCCL moves its bytes outside the host's syscalls, and a small model's
+all-reduce moves a few bytes a step.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from hangdoc.analyze.classify import Reading, classify_rank, classify_worker, signature
-from hangdoc.model import Bundle, ProcSample, Role
+from hangdoc.model import Bundle, LoopMark, ProcSample, Role, ThreadCounters
 
 # Bytes a process may move between samples without it counting as progress (store pings).
 IO_NOISE_BYTES = 4096
@@ -24,13 +24,18 @@ class Point:
     sig: tuple
     cpu_s: float | None
     io_bytes: int | None
+    loop: LoopMark | None = None           # the main thread's loop position, when locals were read
+    main: ThreadCounters | None = None     # the kernel's counters of the main thread
+    fresh: bool = True                     # False: no stack this round, the reading carried on
 
 
 def _point(time: float, sample: ProcSample | None, worker: bool) -> Point:
     reading = classify_worker(sample) if worker else classify_rank(sample)
     proc = sample.proc if sample else None
     io = proc.io.rchar + proc.io.wchar if proc and proc.io else None
-    return Point(time, reading, signature(sample), proc.cpu_s if proc else None, io)
+    main = sample.stack.main if sample and sample.stack else None
+    return Point(time, reading, signature(sample), proc.cpu_s if proc else None, io,
+                 main.loop if main else None, proc.main_thread if proc else None)
 
 
 def moved(a: Point, b: Point) -> bool:
@@ -38,10 +43,6 @@ def moved(a: Point, b: Point) -> bool:
     cpu = a.cpu_s is not None and b.cpu_s is not None and b.cpu_s - a.cpu_s > CPU_NOISE_S
     io = a.io_bytes is not None and b.io_bytes is not None and b.io_bytes - a.io_bytes > IO_NOISE_BYTES
     return cpu or io
-
-
-def moved_bytes(a: Point, b: Point) -> bool:
-    return a.io_bytes is not None and b.io_bytes is not None and b.io_bytes - a.io_bytes > IO_NOISE_BYTES
 
 
 @dataclass(frozen=True)
@@ -58,18 +59,6 @@ class Timeline:
         start = self.last
         for point in reversed(self.points[:-1]):
             if (point.reading.state, point.reading.detail) != (start.reading.state, start.reading.detail):
-                break
-            start = point
-        return start.time
-
-    def blocked_since(self) -> float | None:
-        """Start of the trailing run in which it sat in one collective and moved no bytes."""
-        last = self.last
-        if last.reading.state != "collective-wait":
-            return None
-        start = last
-        for point in reversed(self.points[:-1]):
-            if point.reading.state != "collective-wait" or point.sig != last.sig or moved_bytes(point, start):
                 break
             start = point
         return start.time
@@ -100,19 +89,8 @@ def timelines(bundle: Bundle) -> dict[int, Timeline]:
                 proc = sample.proc
                 series.append(Point(snapshot.time, prev.reading, prev.sig,
                                     proc.cpu_s if proc else None,
-                                    proc.io.rchar + proc.io.wchar if proc and proc.io else None))
+                                    proc.io.rchar + proc.io.wchar if proc and proc.io else None,
+                                    prev.loop, proc.main_thread if proc else None, fresh=False))
                 continue
             series.append(_point(snapshot.time, sample, roles[pid] is Role.WORKER))
     return {pid: Timeline(pid, tuple(series)) for pid, series in points.items() if series}
-
-
-def progress(timeline: Timeline, worker_lines: list[Timeline]) -> str:
-    """"active" (its frames changed), "slow" (same frames, but it or its workers move), "stuck"."""
-    if len(timeline.points) < 2:
-        return "active"
-    prev, last = timeline.points[-2], timeline.last
-    if prev.sig != last.sig:
-        return "active"
-    if moved(prev, last) or any(len(w.points) >= 2 and moved(w.points[-2], w.last) for w in worker_lines):
-        return "slow"
-    return "stuck"

@@ -5,7 +5,7 @@ import sys
 from enum import Enum
 from typing import TextIO
 
-from hangdoc.errors import EXIT_CRASH, EXIT_HANG, EXIT_OK
+from hangdoc.errors import EXIT_CRASH, EXIT_HANG, EXIT_OK, EXIT_SUSPECT
 from hangdoc.model import Bundle, Report
 
 
@@ -16,7 +16,7 @@ class Format(str, Enum):
 
 
 def verdict_exit_code(verdict: str) -> int:
-    return {"hang": EXIT_HANG, "crash": EXIT_CRASH}.get(verdict, EXIT_OK)
+    return {"hang": EXIT_HANG, "crash": EXIT_CRASH, "suspect": EXIT_SUSPECT}.get(verdict, EXIT_OK)
 
 
 def emit_report(report: Report, fmt: Format, bundles: list[Bundle] | None = None,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Optional
 
 import typer
 
@@ -14,7 +15,9 @@ from hangdoc.errors import EXIT_FINDINGS, EXIT_OK, HangdocError
 def demo(
     scenario: str = typer.Argument("bz2-shards", help="A scenario from `hangdoc demo --list`."),
     list_: bool = typer.Option(False, "--list", help="List the scenarios and exit."),
-    hang_after: float = typer.Option(10.0, "--hang-after", help="Seconds blocked before the verdict."),
+    hang_after: Optional[float] = typer.Option(
+        None, "--hang-after", min=0.0,
+        help="Seconds without a step before the verdict (default: learned from the job's steps)."),
     interval: float = typer.Option(1.0, "--interval", help="Seconds between samples."),
     fmt: Format = typer.Option(Format.text, "--format", "-f", help="Report format."),
 ) -> None:
@@ -36,7 +39,8 @@ def demo(
 
     chosen = SCENARIOS[scenario]
     print(f"hangdoc demo: {chosen.name}: {chosen.description}", file=sys.stderr)
-    print(f"hangdoc demo: starting a real torchrun job (2 ranks, gloo); hang-after {hang_after:g} s",
+    print(f"hangdoc demo: starting a real torchrun job (2 ranks, gloo); "
+          + (f"hang-after {hang_after:g} s" if hang_after is not None else "hang threshold learned from its steps"),
           file=sys.stderr)
     view = LiveView(sys.stderr, live=True)
     try:

@@ -19,7 +19,9 @@ from hangdoc.errors import EXIT_CRASH, EXIT_HANG, EXIT_USAGE, HangdocError
 def run(
     cmd: List[str] = typer.Argument(..., help="The command to run, after --: e.g. -- torchrun ... train.py --max-steps 20"),
     timeout: Optional[float] = typer.Option(None, "--timeout", min=0.0, help="Fail (exit 3) if the whole run takes longer."),
-    hang_after: float = typer.Option(60.0, "--hang-after", min=0.0, help="Seconds ranks may be blocked in collectives."),
+    hang_after: Optional[float] = typer.Option(
+        None, "--hang-after", min=0.0,
+        help="Seconds without a step before the verdict is hang (default: learned from the job's steps)."),
     interval: float = typer.Option(2.0, "--interval", min=0.1, help="Seconds between samples."),
     fmt: Format = typer.Option(Format.text, "--format", "-f", help="Report format."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to save the bundle on a hang or crash."),

@@ -32,7 +32,10 @@ def watch(
     once: bool = typer.Option(False, "--once", help="Capture one snapshot, write the bundle and exit."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to save the bundle (default ./hangdoc-<time>.json)."),
     interval: float = typer.Option(DEFAULT_INTERVAL_S, "--interval", min=0.1, help="Seconds between samples."),
-    hang_after: float = typer.Option(60.0, "--hang-after", min=0.0, help="Seconds ranks must be blocked in collectives before the verdict is hang."),
+    hang_after: Optional[float] = typer.Option(
+        None, "--hang-after", min=0.0,
+        help="Seconds without a step before the verdict is hang. Default: learned, 3x the longest step "
+             "seen (at least 10 s; 60 s until a step has been seen)."),
     timeout: Optional[float] = typer.Option(None, "--timeout", min=0.0, help="Stop watching after this many seconds (exit 0 if nothing was found)."),
     fmt: Format = typer.Option(Format.text, "--format", "-f", help="Report format on stdout."),
     no_live: bool = typer.Option(False, "--no-live", help="No live table; a status line on stderr every few samples."),

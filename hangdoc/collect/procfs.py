@@ -12,7 +12,7 @@ import stat as stat_mod
 from dataclasses import dataclass
 from pathlib import Path
 
-from hangdoc.model import IoCounters, OpenFile, ProcStat
+from hangdoc.model import IoCounters, OpenFile, ProcStat, ThreadCounters
 
 # The libraries whose presence changes a diagnosis (fork-unsafe thread pools, NCCL, CUDA).
 INTERESTING_LIBS = re.compile(
@@ -187,6 +187,26 @@ class ProcFS:
             files.append(OpenFile(fd=fd, path=target, pos=pos, size=st.st_size, mode=mode))
         return tuple(files)
 
+    def thread_counters(self, pid: int, tid: int | None = None) -> ThreadCounters | None:
+        """One thread's CPU time and context switches (the main thread by default: tid == pid)."""
+        tid = pid if tid is None else tid
+        try:
+            raw = self.read_text(pid, f"task/{tid}/stat")
+            status = self.read_text(pid, f"task/{tid}/status")
+        except (ProcGone, ProcDenied):
+            return None
+        fields = raw[raw.rindex(")") + 2:].split()
+        switches = {}
+        for line in status.splitlines():
+            key, _, value = line.partition(":")
+            if key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
+                switches[key] = int(value.strip() or 0)
+        return ThreadCounters(
+            cpu_s=(int(fields[11]) + int(fields[12])) / self._ticks,
+            voluntary_switches=switches.get("voluntary_ctxt_switches", 0),
+            involuntary_switches=switches.get("nonvoluntary_ctxt_switches", 0),
+        )
+
     def proc_stat(self, pid: int) -> ProcStat:
         """Everything a sample needs from /proc for one process."""
         st = self.stat(pid)
@@ -206,6 +226,7 @@ class ProcFS:
             num_threads=st.num_threads,
             io=self.io(pid),
             open_files=open_files,
+            main_thread=self.thread_counters(pid),
         )
 
     def _optional(self, pid: int, name: str) -> str | None:

@@ -32,9 +32,12 @@ class Probes:
 
 
 def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
-            native: bool = False, nonblocking: bool = False) -> tuple[Snapshot, Job]:
+            native: bool = False, nonblocking: bool | set[int] = False,
+            loop_locals: bool = True) -> tuple[Snapshot, Job]:
     """Sample every process of `job`; stacks only for `stack_pids` (all when None).
 
+    `nonblocking` is a flag for every process or the set of pids to read without pausing.
+    With `loop_locals` the ranks' dumps read locals for their LoopMark (see loopmark.py).
     Returns the snapshot and the job refined by what the stacks told (which children
     are DataLoader workers, and their worker index).
     """
@@ -43,8 +46,10 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
     pids = [p.pid for p in job.processes]
     wanted = set(pids) if stack_pids is None else set(stack_pids) & set(pids)
     requests = [
-        DumpRequest(pid=p.pid, native=native, nonblocking=nonblocking,
-                    worker_locals=p.role is Role.WORKER and p.worker_index is None)
+        DumpRequest(pid=p.pid, native=native,
+                    nonblocking=p.pid in nonblocking if isinstance(nonblocking, set) else nonblocking,
+                    worker_locals=p.role is Role.WORKER and p.worker_index is None,
+                    loop_locals=loop_locals and p.role is Role.RANK)
         for p in job.processes if p.pid in wanted
     ]
     dumps: dict[int, Dump | StackError] = {}

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from hangdoc.collect.loopmark import loop_mark
 from hangdoc.errors import PySpyMissing
 from hangdoc.model import Frame, Stack, Thread
 
@@ -60,13 +61,13 @@ class PySpy:
     run: Runner = subprocess.run
 
     def dump(self, pid: int, native: bool = False, nonblocking: bool = False,
-             worker_locals: bool = False) -> Dump:
+             worker_locals: bool = False, loop_locals: bool = False) -> Dump:
         cmd = [self.path, "dump", "--pid", str(pid), "--json"]
         if native:
             cmd.append("--native")
         if nonblocking:
             cmd.append("--nonblocking")
-        if worker_locals:
+        if worker_locals or loop_locals:
             cmd.append("--locals")
         started = time.monotonic()
         try:
@@ -82,7 +83,7 @@ class PySpy:
             data = json.loads(done.stdout)
         except json.JSONDecodeError:
             raise StackError("failed", "py-spy printed something that is not JSON") from None
-        return parse_dump(data, native=native, took_s=took)
+        return parse_dump(data, native=native, took_s=took, loop_locals=loop_locals)
 
 
 def classify_failure(pid: int, text: str) -> StackError:
@@ -97,8 +98,12 @@ def classify_failure(pid: int, text: str) -> StackError:
     return StackError("failed", message)
 
 
-def parse_dump(data: list[dict], native: bool = False, took_s: float = 0.0) -> Dump:
-    """Turn py-spy's JSON (a list of threads, frames innermost first) into a Stack."""
+def parse_dump(data: list[dict], native: bool = False, took_s: float = 0.0,
+               loop_locals: bool = False) -> Dump:
+    """Turn py-spy's JSON (a list of threads, frames innermost first) into a Stack.
+
+    With `loop_locals` the main thread's locals become a LoopMark (digests and integers);
+    no repr of a local is kept."""
     threads = []
     worker_id = num_workers = None
     for raw in data:
@@ -116,12 +121,14 @@ def parse_dump(data: list[dict], native: bool = False, took_s: float = 0.0) -> D
                 values = {v.get("name"): v.get("repr") for v in f["locals"]}
                 worker_id = _as_int(values.get("worker_id"))
                 num_workers = _as_int(values.get("num_workers"))
+        name = raw.get("thread_name") or ""
         threads.append(Thread(
             tid=int(raw.get("os_thread_id") or raw.get("thread_id") or 0),
-            name=raw.get("thread_name") or "",
+            name=name,
             active=bool(raw.get("active")),
             owns_gil=bool(raw.get("owns_gil")),
             frames=tuple(frames),
+            loop=loop_mark(raw.get("frames") or []) if loop_locals and name == "MainThread" else None,
         ))
     return Dump(Stack(threads=tuple(threads), native=native, took_s=round(took_s, 4)),
                 worker_id, num_workers)
@@ -140,6 +147,7 @@ class DumpRequest:
     native: bool = False
     nonblocking: bool = False
     worker_locals: bool = False
+    loop_locals: bool = False
 
 
 def dump_many(pyspy: PySpy, requests: list[DumpRequest], max_workers: int | None = None
@@ -152,7 +160,7 @@ def dump_many(pyspy: PySpy, requests: list[DumpRequest], max_workers: int | None
 
     def one(req: DumpRequest) -> Dump | StackError:
         try:
-            return pyspy.dump(req.pid, req.native, req.nonblocking, req.worker_locals)
+            return pyspy.dump(req.pid, req.native, req.nonblocking, req.worker_locals, req.loop_locals)
         except StackError as exc:
             return exc
 

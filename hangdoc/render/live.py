@@ -54,13 +54,22 @@ def live_table(bundle: Bundle, report: Report) -> Group:
             index = worker.index if worker.index is not None else "?"
             table.add_row(f"  w{index}", worker.state, "", "", "", "", worker.top_frame or "-", style="dim")
     head = Text(f"hangdoc watching {len(report.ranks)} ranks · sample {len(bundle.samples)} · "
-                f"{time.strftime('%H:%M:%S')} · hang after {bundle.options.hang_after_s:g} s", style="bold")
+                f"{time.strftime('%H:%M:%S')} · {_pace(report)}", style="bold")
     return Group(head, table)
+
+
+def _pace(report: Report) -> str:
+    t = report.threshold
+    if t is None:
+        return report.verdict
+    learned = f"steps up to {t.longest_step_s:.1f} s · " if t.longest_step_s is not None else ""
+    return f"{learned}quiet {t.quiet_s:.0f} s of {t.hang_after_s:g} s ({t.source})"
 
 
 def status_line(bundle: Bundle, report: Report) -> str:
     parts = [f"r{rank_label(r.rank)} {r.state} {duration(r.waiting_s)} {r.progress}" for r in report.ranks]
-    return f"hangdoc: {time.strftime('%H:%M:%S')} sample {len(bundle.samples)}: " + " | ".join(parts)
+    return (f"hangdoc: {time.strftime('%H:%M:%S')} sample {len(bundle.samples)} ({_pace(report)}): "
+            + " | ".join(parts))
 
 
 class LiveView:

@@ -6,7 +6,7 @@ from typing import TextIO
 from hangdoc.analyze.classes import rank_ranges, stack_classes, stack_tree
 from hangdoc.model import Bundle, Report
 from hangdoc.render.text import culprit_places, group_cells, rank_rows, spans_nodes, stacks_heading
-from hangdoc.render.words import duration, rank_label, gpu_cell, headline, timeout_line
+from hangdoc.render.words import duration, rank_label, gpu_cell, headline, threshold_line, timeout_line
 
 
 def _cell(text: str | None) -> str:
@@ -17,6 +17,8 @@ def report_markdown(report: Report, bundles: list[Bundle] | None = None) -> str:
     lines = [f"## hangdoc: {headline(report)}", ""]
     if (places := culprit_places(report)):
         lines += [f"- {line}" for line in places] + [""]
+    if (line := threshold_line(report)):
+        lines += [line, ""]
     if (line := timeout_line(report)):
         lines += [line, ""]
     if report.findings:

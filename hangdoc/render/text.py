@@ -10,7 +10,7 @@ from rich.text import Text
 
 from hangdoc.analyze.classes import rank_ranges, rank_set, stack_classes, stack_tree
 from hangdoc.model import Bundle, RankReport, Report
-from hangdoc.render.words import duration, rank_label, gpu_cell, headline, timeout_line
+from hangdoc.render.words import duration, rank_label, gpu_cell, headline, threshold_line, timeout_line
 
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 # Past this many ranks the table lists the culprits and groups the others by what they do.
@@ -34,6 +34,8 @@ def render_text(report: Report, out: TextIO, width: int | None = None,
     console.print(Text(f"hangdoc: {headline(report)}", style=style))
     for line in culprit_places(report):
         console.print(Text(f"  {line}", style="bold"))
+    if (line := threshold_line(report)):
+        console.print(line)
     if (line := timeout_line(report)):
         console.print(line)
     for finding in report.findings:

@@ -19,7 +19,30 @@ def headline(report: Report) -> str:
     if report.verdict == "crash":
         who = f"rank {culprits} failed first" if culprits else "the job failed"
         return f"CRASH: {who}"
+    if report.verdict == "suspect":
+        waiting = [r.rank for r in report.ranks if r.state == "collective-wait" and r.rank not in report.culprit_ranks]
+        others = ", ".join(f"rank {r.rank} in {r.state}" for r in report.ranks if r.rank in report.culprit_ranks)
+        who = f"rank {rank_ranges(waiting)} wait in a collective" if waiting else "the ranks wait in different collectives"
+        return (f"SUSPECT: {who}" + (f" for {others}" if others else "")
+                + "; not yet seen long enough to tell a hang from a slow step")
     return "HEALTHY: no hang found"
+
+
+def threshold_line(report: Report) -> str | None:
+    """How hang was told from slow, in one line: "steps took up to 4.1 s; nothing stepped for 13 s"."""
+    t = report.threshold
+    if t is None or report.verdict == "crash":
+        return None
+    quiet = f"no rank has stepped for {t.quiet_s:.0f} s"
+    if t.source == "given":
+        rule = f"hang after {t.hang_after_s:g} s (--hang-after)"
+    elif t.source == "learned":
+        rule = (f"steps took up to {t.longest_step_s:.1f} s ({t.steps_seen} seen), so hang after "
+                f"{t.hang_after_s:g} s")
+    else:
+        rule = f"no step seen yet, so hang after the default {t.hang_after_s:g} s (--hang-after sets it)"
+    signal = "" if t.signal == "loop" else " [no loop locals could be read: judged from frames]"
+    return f"Progress: {rule}; {quiet}.{signal}"
 
 
 def timeout_line(report: Report) -> str | None:

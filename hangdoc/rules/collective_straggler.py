@@ -21,7 +21,7 @@ def check(ctx: Context) -> list[Finding]:
         doing = view.reading.state + (f" ({view.reading.detail})" if view.reading.detail else "")
         evidence = [
             f"{len(waiting)} of {len(d.ranks)} ranks wait in {collective} "
-            f"(blocked {now - min(v.blocked_since or now for v in waiting):.0f} s, no bytes moved)",
+            f"(none of them stepped for {now - min(v.blocked_since or now for v in waiting):.0f} s)",
             rank_line(view, now),
         ]
         stack = frames_line(ctx.bundle, view.info.pid)

@@ -21,6 +21,7 @@ from hangdoc.scenarios.data import make_shards, write_list
 from hangdoc.scenarios.launch import torchrun_cmd
 
 TRAIN_SCRIPT = Path(__file__).with_name("train.py")
+RHYTHM_SCRIPT = Path(__file__).with_name("rhythm.py")
 VERDICTS = ("hang", "healthy", "crash")
 
 
@@ -31,14 +32,15 @@ def _plain(n_shards: int, clips: int = 32) -> Callable[[Path], list[Path]]:
     return layout
 
 
-def _mixed(slow: Callable[[Path], list[Path]]) -> Callable[[Path], list[Path]]:
+def _mixed(slow: Callable[[Path], list[Path]], clips: int = 160) -> Callable[[Path], list[Path]]:
     """Six plain shards mixed with two `slow` ones, placed where rank 1's workers draw them.
 
     Shard i goes to rank i % 2, worker (i // 2) % 2: each of rank 1's workers first reads a
-    plain shard (so training gets going), then a slow one; rank 0 reads plain shards only.
+    plain shard (so training runs healthy for a while and its rhythm can be seen), then a
+    slow one; rank 0 reads plain shards only.
     """
     def layout(data: Path) -> list[Path]:
-        a = make_shards(data, 6, 32, 1.0, prefix="aishell")
+        a = make_shards(data, 6, clips, 1.0, prefix="aishell")
         b = slow(data)
         return [a[0], a[1], a[2], a[3], a[4], b[0], a[5], b[1]]
     return layout
@@ -68,6 +70,7 @@ class Scenario:
     batch_size: int = 4
     max_steps: int | None = None        # default run length; None: until killed (or it crashes)
     layout: Callable[[Path], list[Path]] = field(default=_plain(8), repr=False, compare=False)
+    script: Path = field(default=TRAIN_SCRIPT, repr=False, compare=False)   # the program torchrun runs
 
     def prepare(self, workdir: str | Path) -> Path:
         """Write the scenario's shards under `workdir/data` and the list `workdir/data.list`."""
@@ -86,7 +89,7 @@ class Scenario:
                 "--num-workers", str(self.num_workers), "--batch-size", str(self.batch_size)]
         if steps is not None:
             args += ["--max-steps", str(steps)]
-        return torchrun_cmd(TRAIN_SCRIPT, *args, nproc=self.nproc, python=python or sys.executable)
+        return torchrun_cmd(self.script, *args, nproc=self.nproc, python=python or sys.executable)
 
     def fault_marker(self, workdir: str | Path) -> Path:
         return Path(workdir) / "fault"
@@ -113,7 +116,7 @@ _ALL = [
              layout=_mixed(_bz2_per_channel)),
     Scenario("uneven-shards",
              "5 shards over 2 ranks x 2 workers: rank 1 runs out first and waits in the epoch barrier",
-             "hang", (1,), "uneven-shards", layout=_plain(5, clips=16)),
+             "hang", (1,), "uneven-shards", layout=_plain(5, clips=96)),
     Scenario("worker-segfault",
              "a rank-1 DataLoader worker segfaults after 3 batches; the job crashes",
              "crash", (1,), "worker-died"),
@@ -132,8 +135,17 @@ _ALL = [
     Scenario("checkpoint-pause",
              "every 10 steps rank 0 writes a checkpoint for ~3.5 s while rank 1 waits in a barrier",
              "healthy", (), None, max_steps=60),
+    # Healthy rhythms with no DataLoader and a few bytes a step (rhythm.py): never a hang.
+    Scenario("slow-rank", "rank 1 computes ~4 s a step on a tiny model; rank 0 waits in the gradient "
+             "all_reduce", "healthy", (), None, max_steps=6, layout=_plain(2, clips=2), script=RHYTHM_SCRIPT),
+    Scenario("tiny-allreduce", "thousands of fast steps of a 1-float all_reduce, always caught there",
+             "healthy", (), None, max_steps=40000, layout=_plain(2, clips=2), script=RHYTHM_SCRIPT),
+    Scenario("validation-pause", "every 15 steps rank 0 validates for ~8 s while rank 1 waits in a barrier",
+             "healthy", (), None, max_steps=32, layout=_plain(2, clips=2), script=RHYTHM_SCRIPT),
+    Scenario("sync-line", "every rank parks at the same all_reduce line each step (a GPU-bound NCCL "
+             "job's shape)", "healthy", (), None, max_steps=400, layout=_plain(2, clips=2), script=RHYTHM_SCRIPT),
 ]
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in _ALL}
 
-__all__ = ["SCENARIOS", "Scenario", "TRAIN_SCRIPT", "VERDICTS"]
+__all__ = ["RHYTHM_SCRIPT", "SCENARIOS", "Scenario", "TRAIN_SCRIPT", "VERDICTS"]

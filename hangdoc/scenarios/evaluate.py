@@ -43,7 +43,7 @@ class ScenarioResult:
         return self.expected_verdict == "healthy" and self.verdict != "healthy"
 
 
-def evaluate(scenario: Scenario, workdir: str | Path | None = None, *, hang_after: float = 10.0,
+def evaluate(scenario: Scenario, workdir: str | Path | None = None, *, hang_after: float | None = None,
              interval: float = 1.0, timeout: float = 120.0, max_steps: int | None = None,
              on_sample: Callable | None = None, probes=None) -> ScenarioResult:
     """Prepare the scenario, run it under watch until the verdict, end it, score the answer."""

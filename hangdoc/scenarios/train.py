@@ -198,6 +198,8 @@ class Classifier(nn.Module):
 class Healthy:
     """Fast steps; the baseline every other scenario changes in one place."""
 
+    pace_s = 0.0     # model compute per step: data faults start after a visible healthy rhythm
+
     def __init__(self, args):
         self.args = args
 
@@ -229,6 +231,8 @@ class Healthy:
 class Bz2Shards(Healthy):
     """Local shuffle by random access: on a .tar.bz2 every backward seek restarts bz2."""
 
+    pace_s = 0.3
+
     def read_shard(self, path):
         if path.endswith(".bz2"):
             mark_fault(f"worker {worker_id()} of rank {RANK} started {Path(path).name}: "
@@ -239,6 +243,8 @@ class Bz2Shards(Healthy):
 class TarStreamDecode(Healthy):
     """Audio decoded from tar member file objects; per-channel files of a bz2 shard."""
 
+    pace_s = 0.1
+
     def read_shard(self, path):
         if path.endswith(".bz2"):
             mark_fault(f"worker {worker_id()} of rank {RANK} started {Path(path).name}: "
@@ -248,6 +254,8 @@ class TarStreamDecode(Healthy):
 
 class UnevenShards(Healthy):
     """Nothing changes here: the shard list gives rank 1 fewer batches than rank 0."""
+
+    pace_s = 0.15
 
     def end_of_epoch(self, epoch, step):
         mark_fault(f"rank {RANK} ran out of batches after step {step} (epoch {epoch}) and "
@@ -426,6 +434,8 @@ def main(argv=None) -> int:
     for epoch in itertools.count():
         for feats, labels in loader:
             behaviour.before_step(step)
+            if behaviour.pace_s:
+                busy_for(behaviour.pace_s)
             loss = F.cross_entropy(model(feats), labels)
             optimizer.zero_grad()
             loss.backward()                      # DDP all_reduces the gradients here

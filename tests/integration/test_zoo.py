@@ -14,8 +14,10 @@ pytestmark = [pytest.mark.integration]
 def test_scenario_is_diagnosed_as_its_ground_truth(name, tmp_path):
     # GIVEN a real torchrun job reproducing one field failure (or a healthy one)
     scenario = SCENARIOS[name]
-    # WHEN it runs under `hangdoc run` with a short threshold
-    result = evaluate(scenario, tmp_path, hang_after=6.0, interval=0.5, timeout=150.0)
+    # WHEN it runs under `hangdoc run`: healthy jobs at the product's default (the threshold learned
+    # from their steps: a false alarm there ends a healthy training), hangs at a short given threshold
+    hang_after = None if scenario.verdict == "healthy" else 6.0
+    result = evaluate(scenario, tmp_path, hang_after=hang_after, interval=0.5, timeout=150.0)
     # THEN the verdict, the culprit ranks and the expected rule match the ground truth
     got = (result.verdict, result.culprits, result.rules)
     assert result.verdict == scenario.verdict, got
@@ -24,3 +26,28 @@ def test_scenario_is_diagnosed_as_its_ground_truth(name, tmp_path):
         assert scenario.expected_rule in result.rules, got
     if scenario.verdict == "healthy":
         assert not any(f.severity.value == "critical" for f in result.report.findings), got
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("name", ["compute-straggler", "uneven-shards"])
+def test_a_hang_is_found_with_the_threshold_learned_from_the_steps(name, tmp_path):
+    # GIVEN a job that steps healthily for a while, then hangs
+    scenario = SCENARIOS[name]
+    # WHEN it runs under `hangdoc run` with no --hang-after
+    result = evaluate(scenario, tmp_path, hang_after=None, interval=1.0, timeout=150.0)
+    # THEN the hang and its culprit are found, from a threshold learned from the steps it saw
+    assert (result.verdict, result.culprits) == ("hang", tuple(scenario.culprit_ranks)), result.rules
+    threshold = result.report.threshold
+    assert threshold.source == "learned" and threshold.steps_seen >= 2, threshold
+    assert result.seconds_to_verdict is not None and result.seconds_to_verdict < 40, result.seconds_to_verdict
+
+
+@pytest.mark.timeout(200)
+def test_a_slow_rank_is_not_a_hang_at_the_threshold_that_once_called_it_one(tmp_path):
+    # GIVEN a healthy job where rank 1 computes ~4 s a step and rank 0 waits in the gradient all_reduce,
+    # a tiny model and no DataLoader: a few bytes a step
+    scenario = SCENARIOS["slow-rank"]
+    # WHEN it runs under `hangdoc run --hang-after 10` (which once said "HANG: rank 1", exit 3)
+    result = evaluate(scenario, tmp_path, hang_after=10.0, interval=2.0, timeout=150.0)
+    # THEN the run finishes healthy: rank 0 steps every ~4 s, so nothing was quiet for 10 s
+    assert result.verdict == "healthy", (result.rules, result.report.threshold)

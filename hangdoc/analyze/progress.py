@@ -1,0 +1,160 @@
+"""Did the job move on? Progress from the job's own loop, the step rhythm, and the hang threshold.
+
+A rank *stepped* between two samples when its own code shows it (`stepped`):
+- an integer local of one of its frames changed (`step`, `batch_idx`, `epoch`), or
+- a non-integer local of a frame *below* the innermost one was rebound (a new `batch`
+  object in the training loop: control came back to that frame), or
+- it waits (collective, DataLoader, idle) in both samples and even its innermost frame's
+  locals changed: it left the wait and came back to it.
+Identity churn in the innermost frame of a computing rank is not a step: a loop that never
+ends (`while True: x = f(x)`) rebinds its locals forever.
+
+Without locals (py-spy could not read them) the frames of the job and the main thread's
+kernel counters stand in, and the report says so.
+
+The threshold: with a `--hang-after` it is that. Otherwise hangdoc learns the longest gap
+between steps it has seen (any rank) and calls a hang when no rank has stepped for
+STEP_MULTIPLE times that, never less than HANG_FLOOR_S; before any step has been seen it
+waits DEFAULT_HANG_AFTER_S.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hangdoc.analyze.timeline import IO_NOISE_BYTES, Point, Timeline, moved
+from hangdoc.model import LoopMark
+
+STEP_MULTIPLE = 3.0
+HANG_FLOOR_S = 10.0
+DEFAULT_HANG_AFTER_S = 60.0
+WAIT_STATES = frozenset({"collective-wait", "dataloader-wait", "idle"})
+
+
+def _common_depth(a: LoopMark, b: LoopMark) -> int:
+    depth = 0
+    for fa, fb in zip(a.frames, b.frames):
+        if fa.function != fb.function:
+            break
+        depth += 1
+    return depth
+
+
+def loop_moved(a: LoopMark, b: LoopMark, waiting: bool) -> bool:
+    """Did the job's own code move on between two LoopMarks of one thread (see module doc)?"""
+    depth = _common_depth(a, b)
+    last_a, last_b = len(a.frames) - 1, len(b.frames) - 1
+    for i in range(depth):
+        fa, fb = a.frames[i], b.frames[i]
+        shared = set(dict(fa.counters)) & set(dict(fb.counters))
+        if any(dict(fa.counters)[k] != dict(fb.counters)[k] for k in shared):
+            return True
+        innermost = i == last_a or i == last_b
+        if not innermost and (fa.digest != fb.digest or fa.line != fb.line):
+            return True
+        if innermost and waiting and i == last_a == last_b and fa.digest != fb.digest:
+            return True
+    return False
+
+
+def stepped(a: Point, b: Point) -> bool:
+    """Did the rank's own loop move on between two of its points?"""
+    if not (a.fresh and b.fresh):
+        return False
+    waiting = a.reading.state in WAIT_STATES and b.reading.state in WAIT_STATES
+    if a.loop is not None and b.loop is not None:
+        return loop_moved(a.loop, b.loop, waiting)
+    # No locals: fall back on the job's frames and on the main thread waking from its wait.
+    if a.sig != b.sig:
+        return True
+    if waiting and a.main is not None and b.main is not None:
+        return b.main.cpu_s - a.main.cpu_s > 0.02 and b.main.voluntary_switches > a.main.voluntary_switches + 2
+    return False
+
+
+def working(a: Point, b: Point) -> bool:
+    """Busy with I/O of its own: a rank writing a checkpoint or reading a file moves bytes."""
+    return (b.reading.state == "io" and a.io_bytes is not None and b.io_bytes is not None
+            and b.io_bytes - a.io_bytes > IO_NOISE_BYTES)
+
+
+def blocked_since(line: Timeline) -> float | None:
+    """Start of the trailing run in which the rank sat in one collective without stepping."""
+    last = line.last
+    if last.reading.state != "collective-wait":
+        return None
+    start = last
+    for point in reversed(line.points[:-1]):
+        if point.reading.state != "collective-wait" or point.reading.detail != last.reading.detail \
+                or stepped(point, start):
+            break
+        start = point
+    return start.time
+
+
+@dataclass(frozen=True)
+class RankProgress:
+    steps: tuple[float, ...]        # estimated times of the steps seen (midpoints of the sample gaps)
+    last_sign: float | None         # the last sample at which it stepped or did I/O of its own
+    has_locals: bool                # its loop position could be read
+
+
+def rank_progress(line: Timeline) -> RankProgress:
+    steps: list[float] = []
+    last_sign = None
+    has_locals = any(p.loop is not None for p in line.points)
+    prev = None
+    for point in line.points:
+        if not point.fresh:
+            continue
+        if prev is not None:
+            if stepped(prev, point):
+                steps.append((prev.time + point.time) / 2)
+                last_sign = point.time
+            elif working(prev, point):
+                last_sign = point.time
+        prev = point
+    return RankProgress(tuple(steps), last_sign, has_locals)
+
+
+@dataclass(frozen=True)
+class Rhythm:
+    """The threshold and where it came from: "given" (--hang-after), "learned" or "default"."""
+
+    source: str
+    threshold_s: float
+    longest_step_s: float | None    # the longest gap between two steps of one rank
+    steps_seen: int
+    quiet_since: float              # the last sign of progress (or the first sample)
+    has_locals: bool
+
+
+def rhythm(lines: list[Timeline], first: float, hang_after: float | None) -> Rhythm:
+    """The job's rhythm from its ranks' timelines (the first sample's time bounds the quiet)."""
+    progress = [rank_progress(line) for line in lines]
+    gaps = [b - a for p in progress for a, b in zip(p.steps, p.steps[1:])]
+    signs = [p.last_sign for p in progress if p.last_sign is not None]
+    quiet_since = max(signs) if signs else first
+    longest = round(max(gaps), 2) if gaps else None
+    if hang_after is not None:
+        source, threshold = "given", hang_after
+    elif longest is not None:
+        source, threshold = "learned", max(HANG_FLOOR_S, STEP_MULTIPLE * longest)
+    else:
+        source, threshold = "default", DEFAULT_HANG_AFTER_S
+    return Rhythm(source, round(threshold, 1), longest, sum(len(p.steps) for p in progress),
+                  quiet_since, any(p.has_locals for p in progress))
+
+
+def progress_word(line: Timeline, worker_lines: list[Timeline]) -> str:
+    """"active" (it stepped at the last sample), "slow" (no step, but it or its workers are busy:
+    CPU, bytes, frames), "stuck" (nothing)."""
+    fresh = [p for p in line.points if p.fresh]
+    if len(fresh) < 2:
+        return "active"
+    prev, last = fresh[-2], fresh[-1]
+    if stepped(prev, last):
+        return "active"
+    if prev.sig != last.sig or moved(prev, last) or any(
+            len(w.points) >= 2 and moved(w.points[-2], w.last) for w in worker_lines):
+        return "slow"
+    return "stuck"

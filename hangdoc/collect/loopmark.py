@@ -1,0 +1,55 @@
+"""The job's own position in its loop, read from the locals `py-spy dump --locals` prints.
+
+A rank waiting in a collective is caught on the same line step after step; what tells
+a new step from the old one is the job's own state: its integer counters (`step`,
+`batch_idx`, `epoch`) and the identities of its other locals (a new `batch` object every
+step). Only digests of identities and the integers themselves leave this module: the
+reprs of strings and containers, where secrets live, are read and dropped here.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+
+from hangdoc.model import FrameMark, LoopMark
+
+MAX_FRAMES = 24
+MAX_COUNTERS = 16          # per frame
+_INT = re.compile(r"-?\d{1,18}")
+# Frames that are never the job's loop: the standard library and the libraries a step calls into.
+# Training frameworks (lightning, transformers, accelerate, deepspeed) count as the job's code:
+# their loops carry the counters.
+_LIBRARY = re.compile(
+    r"/lib/python\d+(?:\.\d+)?/(?!site-packages/|dist-packages/)"
+    r"|/(?:site|dist)-packages/(?:torch|torchaudio|torchvision|numpy|_pytest|pluggy)/"
+)
+
+
+def is_job_frame(filename: str) -> bool:
+    """True for Python code of the job or its training framework (not stdlib, not torch itself)."""
+    return filename.endswith(".py") and not filename.startswith("<") and not _LIBRARY.search(filename)
+
+
+def frame_mark(frame: dict) -> FrameMark:
+    digest = hashlib.blake2b(digest_size=8)
+    counters: list[tuple[str, int]] = []
+    for local in frame.get("locals") or ():
+        name = str(local.get("name") or "?")
+        text = local.get("repr")
+        if isinstance(text, str) and _INT.fullmatch(text):
+            if len(counters) < MAX_COUNTERS:
+                counters.append((name, int(text)))
+        else:
+            digest.update(f"{name}@{local.get('addr')}\0".encode())
+    return FrameMark(function=frame.get("name") or "?", line=int(frame.get("line") or 0),
+                     digest=digest.hexdigest(), counters=tuple(counters))
+
+
+def loop_mark(frames: list[dict]) -> LoopMark | None:
+    """The LoopMark of one thread from py-spy's frames (innermost first); None when no frame
+    of the job's own code carries locals (py-spy read none, or only library code runs)."""
+    job = [f for f in reversed(frames)
+           if is_job_frame(f.get("filename") or "") and f.get("locals") is not None]
+    if not job:
+        return None
+    return LoopMark(frames=tuple(frame_mark(f) for f in job[:MAX_FRAMES]))

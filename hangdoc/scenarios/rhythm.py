@@ -1,0 +1,130 @@
+"""Healthy jobs whose rhythm fooled proxies: slow ranks, tiny collectives, pauses, sync lines.
+
+Each ends by itself and is never a hang; a watchdog that ends them is wrong. No DataLoader,
+a tiny model or none: what the ranks move between steps is a few bytes, and they are caught
+in the same collective sample after sample.
+
+    slow-rank        rank 1 computes ~4 s a step, rank 0 waits in DDP's gradient all_reduce
+    tiny-allreduce   thousands of fast steps of a 1-float all_reduce, always caught there
+    validation-pause every 15 steps rank 0 validates for ~8 s; rank 1 waits in a barrier
+    sync-line        every rank parks at the same synchronising line each step (a GPU-bound
+                     NCCL job's shape: all_reduce of the gradients, then the loss's .item())
+
+Markers in --workdir as in train.py: ready.<rank> after the first step.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+RANK = int(os.environ.get("RANK", "0"))
+
+
+def busy_for(seconds: float, size: int = 96) -> None:
+    """Real CPU work (matmuls) for a fixed wall time."""
+    x = torch.randn(size, size)
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        x = torch.tanh(x @ x / size)
+
+
+def ddp_steps(args, compute_s: float) -> None:
+    """A tiny DDP model; rank 1 computes `compute_s` each step before its backward."""
+    model = DistributedDataParallel(nn.Linear(8, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(args.max_steps):
+        x, y = torch.randn(4, 8), torch.randint(0, 2, (4,))
+        if RANK == 1:
+            busy_for(compute_s)
+        loss = F.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()                      # DDP all_reduces 18 floats here
+        optimizer.step()
+        mark_ready(step, args)
+
+
+def tiny_allreduce(args) -> None:
+    for step in range(args.max_steps):
+        value = torch.tensor([float(step)])
+        dist.all_reduce(value)
+        mark_ready(step, args)
+
+
+def validate(model: nn.Module, batches: int) -> float:
+    total = 0.0
+    for batch_idx in range(batches):
+        busy_for(0.25)
+        total += float(model(torch.randn(4, 8)).sum())
+    return total
+
+
+def validation_pause(args) -> None:
+    model = DistributedDataParallel(nn.Linear(8, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(args.max_steps):
+        loss = model(torch.randn(4, 8)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        time.sleep(0.05)
+        mark_ready(step, args)
+        if step % 15 == 14:
+            if RANK == 0:
+                validate(model.module, batches=32)
+            dist.barrier()
+
+
+def sync_line(args) -> None:
+    grads = torch.randn(1 << 20)             # 4 MB of "gradients": the wait dominates each step
+    for step in range(args.max_steps):
+        busy_for(0.02)
+        dist.all_reduce(grads)               # every rank is caught here, step after step
+        loss = grads[:4].sum().item()
+        mark_ready(step, args)
+    print(f"[rank {RANK}] last loss {loss:.3f}", flush=True)
+
+
+def mark_ready(step: int, args) -> None:
+    if step == 0:
+        (args.workdir / f"ready.{RANK}").touch()
+
+
+SHAPES = {
+    "slow-rank": lambda args: ddp_steps(args, compute_s=4.0),
+    "tiny-allreduce": tiny_allreduce,
+    "validation-pause": validation_pause,
+    "sync-line": sync_line,
+}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scenario", required=True, choices=sorted(SHAPES))
+    p.add_argument("--workdir", required=True, type=Path)
+    p.add_argument("--max-steps", type=int, default=10)
+    p.add_argument("--timeout", type=float, default=600.0, help="process-group timeout, seconds")
+    args, _ = p.parse_known_args(argv)     # the zoo's data options do not apply here
+    torch.set_num_threads(1)
+    torch.manual_seed(RANK)
+    dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))
+    started = time.monotonic()
+    SHAPES[args.scenario](args)
+    dist.barrier()
+    dist.destroy_process_group()
+    print(f"[rank {RANK}] {args.scenario}: {args.max_steps} steps in {time.monotonic() - started:.1f} s",
+          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
