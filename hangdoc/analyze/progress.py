@@ -27,6 +27,7 @@ from hangdoc.model import LoopMark
 STEP_MULTIPLE = 3.0
 HANG_FLOOR_S = 10.0
 DEFAULT_HANG_AFTER_S = 60.0
+WAKEUPS_PER_DUMP = 2     # voluntary context switches one blocking py-spy dump adds to a parked thread
 WAIT_STATES = frozenset({"collective-wait", "dataloader-wait", "idle"})
 
 
@@ -64,10 +65,13 @@ def stepped(a: Point, b: Point) -> bool:
     if a.loop is not None and b.loop is not None:
         return loop_moved(a.loop, b.loop, waiting)
     # No locals: fall back on the job's frames and on the main thread waking from its wait.
+    # A blocking py-spy dump itself costs a parked thread 2 voluntary switches (measured), hence
+    # the margin; a rank that completed a collective also burned CPU.
     if a.sig != b.sig:
         return True
     if waiting and a.main is not None and b.main is not None:
-        return b.main.cpu_s - a.main.cpu_s > 0.02 and b.main.voluntary_switches > a.main.voluntary_switches + 2
+        return (b.main.cpu_s - a.main.cpu_s > 0.02
+                and b.main.voluntary_switches > a.main.voluntary_switches + WAKEUPS_PER_DUMP)
     return False
 
 

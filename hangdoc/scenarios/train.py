@@ -316,9 +316,11 @@ def heavy_compute() -> torch.Tensor:
 
 
 class ComputeStraggler(Healthy):
+    pace_s = 0.2
+
     def before_step(self, step):
-        if RANK == 1 and step == 5:
-            mark_fault("rank 1 entered heavy_compute() before step 6")
+        if RANK == 1 and step == 25:
+            mark_fault("rank 1 entered heavy_compute() before step 26")
             heavy_compute()
 
 
