@@ -33,6 +33,8 @@ def report(
     from hangdoc.collect.flight_recorder import report_inputs
 
     bundle, rep = report_inputs(bundles, hang_after)
+    for line in bundle.flight_errors:
+        print(f"hangdoc: {line}", file=sys.stderr)
     if output is not None:
         try:
             with open(output, "w") as out:

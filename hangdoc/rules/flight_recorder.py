@@ -67,6 +67,7 @@ def check(ctx: Context) -> list[Finding]:
         if group.no_dump:
             evidence.append(f"FR: no dump from rank(s) {', '.join(map(str, group.no_dump))} of {group.label}")
         evidence.append(_sources(bundle, group))
+        evidence += [f"FR: {line}" for line in bundle.flight_errors[:3]]
         if bundle.ras is not None and bundle.ras.status == "ok":
             evidence += ras_lines(bundle.ras)
         ranks = culprits(group) or group.entered
