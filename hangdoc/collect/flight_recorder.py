@@ -32,6 +32,7 @@ PREFIX_VARS = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
 PIPE_VAR = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
 DUMP_ON_TIMEOUT_VAR = "TORCH_NCCL_DUMP_ON_TIMEOUT"
 MAX_DUMP_BYTES = 256 << 20        # a 2000-entry dump with frames is a few MB
+_FR_KEYS = (b'"comm_lib_version"', b'"entries"', b'"pg_config"', b'"pg_status"', b'"version"', b'"nccl_comm_state"')
 _DUMP_NAME = re.compile(r"^(?P<stem>.*?)(?P<rank>\d+)(?P<ext>\.json|\.pickle|\.pkl)?$")
 
 
@@ -225,7 +226,8 @@ def dump_rank(path: Path) -> int | None:
 
 
 def looks_like_dump(path: Path) -> bool:
-    """A regular file that starts like a pickle, or like JSON without a hangdoc bundle's schema."""
+    """A regular file named <prefix><rank> that starts like a pickle, or like FR's JSON (its keys, no
+    hangdoc bundle's schema)."""
     try:
         if not path.is_file() or path.suffix == ".pipe":
             return False
@@ -236,7 +238,8 @@ def looks_like_dump(path: Path) -> bool:
     if head[:1] == b"\x80":
         return dump_rank(path) is not None
     text = head.lstrip()
-    return text[:1] == b"{" and b'"schema"' not in text and dump_rank(path) is not None
+    return (text[:1] == b"{" and b'"schema"' not in text and any(key in text for key in _FR_KEYS)
+            and dump_rank(path) is not None)
 
 
 def load_dumps(paths) -> tuple[tuple[FlightRecord, ...], tuple[str, ...]]:

@@ -263,3 +263,12 @@ def test_the_golden_fr_bundle_reports_the_sequence_number_and_the_rank():
 def test_bundles_without_dumps_do_not_fire_it(name):
     bundle = load_bundle(GOLDEN / name / "bundle.json")
     assert not [f for f in build_report(bundle).findings if f.rule == "flight-recorder"]
+
+
+def test_a_bundle_named_like_a_dump_is_still_a_bundle(tmp_path):
+    # GIVEN a bundle saved as node0.json with its keys in another order (re-serialised by a tool)
+    data = json.loads((GOLDEN / "compute-straggler" / "bundle.json").read_text())
+    (tmp_path / "node0.json").write_text(json.dumps(dict(sorted(data.items()))))
+    # WHEN it is reported THEN it is read as the bundle it is
+    bundle, report = report_inputs([tmp_path / "node0.json"])
+    assert report.verdict == "hang" and bundle.flight_records == ()
