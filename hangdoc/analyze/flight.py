@@ -12,6 +12,7 @@ behind what its entries show.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from hangdoc.analyze.classes import rank_ranges
 from hangdoc.model import Bundle, FlightRecord, FrEntry, FrFrame
@@ -32,7 +33,11 @@ class RankProgress:
     entries: tuple[FrEntry, ...]         # this group's collectives, oldest first
 
     def at(self, seq: int) -> FrEntry | None:
-        return next((e for e in self.entries if e.seq == seq), None)
+        return self._by_seq.get(seq)
+
+    @cached_property
+    def _by_seq(self) -> dict[int, FrEntry]:
+        return {e.seq: e for e in self.entries}
 
 
 @dataclass(frozen=True)

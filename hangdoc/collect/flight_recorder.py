@@ -326,6 +326,17 @@ def _record(raw: dict, rank: int, source: str, form: str, trigger: str, mtime: f
 # --- for the watch loop -------------------------------------------------------------------------
 
 
+KEEP_ENTRIES = 200      # per dump in a bundle: the stuck collective is among the newest; pg_status has the rest
+
+
+def _newest(record: FlightRecord, keep: int) -> FlightRecord:
+    if len(record.entries) <= keep:
+        return record
+    import dataclasses
+
+    return dataclasses.replace(record, entries=record.entries[-keep:])
+
+
 class FlightCollector:
     """The watcher's FR and RAS evidence: settings every round; dumps and RAS once a rank looks stuck.
 
@@ -363,7 +374,7 @@ class FlightCollector:
         if fresh is not None and fresh == self._seen:
             return changed
         records, errors = collect_dumps(configs, trigger=fresh is None, wait_s=self.wait_s)
-        records = tuple(r for r in records if (r.mtime or 0.0) >= since)
+        records = tuple(_newest(r, KEEP_ENTRIES) for r in records if (r.mtime or 0.0) >= since)
         self._seen = {str(f): t for c in configs for f in dump_files(c.dump_prefix, c.rank)
                       if (t := _mtime(f)) >= since}
         if (records, errors) != (self.records, self.errors):

@@ -8,7 +8,6 @@ Bounded in time, and never fatal: no answer is a RasStatus with status "unavaila
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import socket
@@ -168,5 +167,5 @@ def _from_text(text: str, source: str, lines: tuple[str, ...]) -> RasStatus:
 
 
 def uses_nccl(job: Job) -> bool:
-    """Whether asking RAS makes sense: a rank maps libnccl, or ncclras is installed."""
-    return any("libnccl" in lib for p in job.ranks for lib in p.libs) or bool(os.environ.get("NCCL_RAS_ADDR"))
+    """Whether asking RAS makes sense: a rank maps libnccl or names NCCL_RAS_ADDR."""
+    return any("libnccl" in lib for p in job.ranks for lib in p.libs) or any("NCCL_RAS_ADDR" in p.env for p in job.ranks)
