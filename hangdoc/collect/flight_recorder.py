@@ -340,14 +340,16 @@ def _newest(record: FlightRecord, keep: int) -> FlightRecord:
 class FlightCollector:
     """The watcher's FR and RAS evidence: settings every round; dumps and RAS once a rank looks stuck.
 
-    The ranks' dump pipes are written to once (NCCL dumps on every write); the dump files are read
-    again only when they change. Files older than the job's first rank are another job's, and skipped.
+    The ranks' dump pipes are written to when a rank first looks stuck and again at most every
+    `retrigger_s` while it stays so (NCCL dumps on every write); dump files are read again only
+    when they change. Files older than the job's first rank are another job's, and skipped.
     """
 
-    def __init__(self, wait_s: float = 5.0, ras: Callable | None = None):
-        self.wait_s = wait_s
+    def __init__(self, wait_s: float = 5.0, ras: Callable | None = None, retrigger_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.wait_s, self.retrigger_s, self.clock = wait_s, retrigger_s, clock
         self.ras_query = ras
-        self.triggered = False
+        self.triggered_at: float | None = None
         self.records: tuple[FlightRecord, ...] = ()
         self.errors: tuple[str, ...] = ()
         self.ras = None
@@ -368,12 +370,14 @@ class FlightCollector:
         configs = fr_configs(job)
         files = {str(f): _mtime(f) for c in configs for f in dump_files(c.dump_prefix, c.rank)}
         fresh = {path: t for path, t in files.items() if t >= since}
-        if not self.triggered and any(c.pipe_exists for c in configs):
-            self.triggered = True
-            fresh = None      # a pipe was asked: wait for the new dumps below
-        if fresh is not None and fresh == self._seen:
+        now = self.clock()
+        trigger = any(c.pipe_exists for c in configs) and (
+            self.triggered_at is None or now - self.triggered_at >= self.retrigger_s)
+        if trigger:
+            self.triggered_at = now
+        elif fresh == self._seen:
             return changed
-        records, errors = collect_dumps(configs, trigger=fresh is None, wait_s=self.wait_s)
+        records, errors = collect_dumps(configs, trigger=trigger, wait_s=self.wait_s)
         records = tuple(_newest(r, KEEP_ENTRIES) for r in records if (r.mtime or 0.0) >= since)
         self._seen = {str(f): t for c in configs for f in dump_files(c.dump_prefix, c.rank)
                       if (t := _mtime(f)) >= since}
