@@ -363,7 +363,7 @@ class FlightCollector:
         if self.ras is None:
             from hangdoc.collect.ras import query_ras, uses_nccl
 
-            if uses_nccl(job) or self.ras_query is not None:
+            if uses_nccl(job):
                 self.ras = (self.ras_query or query_ras)(job)
                 changed = True
         since = min(p.start_time for p in job.ranks)

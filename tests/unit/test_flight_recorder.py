@@ -272,3 +272,29 @@ def test_a_bundle_named_like_a_dump_is_still_a_bundle(tmp_path):
     # WHEN it is reported THEN it is read as the bundle it is
     bundle, report = report_inputs([tmp_path / "node0.json"])
     assert report.verdict == "hang" and bundle.flight_records == ()
+
+
+# --- what ps and the live view show ---------------------------------------------------------------
+
+
+def test_ps_and_the_live_view_say_whether_fr_is_on(tmp_path):
+    from hangdoc.collect.flight_recorder import fr_summary, rank_flight_text
+    from hangdoc.collect.procfs import ProcFS
+    from hangdoc.render.live import flight_note
+
+    # GIVEN a rank whose environment turns FR on with a dump pipe that exists, and one with FR off
+    os.mkfifo(tmp_path / "pipe_0.pipe")
+    for pid, env in ((11, f"TORCH_FR_BUFFER_SIZE=2000\0TORCH_NCCL_DEBUG_INFO_PIPE_FILE={tmp_path}/pipe_\0"),
+                     (12, "TORCH_FR_BUFFER_SIZE=0\0")):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "environ").write_bytes(env.encode())
+    procfs = ProcFS(str(tmp_path))
+    # THEN ps words them per rank, and the live header sums them up
+    assert rank_flight_text(11, 0, procfs) == f"on (2000 entries), pipe {tmp_path}/pipe_0.pipe"
+    assert rank_flight_text(12, 1, procfs) == "off"
+    assert rank_flight_text(13, 2, procfs) == "?"
+    env = {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": f"{tmp_path}/pipe_"}
+    configs = (fr_config(rank_info(0, env)), fr_config(rank_info(1, env)))
+    assert fr_summary(configs) == "on (2000 entries), pipe on 1 of 2 ranks"
+    bundle = load_bundle(GOLDEN / "fr-straggler" / "bundle.json")
+    assert flight_note(bundle) == " · FR on (2000 entries), 2 dumps"

@@ -134,3 +134,29 @@ def test_ncclras_on_path_is_used_when_the_port_is_closed(answer, tmp_path):
     status = query_ras(job_at(1), timeout_s=1, which=lambda name: "/usr/bin/ncclras", run=run)
     assert (status.source, status.status, status.form) == ("ncclras", "ok", answer)
     assert status.communicators[0].missing_ranks == (7,)
+
+
+def test_the_watcher_s_collector_asks_ras_once_a_rank_is_stuck_and_the_rule_cites_it():
+    import dataclasses
+
+    from hangdoc.analyze.report import build_report
+    from hangdoc.bundle_io import load_bundle
+    from hangdoc.collect.flight_recorder import FlightCollector
+
+    # GIVEN an NCCL job (its ranks name NCCL_RAS_ADDR) whose RAS service reports rank 7 missing
+    server = RasServer((RAS / "status-2.28.json").read_text(), json_ok=True)
+    collector = FlightCollector(wait_s=0.5)
+    try:
+        # WHEN nothing is stuck THEN RAS is not asked; WHEN a rank is stuck THEN it is, once
+        collector.gather(job_at(server.port), stuck=False)
+        assert collector.ras is None
+        collector.gather(job_at(server.port), stuck=True)
+    finally:
+        server.close()
+    assert collector.ras.status == "ok" and collector.ras.communicators[0].missing_ranks == (7,)
+    # AND the flight-recorder finding carries RAS's view beside the dumps
+    bundle = load_bundle(Path(__file__).resolve().parents[1] / "golden" / "fr-straggler" / "bundle.json")
+    report = build_report(dataclasses.replace(bundle, ras=collector.ras))
+    fr = next(f for f in report.findings if f.rule == "flight-recorder")
+    assert any(line.startswith("NCCL RAS: communicator 0x6f1e2d3c4b5a6978 (8 ranks): missing ranks 7")
+               for line in fr.evidence)
