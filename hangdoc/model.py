@@ -345,10 +345,11 @@ class FrConfig:
     pid: int
     rank: int | None
     buffer_size: int | None        # TORCH_FR_BUFFER_SIZE (or its alias); None: unset, the torch default
-    dump_prefix: str               # TORCH_FR_DUMP_TEMP_FILE, or torch's default /tmp/nccl_trace_rank_
+    dump_prefix: str               # TORCH_FR_DUMP_TEMP_FILE, or torch 2.13's default (~/.cache/torch/comm_lib_trace_rank_)
     pipe: str | None = None        # <TORCH_NCCL_DEBUG_INFO_PIPE_FILE><rank>.pipe, when that is set
     pipe_exists: bool = False
     dump_on_timeout: bool | None = None   # TORCH_NCCL_DUMP_ON_TIMEOUT; None: unset
+    prefix_set: bool = False       # dump_prefix came from the environment (else the defaults are searched)
 
     @property
     def state(self) -> str:

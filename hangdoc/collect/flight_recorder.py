@@ -3,7 +3,8 @@
 A rank's FR keeps its last collectives (sequence number, op, sizes, dtypes, Python frames) when
 `TORCH_FR_BUFFER_SIZE` (alias `TORCH_NCCL_TRACE_BUFFER_SIZE`) is > 0 as its process group is
 created; torch 2.13 records 2000 entries when it is unset. The ranks dump it to
-`TORCH_FR_DUMP_TEMP_FILE<rank>` (default `/tmp/nccl_trace_rank_<rank>`): NCCL's watchdog on a
+`TORCH_FR_DUMP_TEMP_FILE<rank>` (torch 2.13's default: `$XDG_CACHE_HOME/torch/comm_lib_trace_rank_<rank>`,
+else `$HOME/.cache/torch/...`; older releases `/tmp/nccl_trace_rank_<rank>`): NCCL's watchdog on a
 timeout, and any rank whose `<TORCH_NCCL_DEBUG_INFO_PIPE_FILE><rank>.pipe` is written to. Gloo
 has no pipe; its dumps come from the job itself (`_dump_fr_trace`).
 
@@ -26,7 +27,7 @@ from typing import Callable
 from hangdoc.collect.discover import env_int
 from hangdoc.model import FlightRecord, FrConfig, FrEntry, FrFrame, FrGroup, Job, ProcessInfo
 
-DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"
+LEGACY_DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"   # torch releases before the cache-directory default
 BUFFER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 PREFIX_VARS = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
 PIPE_VAR = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
@@ -47,6 +48,13 @@ def _first(env: dict[str, str], names: tuple[str, ...]) -> str | None:
     return next((env[n] for n in names if n in env), None)
 
 
+def default_prefixes(environ=os.environ) -> tuple[str, ...]:
+    """Where torch dumps when TORCH_FR_DUMP_TEMP_FILE is unset. The rank's HOME is not recorded
+    (not on the environment allowlist): hangdoc's own is used, as it runs as the job's user."""
+    cache = environ.get("XDG_CACHE_HOME") or (environ.get("HOME") or "/tmp") + "/.cache"
+    return (f"{cache}/torch/comm_lib_trace_rank_", LEGACY_DEFAULT_PREFIX)
+
+
 def fr_config(info: ProcessInfo, exists: Callable[[str], bool] = os.path.exists) -> FrConfig:
     """A rank's FR settings from its environment (ProcessInfo.env keeps every TORCH_* variable)."""
     env = info.env
@@ -56,7 +64,7 @@ def fr_config(info: ProcessInfo, exists: Callable[[str], bool] = os.path.exists)
     return FrConfig(
         pid=info.node_pid, rank=info.rank,
         buffer_size=env_int(_first(env, BUFFER_VARS)),
-        dump_prefix=_first(env, PREFIX_VARS) or DEFAULT_PREFIX,
+        dump_prefix=_first(env, PREFIX_VARS) or default_prefixes()[0], prefix_set=_first(env, PREFIX_VARS) is not None,
         pipe=pipe, pipe_exists=bool(pipe) and exists(pipe),
         dump_on_timeout=None if timeout is None else timeout.strip().lower() not in ("0", "false", "no", "off", ""),
     )
@@ -106,6 +114,12 @@ def trigger_pipes(configs, opener: Callable[..., int] = os.open) -> list[int]:
     return triggered
 
 
+def config_files(config: FrConfig) -> list[Path]:
+    """The dump files of one rank that exist now, under its prefix (or torch's defaults when unset)."""
+    prefixes = (config.dump_prefix,) if config.prefix_set else default_prefixes()
+    return [f for prefix in prefixes for f in dump_files(prefix, config.rank)]
+
+
 def dump_files(prefix: str, rank: int | None) -> list[Path]:
     """The files `<prefix><rank>` (and `.json` / `.pickle` beside it) that exist now."""
     if rank is None:
@@ -136,7 +150,7 @@ def collect_dumps(configs, *, trigger: bool = True, wait_s: float = 5.0,
         sizes: dict[int, int] = {}
         while pending and clock() - started < wait_s:
             for rank, config in list(pending.items()):
-                files = [f for f in dump_files(config.dump_prefix, rank) if _mtime(f) >= started - 1.0]
+                files = [f for f in config_files(config) if _mtime(f) >= started - 1.0]
                 size = sum(_size(f) for f in files)
                 if files and size and sizes.get(rank) == size:     # written, and no longer growing
                     del pending[rank]
@@ -145,7 +159,7 @@ def collect_dumps(configs, *, trigger: bool = True, wait_s: float = 5.0,
                 sleep(0.2)
     records, errors = [], []
     for config in configs:
-        for path in dump_files(config.dump_prefix, config.rank):
+        for path in config_files(config):
             try:
                 records.append(read_dump(path, config.rank, "pipe" if config.rank in asked else "found"))
             except BadDump as exc:
@@ -368,7 +382,7 @@ class FlightCollector:
                 changed = True
         since = min(p.start_time for p in job.ranks)
         configs = fr_configs(job)
-        files = {str(f): _mtime(f) for c in configs for f in dump_files(c.dump_prefix, c.rank)}
+        files = {str(f): _mtime(f) for c in configs for f in config_files(c)}
         fresh = {path: t for path, t in files.items() if t >= since}
         now = self.clock()
         trigger = any(c.pipe_exists for c in configs) and (
@@ -379,8 +393,7 @@ class FlightCollector:
             return changed
         records, errors = collect_dumps(configs, trigger=trigger, wait_s=self.wait_s)
         records = tuple(_newest(r, KEEP_ENTRIES) for r in records if (r.mtime or 0.0) >= since)
-        self._seen = {str(f): t for c in configs for f in dump_files(c.dump_prefix, c.rank)
-                      if (t := _mtime(f)) >= since}
+        self._seen = {str(f): t for c in configs for f in config_files(c) if (t := _mtime(f)) >= since}
         if (records, errors) != (self.records, self.errors):
             self.records, self.errors, changed = records, errors, True
         return changed

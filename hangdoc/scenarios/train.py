@@ -318,7 +318,7 @@ def dump_flight_recorder() -> None:
     """What NCCL's watchdog does on a timeout: this rank's Flight Recorder to TORCH_FR_DUMP_TEMP_FILE<rank>."""
     import torch._C._distributed_c10d as c10d
 
-    path = f"{os.environ.get('TORCH_FR_DUMP_TEMP_FILE', '/tmp/nccl_trace_rank_')}{RANK}"
+    path = f"{os.environ['TORCH_FR_DUMP_TEMP_FILE']}{RANK}"     # the scenario sets it (Scenario.env)
     with open(path + ".tmp", "wb") as f:
         f.write(c10d._dump_fr_trace())
     os.replace(path + ".tmp", path)

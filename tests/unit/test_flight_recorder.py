@@ -169,7 +169,19 @@ def test_settings_come_from_the_rank_environment(tmp_path):
     unset = fr_config(rank_info(0, {}))
     assert (on.state, on.buffer_size, on.dump_prefix, on.pipe, on.pipe_exists) == \
         ("on", 2000, "/x/fr_", str(tmp_path / "p_3.pipe"), False)
-    assert (legacy.state, unset.state, unset.dump_prefix) == ("off", "default", "/tmp/nccl_trace_rank_")
+    assert (legacy.state, unset.state, unset.prefix_set) == ("off", "default", False)
+    assert unset.dump_prefix.endswith("/torch/comm_lib_trace_rank_")
+
+
+def test_with_no_prefix_set_torch_s_default_places_are_searched(tmp_path, monkeypatch):
+    # GIVEN a rank that names no TORCH_FR_DUMP_TEMP_FILE, and its dump where torch 2.13 puts it then
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    (tmp_path / "torch").mkdir()
+    shutil.copy(FR / "gloo-straggler" / "fr_trace_rank_1", tmp_path / "torch" / "comm_lib_trace_rank_1")
+    # WHEN the dumps are collected THEN it is found there
+    records, errors = collect_dumps([fr_config(rank_info(1, {}))], trigger=False)
+    assert [(r.rank, r.source, r.trigger) for r in records] == \
+        [(1, str(tmp_path / "torch" / "comm_lib_trace_rank_1"), "found")]
 
 
 def _fake_watchdog(pipe: Path, dump: bytes, target: Path, stop: threading.Event) -> None:
