@@ -14,6 +14,7 @@ names a class or a function is refused with one line and nothing in it runs.
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
 import io
 import json
@@ -273,10 +274,9 @@ def _int(value) -> int | None:
     if value is None or isinstance(value, bool):
         return None
     try:
-        number = int(value)
+        return int(value)
     except (TypeError, ValueError):
         return None
-    return number
 
 
 def _ranks(value) -> tuple[int, ...]:
@@ -346,8 +346,6 @@ KEEP_ENTRIES = 200      # per dump in a bundle: the stuck collective is among th
 def _newest(record: FlightRecord, keep: int) -> FlightRecord:
     if len(record.entries) <= keep:
         return record
-    import dataclasses
-
     return dataclasses.replace(record, entries=record.entries[-keep:])
 
 
@@ -435,8 +433,6 @@ def report_inputs(paths, hang_after: float | None = None):
     if dump_paths and not records:
         raise BadBundle(errors[0] if errors else f"no Flight Recorder dump could be read in {dump_paths[0]}")
     if bundle_paths:
-        import dataclasses
-
         bundle = load_bundles(bundle_paths)
         bundle = dataclasses.replace(bundle, flight_records=bundle.flight_records + records,
                                      flight_errors=bundle.flight_errors + errors)
