@@ -108,9 +108,18 @@ ADVICE: dict[str, Advice] = {
     ),
     "collective-straggler": Advice(
         "One rank is late to a collective; the others wait for it",
-        "Look at what the late rank is doing and balance its data or work; set "
-        "TORCH_NCCL_TRACE_BUFFER_SIZE for a flight-recorder dump and a shorter "
-        "init_process_group(timeout=...).",
+        "Look at what the late rank is doing and balance its data or work. To name the exact "
+        "collective next time, keep PyTorch's Flight Recorder on (TORCH_FR_BUFFER_SIZE=2000; "
+        "TORCH_NCCL_TRACE_BUFFER_SIZE is its legacy alias), let NCCL dump it on a timeout "
+        "(TORCH_NCCL_DUMP_ON_TIMEOUT=1) or on hangdoc's request (TORCH_NCCL_DEBUG_INFO_PIPE_FILE=/tmp/fr_pipe_), "
+        "and set a shorter init_process_group(timeout=...).",
+    ),
+    "flight-recorder": Advice(
+        "The Flight Recorder shows ranks that never issued the collective the others wait in",
+        "Find out why the ranks named never reached that collective (their live stack says where they "
+        "are; the others' FR frames say where it is issued): a rank still computing or loading data, a "
+        "data-dependent branch, or an epoch that ends early on one rank; every rank must issue the same "
+        "collectives in the same order with the same shapes and dtypes.",
     ),
     "collective-mismatch": Advice(
         "Ranks wait in different collectives",

@@ -7,6 +7,7 @@ else, which is why `hangdoc report` on a saved bundle says what the live watch s
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -26,6 +27,19 @@ class Role(str, enum.Enum):
 
 # --- stacks -----------------------------------------------------------------
 
+# Frames that are never the job's loop: the standard library and the libraries a step calls into.
+# Training frameworks (lightning, transformers, accelerate, deepspeed) count as the job's code:
+# their loops carry the counters.
+_LIBRARY_FILE = re.compile(
+    r"/lib/python\d+(?:\.\d+)?/(?!site-packages/|dist-packages/)"
+    r"|/(?:site|dist)-packages/(?:torch|torchaudio|torchvision|numpy|_pytest|pluggy)/"
+)
+
+
+def is_job_file(filename: str) -> bool:
+    """True for Python code of the job or its training framework (not stdlib, not torch itself)."""
+    return filename.endswith(".py") and not filename.startswith("<") and not _LIBRARY_FILE.search(filename)
+
 
 @dataclass(frozen=True)
 class Frame:
@@ -38,6 +52,10 @@ class Frame:
     @property
     def label(self) -> str:
         return f"{self.name} ({self.short_filename}:{self.line})"
+
+    @property
+    def is_job_code(self) -> bool:
+        return not self.native and is_job_file(self.filename)
 
 
 @dataclass(frozen=True)
@@ -313,6 +331,111 @@ class DataListCopy:
     truncated: bool = False        # only the first MAX entries were kept
 
 
+# --- the job's own collective record: Flight Recorder dumps and NCCL RAS -------------------
+
+
+@dataclass(frozen=True)
+class FrFrame:
+    name: str
+    filename: str
+    line: int
+
+
+@dataclass(frozen=True)
+class FrEntry:
+    """One collective a rank's Flight Recorder kept (the fields hangdoc reads of a dump entry)."""
+
+    pg_name: str                   # process_group[0]: "0" is the default group
+    pg_desc: str                   # process_group[1]: "default_pg", "undefined", a user's desc
+    seq: int                       # collective_seq_id (p2p_seq_id for point-to-point ops)
+    op: str                        # profiling_name: "nccl:all_reduce", "gloo:broadcast"
+    state: str                     # "scheduled", "started" or "completed" (gloo: always "scheduled")
+    retired: bool                  # the work finished and left the recorder's active set
+    input_sizes: tuple[tuple[int, ...], ...] = ()
+    input_dtypes: tuple[str, ...] = ()
+    output_sizes: tuple[tuple[int, ...], ...] = ()
+    output_dtypes: tuple[str, ...] = ()
+    is_p2p: bool = False
+    time_created_ns: int | None = None
+    duration_ms: float | None = None
+    frames: tuple[FrFrame, ...] = ()   # innermost first; only the pickle form carries them
+
+
+@dataclass(frozen=True)
+class FrGroup:
+    """A process group as one rank's dump describes it (pg_config and pg_status)."""
+
+    name: str
+    desc: str = ""
+    ranks: tuple[int, ...] = ()    # global ranks, when the dump records them
+    last_enqueued: int | None = None
+    last_started: int | None = None
+    last_completed: int | None = None
+
+
+@dataclass(frozen=True)
+class FlightRecord:
+    """One rank's Flight Recorder dump, read without executing anything."""
+
+    rank: int
+    source: str                    # the file it was read from
+    form: str                      # "pickle" or "json"
+    version: str
+    trigger: str                   # "pipe" (hangdoc asked), "found" (timeout dump, an earlier crash), "given"
+    groups: tuple[FrGroup, ...] = ()
+    entries: tuple[FrEntry, ...] = ()
+    mtime: float | None = None
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class FrConfig:
+    """What a rank's environment says about its Flight Recorder, and whether its dump pipe exists."""
+
+    pid: int
+    rank: int | None
+    buffer_size: int | None        # TORCH_FR_BUFFER_SIZE (or its alias); None: unset, the torch default
+    dump_prefix: str               # TORCH_FR_DUMP_TEMP_FILE, or torch 2.13's default (~/.cache/torch/comm_lib_trace_rank_)
+    pipe: str | None = None        # <TORCH_NCCL_DEBUG_INFO_PIPE_FILE><rank>.pipe, when that is set
+    pipe_exists: bool = False
+    dump_on_timeout: bool | None = None   # TORCH_NCCL_DUMP_ON_TIMEOUT; None: unset
+    prefix_set: bool = False       # dump_prefix came from the environment (else the defaults are searched)
+
+    @property
+    def state(self) -> str:
+        """"on", "off" or "default" (unset: torch 2.13 records 2000 entries, older releases none)."""
+        if self.buffer_size is None:
+            return "default"
+        return "on" if self.buffer_size > 0 else "off"
+
+
+@dataclass(frozen=True)
+class RasComm:
+    """One NCCL communicator as the RAS service reported it."""
+
+    hash: str
+    size: int
+    ranks_reporting: int
+    missing_ranks: tuple[int, ...] = ()
+    dead_ranks: tuple[int, ...] = ()
+    unresponsive_ranks: tuple[int, ...] = ()
+    collective_counts: dict[str, int] = field(default_factory=dict)   # comm rank -> collectives launched
+
+
+@dataclass(frozen=True)
+class RasStatus:
+    """The answer of NCCL's RAS service (ncclras, or its port on localhost), or why there is none."""
+
+    source: str                    # "ncclras" or "localhost:28028"
+    status: str                    # "ok" or "unavailable"
+    reason: str | None = None
+    form: str = "text"             # "json" (NCCL >= 2.28) or "text"
+    nccl_version: str | None = None
+    communicators: tuple[RasComm, ...] = ()
+    dead_processes: int = 0
+    lines: tuple[str, ...] = ()    # the text answer, first lines
+
+
 @dataclass(frozen=True)
 class Options:
     interval_s: float | None = None
@@ -333,6 +456,10 @@ class Bundle:
     options: Options = field(default_factory=Options)
     exit_code: int | None = None   # the launcher's, when hangdoc started the job itself
     data_lists: tuple[DataListCopy, ...] = ()
+    flight_records: tuple[FlightRecord, ...] = ()   # Flight Recorder dumps read at capture time
+    flight_config: tuple[FrConfig, ...] = ()        # each rank's FR settings, from its environment
+    flight_errors: tuple[str, ...] = ()             # dumps refused or unreadable, one line each
+    ras: RasStatus | None = None
 
     @property
     def last(self) -> Snapshot:

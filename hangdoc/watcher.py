@@ -63,6 +63,7 @@ class Watcher:
     data_lists: tuple = ()
     rounds: int = 0
     stepping: set = field(default_factory=set)   # ranks that stepped at the last sample
+    flight: object = None                                # a FlightCollector, made on first use
 
     def start(self) -> Bundle:
         """Find the job and take the first full capture; attach errors surface here."""
@@ -95,6 +96,7 @@ class Watcher:
         began = time.monotonic()
         while True:
             report = build_report(bundle, self.config.hang_after_s)
+            bundle, report = self._with_flight_records(bundle, report)
             self.stepping = {r.pid for r in report.ranks if r.progress == "active"}
             if on_sample:
                 on_sample(bundle, report)
@@ -109,6 +111,19 @@ class Watcher:
             bundle = self.step()
 
     # -- internals -------------------------------------------------------------------
+    def _with_flight_records(self, bundle: Bundle, report: Report) -> tuple[Bundle, Report]:
+        """The job's own record: every rank's FR settings; once a rank looks stuck, its FR dumps
+        (dump pipes written to once, a bounded wait) and NCCL RAS, with the report redone on them."""
+        from hangdoc.collect.flight_recorder import FlightCollector, fr_configs
+
+        self.flight = self.flight or FlightCollector()
+        stuck = report.verdict == "hang" or any(r.progress == "stuck" for r in report.ranks)
+        self.flight.gather(bundle.job, stuck)
+        bundle = dataclasses.replace(bundle, flight_config=fr_configs(bundle.job), flight_records=self.flight.records,
+                                     flight_errors=self.flight.errors, ras=self.flight.ras)
+        more = self.flight.records or self.flight.ras is not None
+        return bundle, (build_report(bundle, self.config.hang_after_s) if more else report)
+
     def _capture(self, all_workers: bool) -> Snapshot:
         assert self.job is not None
         wanted = self._stack_pids(all_workers)

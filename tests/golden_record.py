@@ -49,7 +49,7 @@ KEEP_LOG_LINES = 400   # what the collector keeps: the whole tail
 WATCH = ("--interval", "0.5", "--hang-after", "4", "--no-live", "--no-gpu", "--format", "json")
 ALL_RULES = ("slow-decompression", "tar-member-decode", "uneven-shards", "worker-died", "worker-error", "no-progress", "missing-ranks",
              "worker-deadlock", "fork-unsafe-arm", "dataloader-stall", "gpu-starved",
-             "collective-straggler", "collective-mismatch")
+             "collective-straggler", "collective-mismatch", "flight-recorder")
 
 
 @dataclass(frozen=True)
@@ -146,6 +146,8 @@ CASES = [
          "hang", (1,), ("dataloader-stall", "collective-straggler"), rules_job("stuck-fetch")),
     Case("compute-straggler", "rank 1 loops in heavy_compute(); its workers idle on their index queues",
          "hang", (1,), ("collective-straggler",), scenario("compute-straggler")),
+    Case("fr-straggler", "compute-straggler with TORCH_FR_BUFFER_SIZE: both ranks dump their Flight Recorder",
+         "hang", (1,), ("flight-recorder", "collective-straggler"), scenario("fr-straggler")),
     Case("bz2-bystander", "rank 0 reads .tar.bz2 shards and waits; rank 1 loops in heavy_compute()",
          "hang", (1,), ("collective-straggler",), rules_job("bz2-bystander", "bz2-rank0")),
     Case("slow-data", "one worker per rank, CPU-heavy augmentation: ranks mostly wait for data",

@@ -13,6 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from hangdoc.analyze.classify import Reading
+from hangdoc.analyze.flight import fr_step_times
 from hangdoc.analyze.logs import failed_worker_rank, killed_workers, says_failure, torchrun_root_cause
 from hangdoc.analyze.progress import Rhythm, blocked_since, progress_word, rhythm
 from hangdoc.analyze.timeline import Timeline, timelines
@@ -75,7 +76,7 @@ def diagnose(bundle: Bundle, hang_after: float | None = None) -> Diagnosis:
         views.append(RankView(rank, line.last.reading, line.state_since(), blocked_since(line),
                               progress_word(line, worker_lines), worker_states, exited_at))
     rank_lines = [lines[v.info.pid] for v in views]
-    beat = rhythm(rank_lines, bundle.samples[0].time, hang_after)
+    beat = rhythm(rank_lines, bundle.samples[0].time, hang_after, fr_step_times(bundle.flight_records))
 
     def verdict(name: str, culprits=(), onset=None, mismatch=None, frozen=False) -> Diagnosis:
         return Diagnosis(name, tuple(culprits), onset, now, tuple(views), mismatch or {},

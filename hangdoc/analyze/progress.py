@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hangdoc.analyze.timeline import IO_NOISE_BYTES, Point, Timeline, moved
-from hangdoc.model import LoopMark
+from hangdoc.model import Frame, FrameMark, LoopMark
 
 STEP_MULTIPLE = 3.0
 HANG_FLOOR_S = 10.0
@@ -64,15 +64,23 @@ def stepped(a: Point, b: Point) -> bool:
     waiting = a.reading.state in WAIT_STATES and b.reading.state in WAIT_STATES
     if a.loop is not None and b.loop is not None:
         return loop_moved(a.loop, b.loop, waiting)
-    # No locals: fall back on the job's frames and on the main thread waking from its wait.
+    # No locals (an older bundle, or py-spy could not read them): the job's frames stand in for
+    # the marks, and a waiting rank that woke up or moved bytes counts, to stay on the safe side.
     # A blocking py-spy dump itself costs a parked thread 2 voluntary switches (measured), hence
     # the margin; a rank that completed a collective also burned CPU.
-    if a.sig != b.sig:
+    if loop_moved(frames_mark(a.sig), frames_mark(b.sig), waiting):
         return True
-    if waiting and a.main is not None and b.main is not None:
-        return (b.main.cpu_s - a.main.cpu_s > 0.02
-                and b.main.voluntary_switches > a.main.voluntary_switches + WAKEUPS_PER_DUMP)
-    return False
+    if not waiting:
+        return False
+    moved_bytes = a.io_bytes is not None and b.io_bytes is not None and b.io_bytes - a.io_bytes > IO_NOISE_BYTES
+    woke = (a.main is not None and b.main is not None and b.main.cpu_s - a.main.cpu_s > 0.02
+            and b.main.voluntary_switches > a.main.voluntary_switches + WAKEUPS_PER_DUMP)
+    return moved_bytes or woke
+
+
+def frames_mark(frames: tuple[Frame, ...]) -> LoopMark:
+    """A LoopMark from frames alone (innermost first): the job's frames and their lines."""
+    return LoopMark(frames=tuple(FrameMark(f.name, f.line, "") for f in reversed(frames) if f.is_job_code))
 
 
 def working(a: Point, b: Point) -> bool:
@@ -132,11 +140,14 @@ class Rhythm:
     has_locals: bool
 
 
-def rhythm(lines: list[Timeline], first: float, hang_after: float | None) -> Rhythm:
-    """The job's rhythm from its ranks' timelines (the first sample's time bounds the quiet)."""
+def rhythm(lines: list[Timeline], first: float, hang_after: float | None,
+           collective_steps: list[float] = ()) -> Rhythm:
+    """The job's rhythm from its ranks' timelines (the first sample's time bounds the quiet).
+    `collective_steps`: times at which the job's own collective record (Flight Recorder) showed
+    a rank completing collectives; they count as signs of progress too."""
     progress = [rank_progress(line) for line in lines]
     gaps = [b - a for p in progress for a, b in zip(p.steps, p.steps[1:])]
-    signs = [p.last_sign for p in progress if p.last_sign is not None]
+    signs = [p.last_sign for p in progress if p.last_sign is not None] + list(collective_steps)
     quiet_since = max(signs) if signs else first
     longest = round(max(gaps), 2) if gaps else None
     if hang_after is not None:

@@ -31,7 +31,8 @@ def ps(fmt: PsFormat = typer.Option(PsFormat.text, "--format", "-f", help="text 
 
     host, jobs = this_host(), list_jobs()
     if fmt is PsFormat.json:
-        print(json.dumps({"host": host, "jobs": [dict(to_dict(j), workers=j.workers) for j in jobs]}, indent=2))
+        print(json.dumps({"host": host, "jobs": [dict(to_dict(j), workers=j.workers, flight_recorder=flight_of(j))
+                                                 for j in jobs]}, indent=2))
         raise typer.Exit(EXIT_OK)
     if not jobs:
         print(f"{host}: no distributed job (no process with RANK and WORLD_SIZE readable by this user)")
@@ -52,9 +53,17 @@ def job_text(job) -> str:
     lines = [f"run {job.run_id or '-'}  master {where}  world size {job.world_size or '-'}  node {node}  "
              f"launcher {launcher}  {len(job.ranks)} rank{'s' if len(job.ranks) != 1 else ''}, "
              f"{job.workers} worker{'s' if job.workers != 1 else ''}"]
-    lines.append(f"  {'RANK':<6} {'LOCAL':<6} {'PID':<8} WORKERS")
+    fr = flight_of(job)
+    lines.append(f"  {'RANK':<6} {'LOCAL':<6} {'PID':<8} {'WORKERS':<8} FLIGHT RECORDER")
     for r in job.ranks:
         rank = "-" if r.rank is None else str(r.rank)
         local = "-" if r.local_rank is None else str(r.local_rank)
-        lines.append(f"  {rank:<6} {local:<6} {r.pid:<8} {r.workers}")
+        lines.append(f"  {rank:<6} {local:<6} {r.pid:<8} {r.workers:<8} {fr.get(str(r.pid), '-')}")
     return "\n".join(lines)
+
+
+def flight_of(job, procfs=None) -> dict[str, str]:
+    """pid -> "on (2000 entries), pipe /tmp/fr_pipe_0.pipe" from each rank's environment."""
+    from hangdoc.collect.flight_recorder import rank_flight_text
+
+    return {str(r.pid): rank_flight_text(r.pid, r.rank, procfs) for r in job.ranks}

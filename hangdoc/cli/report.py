@@ -16,19 +16,25 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "rules"
 
 @app.command()
 def report(
-    bundles: List[Path] = typer.Argument(..., help="Bundle files (or a directory of them) of one job."),
+    bundles: List[Path] = typer.Argument(..., help="Bundle files (or a directory of them) of one job, and/or "
+                                         "its ranks' Flight Recorder dumps (files or directories)."),
     fmt: Format = typer.Option(Format.text, "--format", "-f", help="text, markdown (for a GitHub issue) or json."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of stdout."),
     hang_after: Optional[float] = typer.Option(None, "--hang-after", help="Override the threshold the bundle was taken with."),
 ) -> None:
     """Diagnose saved bundles offline: the same report the live watch printed.
 
-    Exits like watch: 3 when the bundle shows a hang, 4 a crash, 0 otherwise; 2 for a
-    missing, corrupt, truncated or newer-schema bundle.
-    """
-    from hangdoc.pipeline import report_from_files
+    PyTorch Flight Recorder dumps (`<prefix><rank>`, pickle or JSON) given beside the bundles join
+    their evidence; given alone, they are judged on their own (docs/flight-recorder.md).
 
-    bundle, rep = report_from_files(bundles, hang_after)
+    Exits like watch: 3 when the bundle shows a hang, 4 a crash, 0 otherwise; 2 for a
+    missing, corrupt, truncated or newer-schema bundle, or dumps none of which can be read.
+    """
+    from hangdoc.collect.flight_recorder import report_inputs
+
+    bundle, rep = report_inputs(bundles, hang_after)
+    for line in bundle.flight_errors:
+        print(f"hangdoc: {line}", file=sys.stderr)
     if output is not None:
         try:
             with open(output, "w") as out:

@@ -11,25 +11,11 @@ from __future__ import annotations
 import hashlib
 import re
 
-from hangdoc.model import FrameMark, LoopMark
+from hangdoc.model import FrameMark, LoopMark, is_job_file
 
 MAX_FRAMES = 24
 MAX_COUNTERS = 16          # per frame
 _INT = re.compile(r"-?\d{1,18}")
-# Frames that are never the job's loop: the standard library and the libraries a step calls into.
-# Training frameworks (lightning, transformers, accelerate, deepspeed) count as the job's code:
-# their loops carry the counters.
-_LIBRARY = re.compile(
-    r"/lib/python\d+(?:\.\d+)?/(?!site-packages/|dist-packages/)"
-    r"|/(?:site|dist)-packages/(?:torch|torchaudio|torchvision|numpy|_pytest|pluggy)/"
-)
-
-
-def is_job_frame(filename: str) -> bool:
-    """True for Python code of the job or its training framework (not stdlib, not torch itself)."""
-    return filename.endswith(".py") and not filename.startswith("<") and not _LIBRARY.search(filename)
-
-
 def frame_mark(frame: dict) -> FrameMark:
     digest = hashlib.blake2b(digest_size=8)
     counters: list[tuple[str, int]] = []
@@ -49,7 +35,7 @@ def loop_mark(frames: list[dict]) -> LoopMark | None:
     """The LoopMark of one thread from py-spy's frames (innermost first); None when no frame
     of the job's own code carries locals (py-spy read none, or only library code runs)."""
     job = [f for f in reversed(frames)
-           if is_job_frame(f.get("filename") or "") and f.get("locals") is not None]
+           if is_job_file(f.get("filename") or "") and f.get("locals") is not None]
     if not job:
         return None
     return LoopMark(frames=tuple(frame_mark(f) for f in job[:MAX_FRAMES]))

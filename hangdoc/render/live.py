@@ -54,7 +54,7 @@ def live_table(bundle: Bundle, report: Report) -> Group:
             index = worker.index if worker.index is not None else "?"
             table.add_row(f"  w{index}", worker.state, "", "", "", "", worker.top_frame or "-", style="dim")
     head = Text(f"hangdoc watching {len(report.ranks)} ranks · sample {len(bundle.samples)} · "
-                f"{time.strftime('%H:%M:%S')} · {_pace(report)}", style="bold")
+                f"{time.strftime('%H:%M:%S')} · {_pace(report)}{flight_note(bundle)}", style="bold")
     return Group(head, table)
 
 
@@ -68,8 +68,19 @@ def _pace(report: Report) -> str:
 
 def status_line(bundle: Bundle, report: Report) -> str:
     parts = [f"r{rank_label(r.rank)} {r.state} {duration(r.waiting_s)} {r.progress}" for r in report.ranks]
-    return (f"hangdoc: {time.strftime('%H:%M:%S')} sample {len(bundle.samples)} ({_pace(report)}): "
-            + " | ".join(parts))
+    return (f"hangdoc: {time.strftime('%H:%M:%S')} sample {len(bundle.samples)} ({_pace(report)})"
+            f"{flight_note(bundle)}: " + " | ".join(parts))
+
+
+def flight_note(bundle: Bundle) -> str:
+    """" · FR on (2000 entries), 2 dumps" when the watcher knows the ranks' Flight Recorder settings."""
+    from hangdoc.collect.flight_recorder import fr_summary
+
+    if not bundle.flight_config:
+        return ""
+    dumps = f", {len(bundle.flight_records)} dump{'s' if len(bundle.flight_records) != 1 else ''}" \
+        if bundle.flight_records else ""
+    return f" · FR {fr_summary(bundle.flight_config)}{dumps}"
 
 
 class LiveView:

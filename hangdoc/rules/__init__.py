@@ -19,6 +19,7 @@ RULE_MODULES = (
     "gpu_starved",
     "collective_straggler",
     "collective_mismatch",
+    "flight_recorder",
     "no_progress",
     "missing_ranks",
 )

@@ -71,6 +71,7 @@ class Scenario:
     max_steps: int | None = None        # default run length; None: until killed (or it crashes)
     layout: Callable[[Path], list[Path]] = field(default=_plain(8), repr=False, compare=False)
     script: Path = field(default=TRAIN_SCRIPT, repr=False, compare=False)   # the program torchrun runs
+    env: tuple[str, ...] = ()           # "NAME=value" for the job ("{workdir}" is replaced), via env(1)
 
     def prepare(self, workdir: str | Path) -> Path:
         """Write the scenario's shards under `workdir/data` and the list `workdir/data.list`."""
@@ -89,7 +90,10 @@ class Scenario:
                 "--num-workers", str(self.num_workers), "--batch-size", str(self.batch_size)]
         if steps is not None:
             args += ["--max-steps", str(steps)]
-        return torchrun_cmd(self.script, *args, nproc=self.nproc, python=python or sys.executable)
+        cmd = torchrun_cmd(self.script, *args, nproc=self.nproc, python=python or sys.executable)
+        if self.env:     # env(1) execs the launcher: its pid is still the one hangdoc attaches to
+            cmd = ["env", *(v.replace("{workdir}", str(Path(workdir).resolve())) for v in self.env), *cmd]
+        return cmd
 
     def fault_marker(self, workdir: str | Path) -> Path:
         return Path(workdir) / "fault"
@@ -126,6 +130,10 @@ _ALL = [
     Scenario("compute-straggler",
              "rank 1 loops forever in heavy_compute(); rank 0 waits in the gradient all_reduce",
              "hang", (1,), "collective-straggler"),
+    Scenario("fr-straggler",
+             "compute-straggler with the Flight Recorder on: both ranks dump it when the fault begins",
+             "hang", (1,), "flight-recorder",
+             env=("TORCH_FR_BUFFER_SIZE=2000", "TORCH_FR_DUMP_TEMP_FILE={workdir}/fr_trace_rank_")),
     Scenario("slow-data",
              "one worker per rank and a CPU-heavy augmentation: starved, a step every ~0.6 s",
              "healthy", (), "gpu-starved", num_workers=1, max_steps=60),

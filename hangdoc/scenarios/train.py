@@ -324,6 +324,31 @@ class ComputeStraggler(Healthy):
             heavy_compute()
 
 
+def dump_flight_recorder() -> None:
+    """What NCCL's watchdog does on a timeout: this rank's Flight Recorder to TORCH_FR_DUMP_TEMP_FILE<rank>."""
+    import torch._C._distributed_c10d as c10d
+
+    path = f"{os.environ['TORCH_FR_DUMP_TEMP_FILE']}{RANK}"     # the scenario sets it (Scenario.env)
+    with open(path + ".tmp", "wb") as f:
+        f.write(c10d._dump_fr_trace())
+    os.replace(path + ".tmp", path)
+    print(f"[rank {RANK}] Flight Recorder dumped to {path}", flush=True)
+
+
+class FrStraggler(ComputeStraggler):
+    """compute-straggler whose ranks dump their Flight Recorder 1 s after the fault begins (gloo has
+    no dump on timeout or dump pipe: a thread stands in for NCCL's watchdog)."""
+
+    def before_training(self):
+        threading.Thread(target=self.dump_after_fault, name="fr-dump", daemon=True).start()
+
+    def dump_after_fault(self):
+        while not (WORKDIR / "fault").exists():
+            time.sleep(0.2)
+        time.sleep(1.0)              # by now rank 0 has entered the gradient all_reduce
+        dump_flight_recorder()
+
+
 def busy_for(seconds: float, size: int = 128) -> None:
     """Real CPU work (matmuls) for a fixed wall time, so cadence does not depend on the machine."""
     x = torch.randn(size, size)
@@ -393,6 +418,7 @@ BEHAVIOURS = {
     "worker-segfault": WorkerSegfault,
     "worker-deadlock": WorkerDeadlock,
     "compute-straggler": ComputeStraggler,
+    "fr-straggler": FrStraggler,
     "slow-data": SlowData,
     "slow-steps": SlowSteps,
     "checkpoint-pause": CheckpointPause,

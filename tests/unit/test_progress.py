@@ -15,10 +15,10 @@ import pytest
 from hangdoc.analyze.progress import DEFAULT_HANG_AFTER_S, HANG_FLOOR_S, STEP_MULTIPLE, loop_moved
 from hangdoc.analyze.report import build_report
 from hangdoc.cli.common import verdict_exit_code
-from hangdoc.collect.loopmark import is_job_frame, loop_mark
+from hangdoc.collect.loopmark import loop_mark
 from hangdoc.collect.stacks import parse_dump
 from hangdoc.errors import EXIT_SUSPECT
-from hangdoc.model import (BUNDLE_SCHEMA, Bundle, GpuState, Host, IoCounters, Job, Options, ProcessInfo,
+from hangdoc.model import (BUNDLE_SCHEMA, is_job_file, Bundle, GpuState, Host, IoCounters, Job, Options, ProcessInfo,
                            ProcSample, ProcStat, Role, Snapshot, ThreadCounters)
 from hangdoc.serde import to_dict
 
@@ -122,12 +122,12 @@ def test_loop_marks_keep_integers_and_digests_never_reprs():
 
 
 def test_job_frames_exclude_the_standard_library_and_torch_but_not_training_frameworks():
-    assert is_job_frame(TRAIN)
-    assert is_job_frame(SITE + "lightning/pytorch/loops/fit_loop.py")
-    assert is_job_frame(SITE + "transformers/trainer.py")
-    assert not is_job_frame(SITE + "torch/distributed/distributed_c10d.py")
-    assert not is_job_frame("/usr/lib/python3.11/threading.py")
-    assert not is_job_frame("<frozen importlib._bootstrap>")
+    assert is_job_file(TRAIN)
+    assert is_job_file(SITE + "lightning/pytorch/loops/fit_loop.py")
+    assert is_job_file(SITE + "transformers/trainer.py")
+    assert not is_job_file(SITE + "torch/distributed/distributed_c10d.py")
+    assert not is_job_file("/usr/lib/python3.11/threading.py")
+    assert not is_job_file("<frozen importlib._bootstrap>")
 
 
 def test_what_counts_as_a_step():
