@@ -4,7 +4,7 @@ from __future__ import annotations
 from hangdoc.advice import ADVICE
 from hangdoc.model import Finding, Severity
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import frames_line, rank_line, worker_lines
+from hangdoc.rules.evidence import frames_line, rank_line, waiting_line, worker_lines
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -24,6 +24,7 @@ def check(ctx: Context) -> list[Finding]:
             f"(none of them stepped for {now - min(v.blocked_since or now for v in waiting):.0f} s)",
             rank_line(view, now),
         ]
+        evidence += [line for w in waiting[:2] if (line := waiting_line(ctx.bundle, w, now))]
         stack = frames_line(ctx.bundle, view.info.pid)
         if stack:
             evidence.append(f"rank {view.info.rank} stack: {stack}")

@@ -34,6 +34,27 @@ def rank_line(view: RankView, now: float) -> str:
             f"for {now - view.state_since:.0f} s at {frame}")
 
 
+def waiting_line(bundle: Bundle, view: RankView, now: float) -> str | None:
+    """The job's loop and the kernel's view of a waiting rank since it stopped stepping."""
+    since = view.blocked_since
+    points = [(t, s) for t, s in samples_of(bundle, view.info.pid) if since is not None and t >= since]
+    if len(points) < 2:
+        return None
+    (_, first), (_, last) = points[0], points[-1]
+    loop = last.stack.main.loop if last.stack and last.stack.main else None
+    counters = [f"{name}={value}" for frame in (loop.frames if loop else ()) for name, value in frame.counters]
+    parts = [f"rank {view.info.rank} has not stepped for {now - since:.0f} s"
+             + (f" (its loop stands at {', '.join(counters[:4])})" if counters else "")]
+    a = first.proc.main_thread if first.proc else None
+    b = last.proc.main_thread if last.proc else None
+    if not counters and (a is None or b is None):
+        return None    # an older bundle: nothing beyond what the straggler line says
+    if a is not None and b is not None:
+        parts.append(f"its main thread used {b.cpu_s - a.cpu_s:.2f} s of CPU and went to sleep "
+                     f"{b.voluntary_switches - a.voluntary_switches} times (a blocking stack read costs 2)")
+    return "; ".join(parts)
+
+
 def worker_lines(view: RankView) -> list[str]:
     lines = []
     for worker, reading, alive in view.workers:

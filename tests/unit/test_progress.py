@@ -183,6 +183,10 @@ def test_nccl_hang_is_called_from_frozen_counters_after_the_learned_threshold():
     assert report.verdict == "hang" and report.culprit_ranks == (1,)
     ranks = {r.rank: r.state for r in report.ranks}
     assert ranks == {0: "collective-wait", 1: "dataloader-wait"}
+    # AND the straggler finding cites the waiting rank's loop counters and its main thread's wake-ups
+    straggler = next(f for f in report.findings if f.rule == "collective-straggler")
+    waiting = next(e for e in straggler.evidence if e.startswith("rank 0 has not stepped"))
+    assert "step=108" in waiting and "went to sleep 0 times" in waiting
 
 
 def test_nccl_stall_shorter_than_the_learned_threshold_is_not_a_hang():
