@@ -33,7 +33,7 @@ class RankView:
 
 @dataclass(frozen=True)
 class Diagnosis:
-    verdict: str                       # "hang", "crash" or "healthy"
+    verdict: str                       # "hang", "crash", "healthy" or "ended" (cause unknown)
     culprits: tuple[int, ...]
     onset: float | None
     decided_at: float
@@ -73,7 +73,8 @@ def diagnose(bundle: Bundle, hang_after: float | None = None) -> Diagnosis:
     if crash is not None:
         return Diagnosis("crash", crash[0], crash[1], now, tuple(views), hang_after_s=hang_after)
     if views and all(v.exited_at is not None for v in views):
-        return Diagnosis("healthy", (), None, now, tuple(views), hang_after_s=hang_after)
+        verdict = "healthy" if ended_readably(bundle) else "ended"
+        return Diagnosis(verdict, (), None, now, tuple(views), hang_after_s=hang_after)
 
     if not views and bundle.exit_code not in (None, 0):
         return Diagnosis("crash", (), None, now, (), hang_after_s=hang_after)
@@ -87,6 +88,14 @@ def diagnose(bundle: Bundle, hang_after: float | None = None) -> Diagnosis:
     onset = min(v.blocked_since for v in blocked)
     culprits, mismatch = _culprits(views)
     return Diagnosis("hang", culprits, onset, now, tuple(views), mismatch, hang_after)
+
+
+def ended_readably(bundle: Bundle) -> bool:
+    """Whether a job whose ranks are all gone left anything that tells a good end from a crash:
+    the launcher's exit code, or its output (where a crash leaves a traceback or torchrun's
+    failure summary). Ranks vanishing with neither (output on a terminal, a launcher that is not
+    hangdoc's child) are "ended, cause unknown", never "healthy"."""
+    return bundle.exit_code == 0 or any(line.strip() for tail in bundle.logs for line in tail.lines)
 
 
 def _crash(bundle: Bundle, views: list[RankView], now: float) -> tuple[tuple[int, ...], float | None] | None:

@@ -10,7 +10,7 @@ import typer
 
 from hangdoc.bundle_io import check_writable, save_bundle
 from hangdoc.cli import app
-from hangdoc.cli.common import Format, emit_report
+from hangdoc.cli.common import Format, emit_report, seconds
 from hangdoc.cli.watch import default_out
 from hangdoc.errors import EXIT_CRASH, EXIT_HANG, EXIT_USAGE, HangdocError
 
@@ -18,9 +18,9 @@ from hangdoc.errors import EXIT_CRASH, EXIT_HANG, EXIT_USAGE, HangdocError
 @app.command(context_settings={"allow_interspersed_args": False})
 def run(
     cmd: List[str] = typer.Argument(..., help="The command to run, after --: e.g. -- torchrun ... train.py --max-steps 20"),
-    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.0, help="Fail (exit 3) if the whole run takes longer."),
-    hang_after: float = typer.Option(60.0, "--hang-after", min=0.0, help="Seconds ranks may be blocked in collectives."),
-    interval: float = typer.Option(2.0, "--interval", min=0.1, help="Seconds between samples."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.0, callback=seconds(0.0), help="Fail (exit 3) if the whole run takes longer."),
+    hang_after: float = typer.Option(60.0, "--hang-after", min=0.0, callback=seconds(0.0), help="Seconds ranks may be blocked in collectives."),
+    interval: float = typer.Option(2.0, "--interval", min=0.1, callback=seconds(0.1), help="Seconds between samples."),
     fmt: Format = typer.Option(Format.text, "--format", "-f", help="Report format."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to save the bundle on a hang or crash."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML result here."),

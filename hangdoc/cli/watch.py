@@ -10,7 +10,7 @@ import typer
 
 from hangdoc.bundle_io import check_writable, save_bundle
 from hangdoc.cli import app
-from hangdoc.cli.common import Format, emit_report, verdict_exit_code
+from hangdoc.cli.common import Format, emit_report, seconds, verdict_exit_code
 from hangdoc.errors import EXIT_OK, HangdocError
 from hangdoc.model import Role
 
@@ -31,9 +31,9 @@ def watch(
                              "launcher runs on every node); with several jobs here, name one: --job RUN_ID."),
     once: bool = typer.Option(False, "--once", help="Capture one snapshot, write the bundle and exit."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to save the bundle (default ./hangdoc-<time>.json)."),
-    interval: float = typer.Option(DEFAULT_INTERVAL_S, "--interval", min=0.1, help="Seconds between samples."),
-    hang_after: float = typer.Option(60.0, "--hang-after", min=0.0, help="Seconds ranks must be blocked in collectives before the verdict is hang."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.0, help="Stop watching after this many seconds (exit 0 if nothing was found)."),
+    interval: float = typer.Option(DEFAULT_INTERVAL_S, "--interval", min=0.1, callback=seconds(0.1), help="Seconds between samples."),
+    hang_after: float = typer.Option(60.0, "--hang-after", min=0.0, callback=seconds(0.0), help="Seconds ranks must be blocked in collectives before the verdict is hang."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.0, callback=seconds(0.0), help="Stop watching after this many seconds (exit 0 if nothing was found)."),
     fmt: Format = typer.Option(Format.text, "--format", "-f", help="Report format on stdout."),
     no_live: bool = typer.Option(False, "--no-live", help="No live table; a status line on stderr every few samples."),
     native: bool = typer.Option(False, "--native", help="Also capture native (C/C++) frames; about 1 s a process."),

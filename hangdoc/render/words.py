@@ -7,6 +7,10 @@ from hangdoc.model import Report
 
 def headline(report: Report) -> str:
     culprits = rank_ranges(report.culprit_ranks) if report.culprit_ranks else None
+    if report.verdict == "hang" and any(f.rule == "run-timeout" for f in report.findings):
+        # A budget ran out: say that, not a collective wait nobody saw (there may be no rank at all).
+        who = f"rank {culprits} is the culprit; " if culprits else ""
+        return f"HANG: {who}the run did not finish within --timeout ({len(report.ranks)} ranks watched)"
     if report.verdict == "hang":
         if any(f.rule == "no-progress" for f in report.findings):
             who = "nothing moves (no CPU, no I/O, same frames)"
@@ -19,6 +23,10 @@ def headline(report: Report) -> str:
     if report.verdict == "crash":
         who = f"rank {culprits} failed first" if culprits else "the job failed"
         return f"CRASH: {who}"
+    if report.verdict == "ended":
+        return "ENDED, cause unknown: every rank is gone and nothing readable says whether it failed"
+    if report.verdict == "interrupted":
+        return "INTERRUPTED: stopped before a verdict; the report shows what was seen so far"
     return "HEALTHY: no hang found"
 
 
@@ -51,3 +59,22 @@ def gpu_cell(gpu: dict | None) -> str:
     if power is not None:
         parts.append(f"{power:.0f}W")
     return " ".join(parts)
+
+
+def missing_stacks(report: Report, bundles, limit: int = 8) -> list[str]:
+    """Why live ranks have no stack in the last sample, as the bundle recorded it: a rank named
+    culprit "at no stack" must say why (ptrace refused by another tracer, py-spy broken...)."""
+    from hangdoc.collect.stacks import stack_failure
+
+    lines = []
+    for bundle in bundles or []:
+        last = bundle.last
+        for rank in bundle.job.ranks:
+            sample = last.sample_of(rank.pid)
+            if sample is None or not sample.alive or sample.stack is not None:
+                continue
+            why = stack_failure(sample.errors) or "py-spy was not asked or gave nothing"
+            lines.append(f"rank {rank_label(rank.rank)} (pid {rank.node_pid}) has no stack: {why}")
+    if len(lines) > limit:
+        lines = lines[:limit] + [f"... and {len(lines) - limit} more ranks without a stack"]
+    return lines
