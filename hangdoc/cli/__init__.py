@@ -68,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         rc = app(args=argv, prog_name="hangdoc", standalone_mode=False)
         return rc if isinstance(rc, int) else 0
     except HangdocError as exc:
-        print(f"hangdoc: error: {exc}", file=sys.stderr)
+        from hangdoc.render.escape import terminal
+
+        print(f"hangdoc: error: {terminal(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code

@@ -16,7 +16,7 @@ def report_markdown(report: Report, bundles: list[Bundle] | None = None) -> str:
         lines += [f"- {md_text(line)}" for line in places] + [""]
     if (line := timeout_line(report)):
         lines += [md_text(line), ""]
-    if (missing := missing_stacks(report, bundles)):
+    if (missing := missing_stacks(bundles)):
         lines += [f"- {md_text(line)}" for line in missing] + [""]
     if report.findings:
         lines += ["### Findings", ""]

@@ -40,7 +40,7 @@ def render_text(report: Report, out: TextIO, width: int | None = None,
         console.print(Text(f"  {esc(line)}", style="bold"))
     if (line := timeout_line(report)):
         console.print(line)
-    for line in missing_stacks(report, bundles):
+    for line in missing_stacks(bundles):
         console.print(Text(f"  {esc(line)}", style="yellow"), soft_wrap=not console.is_terminal)
     for finding in report.findings:
         sev = finding.severity.value

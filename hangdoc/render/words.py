@@ -61,20 +61,24 @@ def gpu_cell(gpu: dict | None) -> str:
     return " ".join(parts)
 
 
-def missing_stacks(report: Report, bundles, limit: int = 8) -> list[str]:
-    """Why live ranks have no stack in the last sample, as the bundle recorded it: a rank named
-    culprit "at no stack" must say why (ptrace refused by another tracer, py-spy broken...)."""
+def stackless_ranks(bundle) -> list[tuple[int | None, int, str]]:
+    """(rank, pid, why) for each live rank without a stack in the last sample, as the bundle recorded it."""
     from hangdoc.collect.stacks import stack_failure
 
-    lines = []
-    for bundle in bundles or []:
-        last = bundle.last
-        for rank in bundle.job.ranks:
-            sample = last.sample_of(rank.pid)
-            if sample is None or not sample.alive or sample.stack is not None:
-                continue
-            why = stack_failure(sample.errors) or "py-spy was not asked or gave nothing"
-            lines.append(f"rank {rank_label(rank.rank)} (pid {rank.node_pid}) has no stack: {why}")
+    out = []
+    last = bundle.last
+    for rank in bundle.job.ranks:
+        sample = last.sample_of(rank.pid)
+        if sample is not None and sample.alive and sample.stack is None:
+            out.append((rank.rank, rank.node_pid, stack_failure(sample.errors) or "py-spy gave nothing"))
+    return out
+
+
+def missing_stacks(bundles, limit: int = 8) -> list[str]:
+    """Why ranks have no stack: a rank named culprit "at no stack" must say why (ptrace refused
+    by another tracer, a py-spy that does not run here, ...)."""
+    lines = [f"rank {rank_label(rank)} (pid {pid}) has no stack: {why}"
+             for bundle in bundles or [] for rank, pid, why in stackless_ranks(bundle)]
     if len(lines) > limit:
         lines = lines[:limit] + [f"... and {len(lines) - limit} more ranks without a stack"]
     return lines
