@@ -8,11 +8,11 @@ from typing import List, Optional
 
 import typer
 
-from hangdoc.bundle_io import check_writable, save_bundle
+from hangdoc.bundle_io import check_writable
 from hangdoc.cli import app
 from hangdoc.cli.common import Format, emit_report, seconds
-from hangdoc.cli.watch import default_out
-from hangdoc.errors import EXIT_CRASH, EXIT_HANG, EXIT_USAGE, HangdocError
+from hangdoc.cli.watch import default_out, save_or_say
+from hangdoc.errors import EXIT_CRASH, EXIT_HANG, EXIT_NOT_SAVED, EXIT_USAGE, HangdocError
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
@@ -53,13 +53,13 @@ def run(
         view.close()
     outcome = result.outcome
     verdict = outcome.report.verdict
-    if verdict in ("hang", "crash") and outcome.bundle.samples:
-        save_bundle(outcome.bundle, out)
-        print(f"hangdoc: bundle saved to {out}", file=sys.stderr)
     if verdict in ("hang", "crash") or fmt is not Format.text:
         emit_report(outcome.report, fmt, [outcome.bundle] if outcome.bundle.samples else [])
     else:
         print(f"hangdoc: the run finished (exit code {result.job_exit_code}), no hang", file=sys.stderr)
+    saved = True
+    if verdict in ("hang", "crash") and outcome.bundle.samples:
+        saved = save_or_say(outcome.bundle, out)
     if junit is not None:
         from hangdoc.render.junit import write_junit
 
@@ -80,4 +80,4 @@ def run(
     else:
         code = result.job_exit_code if result.job_exit_code is not None else EXIT_USAGE
         code = code if code >= 0 else EXIT_CRASH
-    raise typer.Exit(code)
+    raise typer.Exit(code if saved else EXIT_NOT_SAVED)

@@ -20,13 +20,19 @@ MAX_RANK_ROWS = 64
 PIPED_WIDTH = 4096
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich exits 1 here; the command knows its exit code (a hang is still 3 under `| head`).
+        raise BrokenPipeError
+
+
 def make_console(out: TextIO, width: int | None = None) -> Console:
     tty = getattr(out, "isatty", lambda: False)()
     plain = bool(os.environ.get("NO_COLOR")) or not tty
     if width is None and not tty:
         # Piped into a file or a CI log: never wrap (a suggested command must copy-paste whole).
         width = PIPED_WIDTH
-    return Console(file=out, width=width, no_color=plain, color_system=None if plain else "auto",
+    return _Console(file=out, width=width, no_color=plain, color_system=None if plain else "auto",
                    highlight=False, soft_wrap=False, emoji=False)
 
 
