@@ -63,7 +63,7 @@ def run(
     if junit is not None:
         from hangdoc.render.junit import write_junit
 
-        write_junit(junit, outcome.report, cmd)
+        write_junit(junit, outcome.report, cmd, [outcome.bundle] if outcome.bundle.samples else [])
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         from hangdoc.render.markdown import report_markdown

@@ -8,17 +8,17 @@ from xml.etree import ElementTree as ET
 from hangdoc.model import Report
 from hangdoc.redact import redact_cmdline
 from hangdoc.render.escape import xml
-from hangdoc.render.words import headline
+from hangdoc.render.words import crash_cause, headline, missing_stacks
 
 
-def junit_xml(report: Report, cmd: list[str]) -> str:
+def junit_xml(report: Report, cmd: list[str], bundles=None) -> str:
     failed = report.verdict in ("hang", "crash")
     suite = ET.Element("testsuite", name="hangdoc", tests="1", failures=str(int(failed)), errors="0",
                        timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
     case = ET.SubElement(suite, "testcase", classname="hangdoc.run", name=xml(" ".join(redact_cmdline(cmd)))[:200])
     if failed:
         failure = ET.SubElement(case, "failure", message=xml(headline(report)), type=report.verdict)
-        body = [headline(report)]
+        body = [headline(report), *crash_cause(report, bundles), *missing_stacks(bundles)]
         for f in report.findings:
             body += [f"[{f.severity.value}] {f.rule}: {f.title}", *("    " + e for e in f.evidence), f"    fix: {f.fix}"]
         failure.text = xml("\n".join(body))
@@ -27,5 +27,5 @@ def junit_xml(report: Report, cmd: list[str]) -> str:
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)
 
 
-def write_junit(path: Path, report: Report, cmd: list[str]) -> None:
-    Path(path).write_text(junit_xml(report, cmd) + "\n")
+def write_junit(path: Path, report: Report, cmd: list[str], bundles=None) -> None:
+    Path(path).write_text(junit_xml(report, cmd, bundles) + "\n")

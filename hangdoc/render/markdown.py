@@ -7,7 +7,7 @@ from hangdoc.analyze.classes import rank_ranges, stack_classes, stack_tree
 from hangdoc.model import Bundle, Report
 from hangdoc.render.escape import md_cell, md_code, md_fence, md_text
 from hangdoc.render.text import culprit_places, group_cells, rank_rows, spans_nodes, stacks_heading
-from hangdoc.render.words import duration, rank_label, gpu_cell, headline, missing_stacks, timeout_line
+from hangdoc.render.words import duration, rank_label, gpu_cell, crash_cause, headline, missing_stacks, timeout_line
 
 
 def report_markdown(report: Report, bundles: list[Bundle] | None = None) -> str:
@@ -16,6 +16,8 @@ def report_markdown(report: Report, bundles: list[Bundle] | None = None) -> str:
         lines += [f"- {md_text(line)}" for line in places] + [""]
     if (line := timeout_line(report)):
         lines += [md_text(line), ""]
+    if (cause := crash_cause(report, bundles)):
+        lines += ["```text"] + [md_fence(line) for line in cause] + ["```", ""]
     if (missing := missing_stacks(bundles)):
         lines += [f"- {md_text(line)}" for line in missing] + [""]
     if report.findings:

@@ -11,7 +11,7 @@ from rich.text import Text
 from hangdoc.analyze.classes import rank_ranges, rank_set, stack_classes, stack_tree
 from hangdoc.model import Bundle, RankReport, Report
 from hangdoc.render.escape import terminal as esc
-from hangdoc.render.words import duration, rank_label, gpu_cell, headline, missing_stacks, timeout_line
+from hangdoc.render.words import duration, rank_label, gpu_cell, crash_cause, headline, missing_stacks, timeout_line
 
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 # Past this many ranks the table lists the culprits and groups the others by what they do.
@@ -46,6 +46,8 @@ def render_text(report: Report, out: TextIO, width: int | None = None,
         console.print(Text(f"  {esc(line)}", style="bold"))
     if (line := timeout_line(report)):
         console.print(line)
+    for line in crash_cause(report, bundles):
+        console.print(Text(f"  {esc(line)}", style="bold"), soft_wrap=not console.is_terminal)
     for line in missing_stacks(bundles):
         console.print(Text(f"  {esc(line)}", style="yellow"), soft_wrap=not console.is_terminal)
     for finding in report.findings:

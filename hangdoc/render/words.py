@@ -82,3 +82,23 @@ def missing_stacks(bundles, limit: int = 8) -> list[str]:
     if len(lines) > limit:
         lines = lines[:limit] + [f"... and {len(lines) - limit} more ranks without a stack"]
     return lines
+
+
+def crash_cause(report: Report, bundles, limit: int = 2) -> list[str]:
+    """For a crash: the exception the culprit rank (or its worker) printed, quoted from the job's
+    output, and where it was raised. The root cause is there, not in the stacks."""
+    from hangdoc.analyze.logs import rank_exception
+
+    if report.verdict != "crash" or any(f.severity.value == "critical" for f in report.findings):
+        return []   # a rule already names the cause, with its evidence
+    lines = []
+    for bundle in bundles or []:
+        for rank in (report.culprit_ranks or (None,))[:limit]:
+            raised = rank_exception(bundle.logs, rank)
+            if raised is None:
+                continue
+            who = f"rank {rank}" if rank is not None else "the job"
+            lines.append(f"{who} raised {' -> '.join(m[:300] for m in raised.messages)}")
+            if raised.where:
+                lines.append(f"  at {raised.where}" + (f": {raised.code[:200]}" if raised.code else ""))
+    return lines

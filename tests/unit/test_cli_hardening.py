@@ -147,3 +147,28 @@ def test_a_rank_without_a_stack_is_explained_in_the_report():
     victim["errors"] = ["stack: could not collect: ptrace refused: process 4242 already traces pid 1"]
     lines = missing_stacks([from_dict(Bundle, data)])
     assert len(lines) == 1 and "already traces" in lines[0]
+
+
+def test_a_rank_exception_is_quoted_from_the_jobs_output():
+    # GIVEN a crash whose only trace is rank 0's Python traceback in the job's output
+    from hangdoc.model import LogTail
+    from hangdoc.render.markdown import report_markdown
+    from hangdoc.render.text import render_text
+    import io
+
+    bundle = load_bundle(GOLDEN / "worker-keyerror" / "bundle.json")
+    lines = ("[rank0]: Traceback (most recent call last):",
+             '[rank0]:   File "/job/train.py", line 10, in main',
+             "[rank0]:     raise ValueError(f'bad lr {lr}')",
+             "[rank0]: ValueError: bad lr -1",
+             "Root Cause (first observed failure):", "[0]:", "  rank      : 0 (local_rank: 0)",
+             "  exitcode  : 1 (pid: 1)")
+    bundle = dataclasses.replace(bundle, logs=(LogTail("job.log", lines),))
+    report = build_report(bundle)
+    assert report.verdict == "crash" and report.culprit_ranks == (0,)
+    # WHEN rendered THEN the exception and where it was raised are quoted
+    out = io.StringIO()
+    render_text(report, out, bundles=[bundle])
+    assert "rank 0 raised ValueError: bad lr -1" in out.getvalue()
+    assert "train.py:10 in main: raise ValueError" in out.getvalue()
+    assert "ValueError: bad lr -1" in report_markdown(report, [bundle])
