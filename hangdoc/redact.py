@@ -31,10 +31,10 @@ _SECRET_VALUE = re.compile(
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 _LONG_RANDOM = re.compile(r"[A-Za-z0-9+/=_\-]{32,}")
 _URL_CREDENTIALS = re.compile(r"(\w+://)[^/\s:@]+:[^/\s@]+@")
-_FLAG_SECRET = re.compile(r"^(--?[\w-]*(?:token|secret|passw|api[_-]?key|credential)[\w-]*)(=.*)?$", re.I)
+_FLAG_SECRET = re.compile(r"^(--?[\w-]*(?:token|secret|passw|(?<![a-z])pass(?![a-z])|api[_-]?key|credential)[\w-]*)(=.*)?$", re.I)
 # A name that says "secret" followed by its value, in free text: `password=...`, `PASSWD=...`,
 # `api_key: ...`, `"password": "..."`, `--token X`, `Authorization: Bearer X`, `wandb login X`.
-_NAME = r"[\w.-]*(?:passw(?:or)?d|passwd|passphrase|secret|token(?!iz|s\b)|api[_-]?key|apikey|access[_-]?key|private[_-]?key|credential)[\w.-]*"
+_NAME = r"[\w.-]*(?:passw(?:or)?d|passwd|passphrase|(?<![A-Za-z])pass(?![A-Za-z])|secret|token(?!iz|s\b)|api[_-]?key|apikey|access[_-]?key|private[_-]?key|credential)[\w.-]*"
 _QUOTED_PAIR = re.compile(r"""(?i)(["']""" + _NAME + r"""["']\s*:\s*)(["'])(?:(?!\2)[^\\]|\\.)*\2""")
 _PAIR = re.compile(r"(?i)(?<![\w-])(" + _NAME + r")(\s*=\s*|\s*:\s+)(?![<\s])(\"[^\"]*\"|'[^']*'|[^\s\"',;&]+)")
 _FLAG_PAIR = re.compile(r"(?i)(?<!\S)(--?" + _NAME + r")(\s+)(?!-)(\S+)")

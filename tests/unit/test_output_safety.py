@@ -41,6 +41,8 @@ SECRET_SHAPES = [
     ("huggingface-cli login --token hf_abcdEFGHijklMNOPqrst1234", "hf_abcdEFGHijklMNOPqrst1234"),
     ("--hf_token hf_abcdEFGHijklMNOPqrst1234", "hf_abcdEFGHijklMNOPqrst1234"),
     ("--password=Hunter2Sekrit", "Hunter2Sekrit"),
+    ("--db-pass Hunter2Sekrit", "Hunter2Sekrit"),
+    ("DB_PASS=Hunter2Sekrit", "Hunter2Sekrit"),
     ("--api-key sk-abcdefghijklmnopqrstuv", "sk-abcdefghijklmnopqrstuv"),
     ("fetch https://user:Hunter2Sekrit@example.com/data.tar", "Hunter2Sekrit"),
     ("Authorization: Bearer abc123def456ghi789", "abc123def456ghi789"),
@@ -52,7 +54,7 @@ SECRET_SHAPES = [
 ]
 # Must survive: ordinary training output and code.
 BENIGN = ["step 10 loss 1.5231 t=0.20s", "tokenizer=bert-base", "max_tokens=512", "KeyError: 'token'",
-          'File "/data/train.py", line 3, in <module>', "lr=3e-4 world_size=8", "password reset link sent"]
+          'File "/data/train.py", line 3, in <module>', "lr=3e-4 world_size=8", "password reset link sent", "--passes 3", "bypass=1", "compass: north"]
 HOSTILE = "\x1b]0;pwned\x07\x1b[2J<script>x</script>|cell\nnew line\x9b31m\u202eevil`code`"
 
 
