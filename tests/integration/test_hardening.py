@@ -137,3 +137,30 @@ def test_a_worker_segfault_with_output_on_a_terminal_is_not_healthy(tmp_path):
     assert report["verdict"] in ("crash", "ended"), stderr
     assert rc == {"crash": 4, "ended": 5}[report["verdict"]]
     assert (tmp_path / "bundle.json").is_file()
+
+
+def fake_py_spy(tmp_path, kind: str) -> str:
+    path = tmp_path / f"py-spy-{kind}"
+    if kind == "wrong-binary":
+        path.write_bytes(b"\x7fELF\x02\x01\x01garbage-for-another-machine" + bytes(64))
+    elif kind == "garbage":
+        path.write_text("#!/bin/sh\necho 'this is not json'\n")
+    elif kind == "crash":
+        path.write_text("#!/bin/sh\nkill -SEGV $$\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize("kind,words", [("wrong-binary", "does not run here"), ("garbage", "not its JSON"),
+                                        ("crash", "py-spy crashed")])
+def test_once_never_reports_success_when_every_stack_failed(stall_job, tmp_path, kind, words):
+    # GIVEN a live job and a py-spy that fails in a way other than a ptrace refusal
+    job = stall_job("slow", wait_fault=False)
+    env = dict(os.environ, NO_COLOR="1")
+    # WHEN `watch --once` captures it
+    done = subprocess.run([*hangdoc_cmd(), "watch", str(job.pid), "--once", "--no-gpu", "--py-spy",
+                           fake_py_spy(tmp_path, kind), "--out", str(tmp_path / "b.json")],
+                          capture_output=True, text=True, timeout=120, env=env)
+    # THEN it fails (exit 2) and says why for the ranks, not "captured" and exit 0
+    assert done.returncode == 2, done.stderr
+    assert words in done.stderr and "Traceback" not in done.stderr
