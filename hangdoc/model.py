@@ -352,7 +352,7 @@ class RankReport:
 @dataclass(frozen=True)
 class Report:
     schema: str
-    verdict: str                   # "hang", "healthy" or "crash"
+    verdict: str                   # "hang", "healthy", "crash", "ended" (cause unknown) or "interrupted"
     detected_after_s: float | None
     culprit_ranks: tuple[int, ...]
     findings: tuple[Finding, ...]
