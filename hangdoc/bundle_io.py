@@ -7,6 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from hangdoc.bundle_check import check_bundle, hostile_input
 from hangdoc.errors import BadBundle, BadOutput
 from hangdoc.model import BUNDLE_SCHEMA, Bundle
 from hangdoc.serde import from_dict, to_dict
@@ -71,7 +72,8 @@ def load_bundle(path: str | Path) -> Bundle:
         raise BadBundle(f"no such bundle: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise BadBundle(f"cannot read {path}: {exc}") from None
-    return bundle_from_json(text, str(path))
+    with hostile_input(str(path)):
+        return check_bundle(bundle_from_json(text, str(path)), str(path))
 
 
 def bundle_files(paths) -> list[Path]:

@@ -3,7 +3,9 @@
 Exit codes (documented in docs/exit-codes.md):
   0  healthy / nothing found        3  hang detected
   1  `check` found problems         4  the job crashed
-  2  usage, attach or input error       5  suspect: ranks split, not seen long enough to tell
+  2  usage, attach or input error   5  the job ended, cause unknown
+  6  report printed, bundle not saved   7  suspect: ranks split, not seen long enough to tell
+  130 stopped by Ctrl-C (SIGINT)    143 stopped by SIGTERM
 """
 from __future__ import annotations
 
@@ -12,7 +14,11 @@ EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_HANG = 3
 EXIT_CRASH = 4
-EXIT_SUSPECT = 5      # one instant, or not long enough: ranks split, no progress seen
+EXIT_ENDED_UNKNOWN = 5
+EXIT_NOT_SAVED = 6
+EXIT_SUSPECT = 7      # one instant, or not long enough: ranks split, no progress seen
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
 
 
 class HangdocError(Exception):
@@ -88,3 +94,15 @@ class BadBundle(HangdocError):
 
 class BadOutput(HangdocError):
     pass
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM: stop, keep what was gathered, exit 130 or 143."""
+
+    def __init__(self, exit_code: int = EXIT_SIGINT):
+        super().__init__()
+        self.exit_code = exit_code
+
+
+class BundleNotSaved(HangdocError):
+    exit_code = EXIT_NOT_SAVED

@@ -523,7 +523,7 @@ class Threshold:
 @dataclass(frozen=True)
 class Report:
     schema: str
-    verdict: str                   # "hang", "suspect", "healthy" or "crash"
+    verdict: str                   # "hang", "suspect", "healthy", "crash", "ended" (cause unknown) or "interrupted"
     detected_after_s: float | None
     culprit_ranks: tuple[int, ...]
     findings: tuple[Finding, ...]

@@ -31,7 +31,18 @@ _SECRET_VALUE = re.compile(
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 _LONG_RANDOM = re.compile(r"[A-Za-z0-9+/=_\-]{32,}")
 _URL_CREDENTIALS = re.compile(r"(\w+://)[^/\s:@]+:[^/\s@]+@")
-_FLAG_SECRET = re.compile(r"^(--?[\w-]*(?:token|secret|passw|api[_-]?key|credential)[\w-]*)(=.*)?$", re.I)
+_FLAG_SECRET = re.compile(r"^(--?[\w-]*(?:token|secret|passw|(?<![a-z])pass(?![a-z])|api[_-]?key|credential)[\w-]*)(=.*)?$", re.I)
+# A name that says "secret" followed by its value, in free text: `password=...`, `PASSWD=...`,
+# `api_key: ...`, `"password": "..."`, `--token X`, `Authorization: Bearer X`, `wandb login X`.
+_NAME = r"[\w.-]*(?:passw(?:or)?d|passwd|passphrase|(?<![A-Za-z])pass(?![A-Za-z])|secret|token(?!iz|s\b)|api[_-]?key|apikey|access[_-]?key|private[_-]?key|credential)[\w.-]*"
+_QUOTED_PAIR = re.compile(r"""(?i)(["']""" + _NAME + r"""["']\s*:\s*)(["'])(?:(?!\2)[^\\]|\\.)*\2""")
+_PAIR = re.compile(r"(?i)(?<![\w-])(" + _NAME + r")(\s*=\s*|\s*:\s+)(?![<\s])(\"[^\"]*\"|'[^']*'|[^\s\"',;&]+)")
+_FLAG_PAIR = re.compile(r"(?i)(?<!\S)(--?" + _NAME + r")(\s+)(?!-)(\S+)")
+_BEARER = re.compile(r"(?i)\b(bearer|basic|token)(\s+)(?=[A-Za-z0-9._~+/-]*[0-9])[A-Za-z0-9._~+/-]{8,}=*")
+_LOGIN = re.compile(r"(?i)\b((?:wandb|huggingface-cli|hf|docker|npm)\s+login\b(?:\s+--?[\w-]+)*\s+)(?![-<])(\S+)")
+_PEM = re.compile(r"-----BEGIN ([A-Z0-9 ]*)-----.*?(?:-----END \1-----|\Z)", re.S)
+_PEM_BEGIN = re.compile(r"-----BEGIN ([A-Z0-9 ]*PRIVATE KEY[A-Z0-9 ]*|[A-Z0-9 ]*CERTIFICATE REQUEST)-----")
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]*-----")
 
 
 def _looks_random(word: str) -> bool:
@@ -43,16 +54,55 @@ def _looks_random(word: str) -> bool:
 
 def looks_secret(value: str) -> bool:
     """True for values shaped like credentials: known token formats or long random strings."""
-    if _SECRET_VALUE.search(value) or _URL_CREDENTIALS.search(value):
+    if _SECRET_VALUE.search(value) or _URL_CREDENTIALS.search(value) or redact_text(value) != value:
         return True
     return any(_looks_random(m.group(0)) for m in _LONG_RANDOM.finditer(value))
 
 
+def _pem(match: re.Match) -> str:
+    return f"-----BEGIN {match.group(1)}----- {REDACTED}" + (f" -----END {match.group(1)}-----"
+                                                              if "-----END" in match.group(0) else "")
+
+
 def redact_text(text: str) -> str:
-    """Replace every credential-shaped piece of a line (log lines, command-line words)."""
+    """Replace every credential-shaped piece of a text: the one redaction every path uses
+    (log lines, command-line words, env values, report fields in every output format)."""
+    if "-----BEGIN" in text:
+        text = _PEM.sub(_pem, text)
+    text = _QUOTED_PAIR.sub(lambda m: m.group(1) + m.group(2) + REDACTED + m.group(2), text)
+    text = _PAIR.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
+    text = _FLAG_PAIR.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
+    text = _LOGIN.sub(lambda m: m.group(1) + REDACTED, text)
+    text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
     text = _SECRET_VALUE.sub(REDACTED, text)
     text = _URL_CREDENTIALS.sub(lambda m: m.group(1) + REDACTED + "@", text)
     return _LONG_RANDOM.sub(lambda m: REDACTED if _looks_random(m.group(0)) else m.group(0), text)
+
+
+class LineRedactor:
+    """Redacts output one line at a time; the body of a PEM block (a private key) is dropped whole."""
+
+    def __init__(self) -> None:
+        self.in_pem = False
+
+    def __call__(self, line: str) -> str:
+        if self.in_pem:
+            end = _PEM_END.search(line)
+            if end is None:
+                return REDACTED
+            self.in_pem = False
+            return line[end.start():]
+        begin = _PEM_BEGIN.search(line)
+        if begin and not _PEM_END.search(line, begin.end()):
+            self.in_pem = True
+            return redact_text(line[:begin.start()]) + begin.group(0) + f" {REDACTED}"
+        return redact_text(line)
+
+
+def redact_lines(lines) -> tuple[str, ...]:
+    """Redact a sequence of output lines (see LineRedactor)."""
+    redact = LineRedactor()
+    return tuple(redact(line) for line in lines)
 
 
 def filter_env(env: dict[str, str]) -> dict[str, str]:

@@ -19,7 +19,7 @@ from hangdoc.analyze.report import build_report
 from hangdoc.collect.discover import find_job
 from hangdoc.errors import HangdocError, NotDistributed
 from hangdoc.model import BUNDLE_SCHEMA, Bundle, Finding, Job, LogTail, Options, Report, Severity
-from hangdoc.redact import redact_text
+from hangdoc.redact import LineRedactor
 from hangdoc.scenarios.launch import RunningJob, stop_job
 from hangdoc.watcher import Outcome, WatchConfig, Watcher
 
@@ -35,6 +35,7 @@ class OutputTail:
 
     def __init__(self, stream, sink: TextIO, max_lines: int = TAIL_LINES):
         self.lines: deque[str] = deque(maxlen=max_lines)
+        self._redact = LineRedactor()
         self._thread = threading.Thread(target=self._pump, args=(stream, sink), daemon=True)
         self._thread.start()
 
@@ -46,7 +47,7 @@ class OutputTail:
                 sink.flush()
             except (OSError, ValueError):
                 pass
-            self.lines.append(redact_text(text.rstrip("\n")))
+            self.lines.append(self._redact(text.rstrip("\n")))
 
     def logs(self) -> tuple[LogTail, ...]:
         return (LogTail(source="<output of the command>", lines=tuple(self.lines)),) if self.lines else ()

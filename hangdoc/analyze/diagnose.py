@@ -38,7 +38,7 @@ class RankView:
 
 @dataclass(frozen=True)
 class Diagnosis:
-    verdict: str                       # "hang", "crash", "suspect" or "healthy"
+    verdict: str                       # "hang", "crash", "suspect", "healthy" or "ended" (cause unknown)
     culprits: tuple[int, ...]
     onset: float | None
     decided_at: float
@@ -86,7 +86,7 @@ def diagnose(bundle: Bundle, hang_after: float | None = None) -> Diagnosis:
     if crash is not None:
         return verdict("crash", crash[0], crash[1])
     if views and all(v.exited_at is not None for v in views):
-        return verdict("healthy")
+        return verdict("healthy" if ended_readably(bundle) else "ended")
     if not views and bundle.exit_code not in (None, 0):
         return verdict("crash")
 
@@ -103,6 +103,14 @@ def diagnose(bundle: Bundle, hang_after: float | None = None) -> Diagnosis:
     if split and (len(bundle.samples) == 1 or quiet >= beat.threshold_s / 3):
         return verdict("suspect", culprits, beat.quiet_since, mismatch)
     return verdict("healthy")
+
+
+def ended_readably(bundle: Bundle) -> bool:
+    """Whether a job whose ranks are all gone left anything that tells a good end from a crash:
+    the launcher's exit code, or its output (where a crash leaves a traceback or torchrun's
+    failure summary). Ranks vanishing with neither (output on a terminal, a launcher that is not
+    hangdoc's child) are "ended, cause unknown", never "healthy"."""
+    return bundle.exit_code == 0 or any(line.strip() for tail in bundle.logs for line in tail.lines)
 
 
 def _crash(bundle: Bundle, views: list[RankView], now: float) -> tuple[tuple[int, ...], float | None] | None:

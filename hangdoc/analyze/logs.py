@@ -89,3 +89,58 @@ def failed_worker_rank(logs: tuple[LogTail, ...]) -> int | None:
             if rank is not None:
                 return rank
     return None
+
+
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+)$')
+_TOP_LEVEL = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Fault)\b.*|^[A-Za-z_][\w.]*: .+")
+
+
+@dataclass(frozen=True)
+class RaisedError:
+    """A Python exception a rank (or its DataLoader worker) printed: what, and where it was raised."""
+
+    rank: int | None
+    messages: tuple[str, ...]       # "KeyError: Caught KeyError in DataLoader worker process 0.", "KeyError: 'x'"
+    where: str | None               # "rules_job.py:59 in resample": the innermost frame
+    code: str | None                # that frame's source line
+
+
+def _traceback_blocks(lines: list[str]) -> list[list[str]]:
+    blocks: list[list[str]] = []
+    for line in lines:
+        if line.startswith("Traceback (most recent call last):"):
+            blocks.append([])
+        elif blocks:
+            blocks[-1].append(line)
+    return blocks
+
+
+def rank_exception(logs: tuple[LogTail, ...], rank: int | None) -> RaisedError | None:
+    """The last traceback the rank printed (torchrun's `[rankN]:` prefix), with the worker's
+    original one folded in: the exception lines and the innermost frame. For a job without
+    prefixes, the last traceback in the output that is not torchrun's own."""
+    own: list[str] = []
+    bare: list[str] = []
+    for _, line in all_lines(logs):
+        prefix = _RANK_PREFIX.match(line)
+        if prefix:
+            if rank is None or int(prefix.group(1)) == rank:
+                own.append(line[prefix.end():])
+        else:
+            bare.append(line)
+    candidates = _traceback_blocks(own) or [b for b in _traceback_blocks(bare)
+                                            if not any("ChildFailedError" in line for line in b)]
+    if not candidates:
+        return None
+    block = candidates[-1]
+    messages = tuple(line.strip() for line in block if _TOP_LEVEL.match(line) and not line.startswith(
+        ("Original Traceback", "Traceback")))
+    where = code = None
+    for i, line in enumerate(block):
+        if (m := _FRAME.match(line)):
+            where = f"{m.group(1).rsplit('/', 1)[-1]}:{m.group(2)} in {m.group(3)}"
+            following = block[i + 1].strip() if i + 1 < len(block) else ""
+            code = following if following and not _FRAME.match(block[i + 1]) and not _TOP_LEVEL.match(following) else None
+    if not messages:
+        return None
+    return RaisedError(rank, messages[-3:], where, code)

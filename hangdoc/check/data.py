@@ -21,7 +21,8 @@ DEFAULT_SAMPLE = 4
 
 def check_data(list_paths: Sequence[str | Path], world_size: int, num_workers: int, *,
                sample: int = DEFAULT_SAMPLE, batch_size: int | None = None,
-               scratch_dir: str | None = None, clock: Callable[[], float] = time.perf_counter) -> CheckResult:
+               scratch_dir: str | None = None, clock: Callable[[], float] = time.perf_counter,
+               progress: Callable[[int, int], None] = lambda done, total: None) -> CheckResult:
     """Check data lists as `world_size` ranks x `num_workers` DataLoader workers will read them."""
     _validate(list_paths, world_size, num_workers, sample, batch_size)
     lists = read_lists(list_paths)
@@ -33,7 +34,10 @@ def check_data(list_paths: Sequence[str | Path], world_size: int, num_workers: i
     missing_audio: tuple[ShardInfo, ...] = ()
     sizes: tuple[int, ...] = ()
     if kind == SHARD:
-        shards = [scan_shard(i, e.path, e.source) for i, e in enumerate(entries)]
+        for i, e in enumerate(entries):
+            shards.append(scan_shard(i, e.path, e.source))
+            if i % 64 == 63 or i == len(entries) - 1:
+                progress(i + 1, len(entries))
     else:
         sizes, missing_audio = scan_audio(entries)
     metadata_s = clock() - started

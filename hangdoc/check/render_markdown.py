@@ -4,12 +4,13 @@ from __future__ import annotations
 from typing import TextIO
 
 from hangdoc.advice import ADVICE
-from hangdoc.check.sections import Document, Table
+from hangdoc.check.sections import Document, Table, shown_evidence, shown_ranks
+from hangdoc.render.escape import md_cell, md_text
 from hangdoc.model import Finding
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return md_cell(text)
 
 
 def render_markdown(doc: Document, out: TextIO) -> None:
@@ -21,10 +22,10 @@ def render_markdown(doc: Document, out: TextIO) -> None:
 
 
 def _finding(f: Finding) -> str:
-    ranks = f" (rank{'s' if len(f.ranks) > 1 else ''} {', '.join(map(str, f.ranks))})" if f.ranks else ""
-    lines = [f"\n### {f.severity.value.upper()} `{f.rule}`{ranks}\n", f"{f.title}\n"]
-    lines += [f"- {_cell(e)}" for e in f.evidence]
-    lines.append(f"\n**Fix:** {f.fix}")
+    ranks = f" ({shown_ranks(f)})" if f.ranks else ""
+    lines = [f"\n### {f.severity.value.upper()} `{f.rule}`{ranks}\n", f"{md_text(f.title)}\n"]
+    lines += [f"- {md_text(e)}" for e in shown_evidence(f)]
+    lines.append(f"\n**Fix:** {md_text(f.fix)}")
     snippet = ADVICE[f.rule].snippet if f.rule in ADVICE else None
     if snippet:
         lines.append(f"\n```\n{snippet}\n```")

@@ -10,7 +10,8 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from hangdoc.advice import ADVICE
-from hangdoc.check.sections import Document, Table
+from hangdoc.check.sections import Document, Table, shown_evidence, shown_ranks
+from hangdoc.render.escape import terminal as esc
 from hangdoc.model import Finding, Severity
 
 STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "cyan"}
@@ -33,12 +34,12 @@ def _finding(console: Console, f: Finding) -> None:
     head = Text(f"{f.severity.value.upper():<8} ", style=STYLE[f.severity])
     head.append(f.rule, style="bold")
     if f.ranks:
-        head.append(f"  rank{'s' if len(f.ranks) > 1 else ''} {', '.join(map(str, f.ranks))}")
+        head.append(f"  {shown_ranks(f)}")
     console.print(head)
-    console.print(Text(f"  {f.title}"))
-    for line in f.evidence:
-        console.print(Text(f"  - {line}", style="dim"))
-    console.print(Text(f"  fix: {f.fix}", style="green"))
+    console.print(Text(f"  {esc(f.title)}"))
+    for line in shown_evidence(f):
+        console.print(Text(f"  - {esc(line)}", style="dim"))
+    console.print(Text(f"  fix: {esc(f.fix)}", style="green"))
     snippet = ADVICE[f.rule].snippet if f.rule in ADVICE else None
     if snippet and f.severity is not Severity.INFO:
         for line in snippet.splitlines():
@@ -52,7 +53,7 @@ def _table(console: Console, table: Table) -> None:
     for column in table.columns:
         grid.add_column(column, overflow="fold")
     for row in table.rows:
-        grid.add_row(*(Text(cell) for cell in row))
+        grid.add_row(*(Text(esc(cell)) for cell in row))
     console.print(grid)
     for note in table.notes:
         console.print(Text(f"note: {note}", style="dim"))

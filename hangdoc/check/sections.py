@@ -16,6 +16,8 @@ from hangdoc.model import Finding, Severity
 
 MAX_SHARD_ROWS = 40
 MAX_WORKER_ROWS = 64
+# Evidence lines a finding shows in text and Markdown; every line stays in --format json.
+MAX_EVIDENCE_LINES = 20
 
 
 @dataclass(frozen=True)
@@ -219,3 +221,20 @@ def _checkpoint(f: CheckpointFacts) -> tuple[str, list[Table]]:
     if f.side_car:
         tables.append(Table(f"Side-car {f.side_car}", ("key", "value"), tuple(f.side_car_keys.items())))
     return heading, tables
+
+
+def shown_evidence(finding: Finding, limit: int = MAX_EVIDENCE_LINES) -> list[str]:
+    """A finding's evidence bounded for reading: a 100,000-line list must not print 16,500 lines."""
+    lines = list(finding.evidence)
+    if len(lines) <= limit:
+        return lines
+    return lines[:limit] + [f"... and {len(lines) - limit:,} more (all of them: --format json)"]
+
+
+def shown_ranks(finding: Finding) -> str:
+    """"rank 3" or "ranks 0-7, 9": ranges, not one number per rank."""
+    from hangdoc.analyze.classes import rank_ranges
+
+    if not finding.ranks:
+        return ""
+    return f"rank{'s' if len(finding.ranks) > 1 else ''} {rank_ranges(finding.ranks)}"

@@ -70,7 +70,14 @@ def data(
 ) -> None:
     """Check data lists: missing, broken or compressed shards, and what each rank and worker gets."""
     severity, fmt = _fail_on(fail_on), _format(fmt)
-    result = check_data(lists, world_size, num_workers, sample=sample, batch_size=batch_size)
+    from hangdoc.check.progress import Progress
+
+    progress = Progress("check data: reading shard headers")
+    try:
+        result = check_data(lists, world_size, num_workers, sample=sample, batch_size=batch_size,
+                            progress=progress)
+    finally:
+        progress.close()
     _finish(result, fmt, severity)
 
 

@@ -1,11 +1,15 @@
 """What several commands share: the report format option and verdict -> exit code."""
 from __future__ import annotations
 
+import math
+import os
 import sys
 from enum import Enum
-from typing import TextIO
+from typing import Callable, TextIO
 
-from hangdoc.errors import EXIT_CRASH, EXIT_HANG, EXIT_OK, EXIT_SUSPECT
+import typer
+
+from hangdoc.errors import EXIT_CRASH, EXIT_ENDED_UNKNOWN, EXIT_HANG, EXIT_OK, EXIT_SIGINT, EXIT_SUSPECT
 from hangdoc.model import Bundle, Report
 
 
@@ -16,12 +20,53 @@ class Format(str, Enum):
 
 
 def verdict_exit_code(verdict: str) -> int:
-    return {"hang": EXIT_HANG, "crash": EXIT_CRASH, "suspect": EXIT_SUSPECT}.get(verdict, EXIT_OK)
+    return {"hang": EXIT_HANG, "crash": EXIT_CRASH, "ended": EXIT_ENDED_UNKNOWN,
+            "interrupted": EXIT_SIGINT, "suspect": EXIT_SUSPECT}.get(verdict, EXIT_OK)
+
+
+def seconds(low: float = 0.0, strict: bool = False) -> Callable:
+    """A typer callback: a finite number of seconds, at least `low` (above it when `strict`)."""
+
+    def check(value):
+        if value is None:
+            return value
+        if not math.isfinite(value) or value < low or (strict and value == low):
+            bound = f"above {low:g}" if strict else f"at least {low:g}"
+            raise typer.BadParameter(f"give a finite number of seconds {bound} (got {value:g})")
+        return value
+
+    return check
+
+
+def count(low: int = 1) -> Callable:
+    """A typer callback: a whole number, at least `low`."""
+
+    def check(value):
+        if value is not None and value < low:
+            raise typer.BadParameter(f"{value} is below {low}")
+        return value
+
+    return check
+
+
+def quiet_broken_pipe() -> None:
+    """The reader went away (`| head`): stop writing, keep the verdict's exit code."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def emit_report(report: Report, fmt: Format, bundles: list[Bundle] | None = None,
                 out: TextIO | None = None) -> None:
-    out = out or sys.stdout
+    try:
+        _emit(report, fmt, bundles, out or sys.stdout)
+    except BrokenPipeError:
+        quiet_broken_pipe()
+
+
+def _emit(report: Report, fmt: Format, bundles: list[Bundle] | None, out: TextIO) -> None:
     if fmt is Format.json:
         from hangdoc.render.json import render_json
 

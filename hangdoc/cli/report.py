@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from hangdoc.cli import app
-from hangdoc.cli.common import Format, emit_report, verdict_exit_code
+from hangdoc.cli.common import Format, emit_report, quiet_broken_pipe, seconds, verdict_exit_code
 from hangdoc.errors import EXIT_OK, BadOutput, HangdocError
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "rules"
@@ -20,7 +20,7 @@ def report(
                                          "its ranks' Flight Recorder dumps (files or directories)."),
     fmt: Format = typer.Option(Format.text, "--format", "-f", help="text, markdown (for a GitHub issue) or json."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of stdout."),
-    hang_after: Optional[float] = typer.Option(None, "--hang-after", help="Override the threshold the bundle was taken with."),
+    hang_after: Optional[float] = typer.Option(None, "--hang-after", callback=seconds(0.0), help="Override the threshold the bundle was taken with."),
 ) -> None:
     """Diagnose saved bundles offline: the same report the live watch printed.
 
@@ -51,23 +51,50 @@ def rules() -> None:
     """List the rules: slug, severity and what each one looks for."""
     from hangdoc.rules import all_rules
 
-    for rule in all_rules():
-        print(f"{rule.slug:<24} {rule.severity.value:<9} {rule.title}")
+    try:
+        for rule in all_rules():
+            print(f"{rule.slug:<24} {rule.severity.value:<9} {rule.title}")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        quiet_broken_pipe()
+    print("hangdoc: severities are those of a live job; `hangdoc check` raises some of these slugs, and its own, "
+          "at the severities docs/check.md lists (a risk before the run, not a hang); `hangdoc explain SLUG` "
+          "explains any of them", file=sys.stderr)
     raise typer.Exit(EXIT_OK)
 
 
 @app.command()
-def explain(slug: str = typer.Argument(..., help="A rule slug, as `hangdoc rules` lists them.")) -> None:
-    """Print a rule's documentation page."""
-    from hangdoc.rules import all_rules, get_rule
+def explain(slug: str = typer.Argument(..., help="A slug that `hangdoc rules`, `check`, `run` or a report prints.")) -> None:
+    """Print the documentation page of a rule or of any finding's slug."""
+    from hangdoc.advice import ADVICE
+    from hangdoc.rules import get_rule
 
     rule = get_rule(slug)
-    if rule is None:
-        known = ", ".join(r.slug for r in all_rules())
-        raise HangdocError(f"no rule named {slug!r}; the rules are: {known}")
     page = DOCS / f"{slug}.md"
-    if page.is_file():
-        sys.stdout.write(page.read_text())
+    if page.is_file() and page.resolve().parent == DOCS:
+        text = page.read_text()
+    elif rule is not None:
+        text = f"# {rule.slug}\n\n{rule.title}\n\n{rule.summary}\n"
+    elif slug in ADVICE:
+        advice = ADVICE[slug]
+        text = f"# {slug}\n\n{advice.title}\n\nFix: {advice.fix}\n"
+        if advice.snippet:
+            text += f"\n```python\n{advice.snippet}\n```\n"
+        text += "\nSee docs/check.md for when `hangdoc check` raises it.\n"
     else:
-        print(f"# {rule.slug}\n\n{rule.title}\n\n{rule.summary}")
+        raise HangdocError(f"no rule or finding named {slug!r}; the slugs are: {', '.join(known_slugs())}")
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        quiet_broken_pipe()
     raise typer.Exit(EXIT_OK)
+
+
+def known_slugs() -> list[str]:
+    """Every slug `explain` knows: the rules, `check`'s findings, and the pages in docs/rules/."""
+    from hangdoc.advice import ADVICE
+    from hangdoc.rules import all_rules
+
+    pages = [p.stem for p in DOCS.glob("*.md")] if DOCS.is_dir() else []
+    return sorted(set([r.slug for r in all_rules()] + list(ADVICE) + pages))

@@ -8,21 +8,21 @@ from typing import List, Optional
 
 import typer
 
-from hangdoc.bundle_io import check_writable, save_bundle
+from hangdoc.bundle_io import check_writable
 from hangdoc.cli import app
-from hangdoc.cli.common import Format, emit_report
-from hangdoc.cli.watch import default_out
-from hangdoc.errors import EXIT_CRASH, EXIT_HANG, EXIT_USAGE, HangdocError
+from hangdoc.cli.common import Format, emit_report, seconds
+from hangdoc.cli.watch import default_out, save_or_say
+from hangdoc.errors import EXIT_CRASH, EXIT_HANG, EXIT_NOT_SAVED, EXIT_USAGE, HangdocError
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
 def run(
     cmd: List[str] = typer.Argument(..., help="The command to run, after --: e.g. -- torchrun ... train.py --max-steps 20"),
-    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.0, help="Fail (exit 3) if the whole run takes longer."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.0, callback=seconds(0.0), help="Fail (exit 3) if the whole run takes longer."),
     hang_after: Optional[float] = typer.Option(
-        None, "--hang-after", min=0.0,
+        None, "--hang-after", min=0.0, callback=seconds(0.0),
         help="Seconds without a step before the verdict is hang (default: learned from the job's steps)."),
-    interval: float = typer.Option(2.0, "--interval", min=0.1, help="Seconds between samples."),
+    interval: float = typer.Option(2.0, "--interval", min=0.1, callback=seconds(0.1), help="Seconds between samples."),
     fmt: Format = typer.Option(Format.text, "--format", "-f", help="Report format."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to save the bundle on a hang or crash."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML result here."),
@@ -55,17 +55,17 @@ def run(
         view.close()
     outcome = result.outcome
     verdict = outcome.report.verdict
-    if verdict in ("hang", "crash") and outcome.bundle.samples:
-        save_bundle(outcome.bundle, out)
-        print(f"hangdoc: bundle saved to {out}", file=sys.stderr)
     if verdict in ("hang", "crash") or fmt is not Format.text:
         emit_report(outcome.report, fmt, [outcome.bundle] if outcome.bundle.samples else [])
     else:
         print(f"hangdoc: the run finished (exit code {result.job_exit_code}), no hang", file=sys.stderr)
+    saved = True
+    if verdict in ("hang", "crash") and outcome.bundle.samples:
+        saved = save_or_say(outcome.bundle, out)
     if junit is not None:
         from hangdoc.render.junit import write_junit
 
-        write_junit(junit, outcome.report, cmd)
+        write_junit(junit, outcome.report, cmd, [outcome.bundle] if outcome.bundle.samples else [])
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         from hangdoc.render.markdown import report_markdown
@@ -82,4 +82,4 @@ def run(
     else:
         code = result.job_exit_code if result.job_exit_code is not None else EXIT_USAGE
         code = code if code >= 0 else EXIT_CRASH
-    raise typer.Exit(code)
+    raise typer.Exit(code if saved else EXIT_NOT_SAVED)

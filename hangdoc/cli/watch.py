@@ -1,6 +1,8 @@
 """`hangdoc watch PID` (or `--job`): attach to a running job, sample it, and report a hang when it is one."""
 from __future__ import annotations
 
+import dataclasses
+import signal
 import sys
 import time
 from pathlib import Path
@@ -10,8 +12,8 @@ import typer
 
 from hangdoc.bundle_io import check_writable, save_bundle
 from hangdoc.cli import app
-from hangdoc.cli.common import Format, emit_report, verdict_exit_code
-from hangdoc.errors import EXIT_OK, HangdocError
+from hangdoc.cli.common import Format, emit_report, seconds, verdict_exit_code
+from hangdoc.errors import EXIT_NOT_SAVED, EXIT_OK, EXIT_SIGINT, HangdocError
 from hangdoc.model import Role
 
 DEFAULT_INTERVAL_S = 2.0
@@ -31,12 +33,12 @@ def watch(
                              "launcher runs on every node); with several jobs here, name one: --job RUN_ID."),
     once: bool = typer.Option(False, "--once", help="Capture one snapshot, write the bundle and exit."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to save the bundle (default ./hangdoc-<time>.json)."),
-    interval: float = typer.Option(DEFAULT_INTERVAL_S, "--interval", min=0.1, help="Seconds between samples."),
+    interval: float = typer.Option(DEFAULT_INTERVAL_S, "--interval", min=0.1, callback=seconds(0.1), help="Seconds between samples."),
     hang_after: Optional[float] = typer.Option(
-        None, "--hang-after", min=0.0,
+        None, "--hang-after", min=0.0, callback=seconds(0.0),
         help="Seconds without a step before the verdict is hang. Default: learned, 3x the longest step "
              "seen (at least 10 s; 60 s until a step has been seen)."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.0, help="Stop watching after this many seconds (exit 0 if nothing was found)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.0, callback=seconds(0.0), help="Stop watching after this many seconds (exit 0 if nothing was found)."),
     fmt: Format = typer.Option(Format.text, "--format", "-f", help="Report format on stdout."),
     no_live: bool = typer.Option(False, "--no-live", help="No live table; a status line on stderr every few samples."),
     native: bool = typer.Option(False, "--native", help="Also capture native (C/C++) frames; about 1 s a process."),
@@ -51,7 +53,9 @@ def watch(
     name one: --job RUN_ID (or its launcher pid).
 
     Exits 3 on a hang (report on stdout, bundle saved), 4 if the job crashed, 0 if it ended
-    well or --timeout passed with nothing found, 2 on usage or attach errors.
+    well or --timeout passed with nothing found, 5 if the ranks vanished and nothing says how,
+    2 on usage or attach errors, 6 when the report was printed but the bundle could not be saved.
+    Ctrl-C / SIGTERM print the report so far, save the bundle and exit 130 / 143.
     """
     from hangdoc.pipeline import make_probes, snapshot_once
 
@@ -66,6 +70,7 @@ def watch(
               f"{len(job.by_role(Role.WORKER))} DataLoader workers, "
               f"{len(job.by_role(Role.CHILD))} other children in {bundle.last.took_s:.2f} s -> {out}",
               file=sys.stderr)
+        require_some_stack(bundle)
         raise typer.Exit(EXIT_OK)
 
     from hangdoc.render.live import LiveView
@@ -73,27 +78,82 @@ def watch(
 
     config = WatchConfig(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout,
                          native=native, nonblocking=nonblocking, single=single)
+    watcher = Watcher(pid, probes, config)
     view = LiveView(sys.stderr, live=not no_live)
     try:
-        outcome = Watcher(pid, probes, config).run(view.update)
+        require_some_stack(watcher.start())
+        outcome = watcher.run(view.update)
+    except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM (hangdoc.errors.Interrupted)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C must not lose the save
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        view.close()
+        raise typer.Exit(interrupted(watcher, out, fmt, getattr(exc, "exit_code", EXIT_SIGINT)))
     finally:
         view.close()
     raise typer.Exit(finish(outcome, out, fmt))
 
 
+def require_some_stack(bundle) -> None:
+    """Say why ranks have no stack; with none at all there is nothing to diagnose (exit 2),
+    and `--once` must not report success."""
+    from hangdoc.render.words import missing_stacks, stackless_ranks
+
+    for line in missing_stacks([bundle]):
+        print(f"hangdoc: warning: {line}", file=sys.stderr)
+    missing = stackless_ranks(bundle)
+    if bundle.job.ranks and len(missing) == len(bundle.job.ranks):
+        raise HangdocError(f"no stack of any rank could be read ({missing[0][2]}); "
+                           "see `hangdoc explain no-stack`")
+
+
+def interrupted(watcher, out: Path, fmt: Format, code: int) -> int:
+    """Stopped by Ctrl-C or SIGTERM: the report of what was seen so far, and the bundle, kept."""
+    if not watcher.samples:
+        print("hangdoc: interrupted before the first sample; nothing to save", file=sys.stderr)
+        return code
+    from hangdoc.analyze.report import build_report
+
+    bundle = watcher.bundle()
+    report = build_report(bundle, watcher.config.hang_after_s)
+    if report.verdict == "healthy":
+        report = dataclasses.replace(report, verdict="interrupted")
+    print(f"hangdoc: interrupted after {len(bundle.samples)} samples; the report so far:", file=sys.stderr)
+    emit_report(report, fmt, [bundle])
+    saved = save_or_say(bundle, out)
+    return code if saved else EXIT_NOT_SAVED
+
+
+def save_or_say(bundle, out: Path) -> bool:
+    """Save the bundle; a failure (disk full, the place gone) is one line, after the report."""
+    try:
+        save_bundle(bundle, out)
+    except HangdocError as exc:
+        print(f"hangdoc: error: the bundle was not saved: {exc}", file=sys.stderr)
+        return False
+    except OSError as exc:
+        print(f"hangdoc: error: the bundle was not saved to {out}: {exc.strerror or exc} "
+              "(free some space or pass --out to a writable place next time)", file=sys.stderr)
+        return False
+    print(f"hangdoc: bundle saved to {out} (replay: hangdoc report {out})", file=sys.stderr)
+    return True
+
+
 def finish(outcome, out: Path, fmt: Format) -> int:
-    """Save the bundle when there is something to show, print the report, pick the exit code."""
+    """Print the report, then save the bundle when there is something to show, and pick the exit code."""
+    code = verdict_exit_code(outcome.report.verdict)
     if outcome.reason in ("hang", "crash"):
-        save_bundle(outcome.bundle, out)
         emit_report(outcome.report, fmt, [outcome.bundle])
-        print(f"hangdoc: bundle saved to {out} (replay: hangdoc report {out})", file=sys.stderr)
+        if not save_or_say(outcome.bundle, out):
+            return EXIT_NOT_SAVED
     elif outcome.reason == "timeout":
         print("hangdoc: --timeout reached, no hang found", file=sys.stderr)
         emit_report(outcome.report, fmt, [outcome.bundle])
     else:
         print("hangdoc: the job ended", file=sys.stderr)
         emit_report(outcome.report, fmt, [outcome.bundle])
-    return verdict_exit_code(outcome.report.verdict)
+        if outcome.report.verdict == "ended" and not save_or_say(outcome.bundle, out):
+            return EXIT_NOT_SAVED
+    return code
 
 
 def job_pid(target: str | None, by_job: bool) -> int:

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from hangdoc.model import Job, LogTail, Role
-from hangdoc.redact import redact_text
+from hangdoc.redact import redact_lines
 
 TAIL_BYTES = 64 * 1024
 TAIL_LINES = 400
@@ -56,7 +56,7 @@ def read_tail(path: str, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LINE
     lines = data.decode("utf-8", "replace").splitlines()
     if size > max_bytes and lines:
         lines = lines[1:]   # the first line is cut in the middle
-    return LogTail(source=path, lines=tuple(redact_text(line) for line in lines[-max_lines:]))
+    return LogTail(source=path, lines=redact_lines(lines[-max_lines:]))
 
 
 def read_tails(sources: tuple[str, ...]) -> tuple[LogTail, ...]:

@@ -75,22 +75,56 @@ class PySpy:
         except subprocess.TimeoutExpired:
             raise StackError("timeout", f"py-spy took longer than {self.timeout_s:g} s") from None
         except OSError as exc:
-            raise StackError("failed", f"could not run py-spy: {exc}") from None
+            raise StackError("failed", f"the py-spy binary {self.path} does not run here "
+                             f"({exc.strerror or exc}; wrong architecture or not a program?)") from None
         took = time.monotonic() - started
         if done.returncode != 0:
-            raise classify_failure(pid, done.stderr or done.stdout)
+            if done.returncode < 0:
+                raise StackError("failed", f"py-spy crashed (signal {-done.returncode}) while reading pid {pid}")
+            raise classify_failure(pid, done.stderr or done.stdout, tracer_of(pid))
         try:
             data = json.loads(done.stdout)
-        except json.JSONDecodeError:
-            raise StackError("failed", "py-spy printed something that is not JSON") from None
-        return parse_dump(data, native=native, took_s=took, loop_locals=loop_locals)
+        except (json.JSONDecodeError, RecursionError):
+            shown = " ".join((done.stdout or "").split())[:60]
+            raise StackError("failed", f"py-spy printed something that is not its JSON ({shown!r}); "
+                             f"is {self.path} really py-spy?") from None
+        if not isinstance(data, list) or not all(isinstance(t, dict) for t in data):
+            raise StackError("failed", "py-spy's JSON is not a list of threads; is this py-spy version supported?")
+        try:
+            return parse_dump(data, native=native, took_s=took, loop_locals=loop_locals)
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise StackError("failed", f"py-spy's JSON could not be read: {exc}") from None
 
 
-def classify_failure(pid: int, text: str) -> StackError:
+def tracer_of(pid: int, proc_root: str = "/proc") -> int | None:
+    """The pid of the tracer (gdb, strace, another py-spy) holding `pid`, from /proc/PID/status."""
+    try:
+        with open(f"{proc_root}/{pid}/status") as f:
+            for line in f:
+                if line.startswith("TracerPid:"):
+                    tracer = int(line.split()[1])
+                    return tracer or None
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def stack_failure(errors: tuple[str, ...]) -> str | None:
+    """Why a sample has no stack, from the "stack: could not collect: ..." line the capture kept."""
+    for error in reversed(errors):
+        if error.startswith("stack: could not collect: "):
+            return error.removeprefix("stack: could not collect: ")
+    return None
+
+
+def classify_failure(pid: int, text: str, tracer: int | None = None) -> StackError:
     message = " ".join(text.strip().split())[:300] or "py-spy failed with no message"
     lowered = message.lower()
     if "permission denied" in lowered or "operation not permitted" in lowered:
-        return StackError("denied", message)
+        if tracer:
+            return StackError("denied", f"ptrace refused: process {tracer} already traces pid {pid} "
+                              f"(a debugger, strace or another py-spy; detach it): {message}")
+        return StackError("denied", f"ptrace refused: {message}")
     if "no such process" in lowered or "no such file" in lowered:
         return StackError("gone", f"process {pid} exited during the dump")
     if "failed to find python" in lowered or "python interpreter" in lowered:

@@ -5,11 +5,12 @@ import json
 from typing import TextIO
 
 from hangdoc.model import Report
+from hangdoc.render.escape import redact_tree
 from hangdoc.serde import to_dict
 
 
 def report_json(report: Report) -> str:
-    return json.dumps(to_dict(report), indent=2)
+    return json.dumps(redact_tree(to_dict(report)), indent=2)
 
 
 def render_json(report: Report, out: TextIO) -> None:

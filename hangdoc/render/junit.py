@@ -6,24 +6,26 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from hangdoc.model import Report
-from hangdoc.render.words import headline
+from hangdoc.redact import redact_cmdline
+from hangdoc.render.escape import xml
+from hangdoc.render.words import crash_cause, headline, missing_stacks
 
 
-def junit_xml(report: Report, cmd: list[str]) -> str:
+def junit_xml(report: Report, cmd: list[str], bundles=None) -> str:
     failed = report.verdict in ("hang", "crash")
     suite = ET.Element("testsuite", name="hangdoc", tests="1", failures=str(int(failed)), errors="0",
                        timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
-    case = ET.SubElement(suite, "testcase", classname="hangdoc.run", name=" ".join(cmd)[:200])
+    case = ET.SubElement(suite, "testcase", classname="hangdoc.run", name=xml(" ".join(redact_cmdline(cmd)))[:200])
     if failed:
-        failure = ET.SubElement(case, "failure", message=headline(report), type=report.verdict)
-        body = [headline(report)]
+        failure = ET.SubElement(case, "failure", message=xml(headline(report)), type=report.verdict)
+        body = [headline(report), *crash_cause(report, bundles), *missing_stacks(bundles)]
         for f in report.findings:
             body += [f"[{f.severity.value}] {f.rule}: {f.title}", *("    " + e for e in f.evidence), f"    fix: {f.fix}"]
-        failure.text = "\n".join(body)
+        failure.text = xml("\n".join(body))
     else:
-        ET.SubElement(case, "system-out").text = headline(report)
+        ET.SubElement(case, "system-out").text = xml(headline(report))
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)
 
 
-def write_junit(path: Path, report: Report, cmd: list[str]) -> None:
-    Path(path).write_text(junit_xml(report, cmd) + "\n")
+def write_junit(path: Path, report: Report, cmd: list[str], bundles=None) -> None:
+    Path(path).write_text(junit_xml(report, cmd, bundles) + "\n")

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hangdoc.model import Bundle, Report
+from hangdoc.render.escape import terminal as esc
 from hangdoc.render.text import make_console
 from hangdoc.render.words import duration, rank_label
 
@@ -40,21 +41,35 @@ def gpu_history(bundle: Bundle, pid: int, width: int = 12) -> tuple[str, str]:
     return sparkline(util, 100), sparkline(power, limit or max(p or 0 for p in power))
 
 
-def live_table(bundle: Bundle, report: Report) -> Group:
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for name in ("RANK", "STATE", "FOR", "PROGRESS", "GPU UTIL", "POWER", "TOP FRAME"):
-        table.add_column(name, no_wrap=True, overflow="ellipsis")
+def live_table(bundle: Bundle, report: Report, width: int = 80) -> Group:
+    """Laid out for 80 columns first: RANK, STATE and FOR always show; TOP FRAME takes what is left
+    and is cut with an ellipsis; the GPU sparklines show only when there are GPUs and room."""
+    rows = []
     culprits = set(report.culprit_ranks)
     for rank in report.ranks:
         util, power = gpu_history(bundle, rank.pid)
         style = "bold red" if rank.rank in culprits else ""
-        table.add_row(rank_label(rank.rank), rank.state, duration(rank.waiting_s), rank.progress, util, power,
-                      rank.top_frame or "-", style=style)
+        rows.append(([rank_label(rank.rank), esc(rank.state), duration(rank.waiting_s), esc(rank.progress),
+                      util, power, esc(rank.top_frame or "-")], style))
         for worker in rank.workers:
             index = worker.index if worker.index is not None else "?"
-            table.add_row(f"  w{index}", worker.state, "", "", "", "", worker.top_frame or "-", style="dim")
+            rows.append(([f" w{index}", esc(worker.state), "", "", "", "", esc(worker.top_frame or "-")], "dim"))
+    gpus = any(cells[4] not in ("-", "") for cells, _ in rows)
+    names = ("RANK", "STATE", "FOR", "PROGRESS", "GPU", "POWER", "TOP FRAME")
+    caps = (8, 16, 5, 14, 12, 12, None)
+    shown = [0, 1, 2, 3] + ([4] if gpus else []) + ([5] if gpus and width >= 110 else []) + [6]
+    table = Table(box=None, header_style="bold", pad_edge=False, expand=True, width=width)
+    for i in shown:
+        if caps[i] is None:
+            table.add_column(names[i], no_wrap=True, overflow="ellipsis", ratio=1, min_width=10)
+            continue
+        fit = max([len(names[i])] + [len(cells[i]) for cells, _ in rows])
+        table.add_column(names[i], no_wrap=True, overflow="ellipsis", width=min(fit, caps[i]))
+    for cells, style in rows:
+        table.add_row(*(cells[i] for i in shown), style=style)
     head = Text(f"hangdoc watching {len(report.ranks)} ranks · sample {len(bundle.samples)} · "
-                f"{time.strftime('%H:%M:%S')} · {_pace(report)}{flight_note(bundle)}", style="bold")
+                f"{time.strftime('%H:%M:%S')} · {_pace(report)}{flight_note(bundle)}",
+                style="bold", no_wrap=True, overflow="ellipsis")
     return Group(head, table)
 
 
@@ -67,7 +82,7 @@ def _pace(report: Report) -> str:
 
 
 def status_line(bundle: Bundle, report: Report) -> str:
-    parts = [f"r{rank_label(r.rank)} {r.state} {duration(r.waiting_s)} {r.progress}" for r in report.ranks]
+    parts = [f"r{rank_label(r.rank)} {esc(r.state)} {duration(r.waiting_s)} {esc(r.progress)}" for r in report.ranks]
     return (f"hangdoc: {time.strftime('%H:%M:%S')} sample {len(bundle.samples)} ({_pace(report)})"
             f"{flight_note(bundle)}: " + " | ".join(parts))
 
@@ -98,7 +113,7 @@ class LiveView:
     def update(self, bundle: Bundle, report: Report) -> None:
         self.count += 1
         if self._live is not None:
-            self._live.update(live_table(bundle, report))
+            self._live.update(live_table(bundle, report, self._live.console.width))
         elif self.count == 1 or self.count % self.every == 0:
             print(status_line(bundle, report), file=self.out, flush=True)
 

@@ -10,42 +10,56 @@ from rich.text import Text
 
 from hangdoc.analyze.classes import rank_ranges, rank_set, stack_classes, stack_tree
 from hangdoc.model import Bundle, RankReport, Report
-from hangdoc.render.words import duration, rank_label, gpu_cell, headline, threshold_line, timeout_line
+from hangdoc.render.escape import terminal as esc
+from hangdoc.render.words import duration, rank_label, gpu_cell, crash_cause, headline, missing_stacks, threshold_line, timeout_line
 
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 # Past this many ranks the table lists the culprits and groups the others by what they do.
 MAX_RANK_ROWS = 64
+# Lines are not wrapped when not on a terminal; this only bounds rich's layout.
+PIPED_WIDTH = 4096
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich exits 1 here; the command knows its exit code (a hang is still 3 under `| head`).
+        raise BrokenPipeError
 
 
 def make_console(out: TextIO, width: int | None = None) -> Console:
     tty = getattr(out, "isatty", lambda: False)()
     plain = bool(os.environ.get("NO_COLOR")) or not tty
     if width is None and not tty:
-        # Piped into a file or a CI log: keep frames on one line rather than rich's 80 columns.
-        width = int(os.environ.get("COLUMNS") or 160)
-    return Console(file=out, width=width, no_color=plain, color_system=None if plain else "auto",
+        # Piped into a file or a CI log: never wrap (a suggested command must copy-paste whole).
+        width = PIPED_WIDTH
+    return _Console(file=out, width=width, no_color=plain, color_system=None if plain else "auto",
                    highlight=False, soft_wrap=False, emoji=False)
 
 
 def render_text(report: Report, out: TextIO, width: int | None = None,
                 bundles: list[Bundle] | None = None) -> None:
     console = make_console(out, width)
+    fold = "fold" if console.is_terminal else "ignore"
     style = "bold red" if report.verdict in ("hang", "crash") else "bold green"
-    console.print(Text(f"hangdoc: {headline(report)}", style=style))
+    console.print(Text(f"hangdoc: {esc(headline(report))}", style=style))
     for line in culprit_places(report):
-        console.print(Text(f"  {line}", style="bold"))
+        console.print(Text(f"  {esc(line)}", style="bold"))
     if (line := threshold_line(report)):
-        console.print(line)
+        console.print(Text(line))
     if (line := timeout_line(report)):
         console.print(line)
+    for line in crash_cause(report, bundles):
+        console.print(Text(f"  {esc(line)}", style="bold"), soft_wrap=not console.is_terminal)
+    for line in missing_stacks(bundles):
+        console.print(Text(f"  {esc(line)}", style="yellow"), soft_wrap=not console.is_terminal)
     for finding in report.findings:
         sev = finding.severity.value
         console.print()
         console.print(Text.assemble((f"{sev.upper():<8} ", _SEVERITY_STYLE.get(sev, "")),
-                                    (finding.rule, "bold"), "  ", finding.title))
+                                    (esc(finding.rule), "bold"), "  ", esc(finding.title)))
         for line in finding.evidence:
-            console.print(Text("    " + line), overflow="fold")
-        console.print(Text.assemble(("  fix: ", "bold"), finding.fix), overflow="fold")
+            console.print(Text("    " + esc(line)), overflow=fold)
+        console.print(Text.assemble(("  fix: ", "bold"), esc(finding.fix)), overflow=fold)
     if report.ranks:
         console.print()
         console.print(ranks_table(report))
@@ -55,7 +69,7 @@ def render_text(report: Report, out: TextIO, width: int | None = None,
             console.print()
             console.print(Text(stacks_heading(bundle), style="bold"))
             for line in tree:
-                console.print(Text("  " + line), overflow="fold")
+                console.print(Text("  " + esc(line)), overflow=fold)
 
 
 def spans_nodes(report: Report) -> bool:
@@ -125,15 +139,15 @@ def ranks_table(report: Report) -> Table:
         rank = rows[0]
         if len(rows) > 1:
             cells = group_cells(rows)
-            table.add_row(cells["rank"], cells["pid"], *((cells["node"], cells["host"]) if nodes else ()),
-                          rank.state, cells["for"], rank.progress, "-", rank.top_frame or "-")
+            table.add_row(cells["rank"], cells["pid"], *((cells["node"], esc(cells["host"])) if nodes else ()),
+                          esc(rank.state), cells["for"], esc(rank.progress), "-", esc(rank.top_frame or "-"))
             continue
         style = "bold red" if rank.rank in culprits else ""
-        node_cells = (rank_label(rank.group_rank), rank.host) if nodes else ()
-        table.add_row(rank_label(rank.rank), str(rank.pid), *node_cells, rank.state, duration(rank.waiting_s),
-                      rank.progress, gpu_cell(rank.gpu), rank.top_frame or "-", style=style)
+        node_cells = (rank_label(rank.group_rank), esc(rank.host)) if nodes else ()
+        table.add_row(rank_label(rank.rank), str(rank.pid), *node_cells, esc(rank.state), duration(rank.waiting_s),
+                      esc(rank.progress), gpu_cell(rank.gpu), esc(rank.top_frame or "-"), style=style)
         for worker in rank.workers:
             index = worker.index if worker.index is not None else "?"
-            table.add_row(f"  w{index}", str(worker.pid), *(("", "") if nodes else ()), worker.state, "", "", "",
-                          worker.top_frame or "-", style="dim")
+            table.add_row(f"  w{index}", str(worker.pid), *(("", "") if nodes else ()), esc(worker.state), "", "", "",
+                          esc(worker.top_frame or "-"), style="dim")
     return table

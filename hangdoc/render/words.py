@@ -7,6 +7,10 @@ from hangdoc.model import Report
 
 def headline(report: Report) -> str:
     culprits = rank_ranges(report.culprit_ranks) if report.culprit_ranks else None
+    if report.verdict == "hang" and any(f.rule == "run-timeout" for f in report.findings):
+        # A budget ran out: say that, not a collective wait nobody saw (there may be no rank at all).
+        who = f"rank {culprits} is the culprit; " if culprits else ""
+        return f"HANG: {who}the run did not finish within --timeout ({len(report.ranks)} ranks watched)"
     if report.verdict == "hang":
         if any(f.rule == "no-progress" for f in report.findings):
             who = "nothing moves (no CPU, no I/O, same frames)"
@@ -25,6 +29,10 @@ def headline(report: Report) -> str:
         who = f"rank {rank_ranges(waiting)} wait in a collective" if waiting else "the ranks wait in different collectives"
         return (f"SUSPECT: {who}" + (f" for {others}" if others else "")
                 + "; not yet seen long enough to tell a hang from a slow step")
+    if report.verdict == "ended":
+        return "ENDED, cause unknown: every rank is gone and nothing readable says whether it failed"
+    if report.verdict == "interrupted":
+        return "INTERRUPTED: stopped before a verdict; the report shows what was seen so far"
     return "HEALTHY: no hang found"
 
 
@@ -74,3 +82,46 @@ def gpu_cell(gpu: dict | None) -> str:
     if power is not None:
         parts.append(f"{power:.0f}W")
     return " ".join(parts)
+
+
+def stackless_ranks(bundle) -> list[tuple[int | None, int, str]]:
+    """(rank, pid, why) for each live rank without a stack in the last sample, as the bundle recorded it."""
+    from hangdoc.collect.stacks import stack_failure
+
+    out = []
+    last = bundle.last
+    for rank in bundle.job.ranks:
+        sample = last.sample_of(rank.pid)
+        if sample is not None and sample.alive and sample.stack is None:
+            out.append((rank.rank, rank.node_pid, stack_failure(sample.errors) or "py-spy gave nothing"))
+    return out
+
+
+def missing_stacks(bundles, limit: int = 8) -> list[str]:
+    """Why ranks have no stack: a rank named culprit "at no stack" must say why (ptrace refused
+    by another tracer, a py-spy that does not run here, ...)."""
+    lines = [f"rank {rank_label(rank)} (pid {pid}) has no stack: {why}"
+             for bundle in bundles or [] for rank, pid, why in stackless_ranks(bundle)]
+    if len(lines) > limit:
+        lines = lines[:limit] + [f"... and {len(lines) - limit} more ranks without a stack"]
+    return lines
+
+
+def crash_cause(report: Report, bundles, limit: int = 2) -> list[str]:
+    """For a crash: the exception the culprit rank (or its worker) printed, quoted from the job's
+    output, and where it was raised. The root cause is there, not in the stacks."""
+    from hangdoc.analyze.logs import rank_exception
+
+    if report.verdict != "crash" or any(f.severity.value == "critical" for f in report.findings):
+        return []   # a rule already names the cause, with its evidence
+    lines = []
+    for bundle in bundles or []:
+        for rank in (report.culprit_ranks or (None,))[:limit]:
+            raised = rank_exception(bundle.logs, rank)
+            if raised is None:
+                continue
+            who = f"rank {rank}" if rank is not None else "the job"
+            lines.append(f"{who} raised {' -> '.join(m[:300] for m in raised.messages)}")
+            if raised.where:
+                lines.append(f"  at {raised.where}" + (f": {raised.code[:200]}" if raised.code else ""))
+    return lines

@@ -24,8 +24,8 @@ BLOB = bz2.compress(os.urandom(1 << 20))
 
 
 class Batches(IterableDataset):
-    def __init__(self, mode, workdir):
-        self.mode, self.workdir = mode, workdir
+    def __init__(self, mode, workdir, gate=None):
+        self.mode, self.workdir, self.gate = mode, workdir, gate
 
     def __iter__(self):
         rank = int(os.environ["RANK"])
@@ -37,7 +37,8 @@ class Batches(IterableDataset):
                 Path(self.workdir, "fault").write_text(str(time.time()))
                 while True:
                     bz2.decompress(BLOB)
-            if rank == 1 and step > 3 and self.mode == "segfault" and info.id == 0:
+            if (rank == 1 and step > 3 and self.mode == "segfault" and info.id == 0
+                    and (not self.gate or Path(self.gate).exists())):
                 Path(self.workdir, "fault").write_text(str(time.time()))
                 os.kill(os.getpid(), signal.SIGSEGV)
             yield torch.ones(4)
@@ -53,7 +54,7 @@ def train_loop(args):
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     total = torch.zeros(1)
-    loader = DataLoader(Batches(args.mode, args.workdir), batch_size=1, num_workers=2)
+    loader = DataLoader(Batches(args.mode, args.workdir, args.gate), batch_size=1, num_workers=2)
     for step, batch in enumerate(loader):
         if step == 5 and rank == 1 and args.mode == "compute":
             Path(args.workdir, "fault").write_text(str(time.time()))
@@ -82,4 +83,5 @@ if __name__ == "__main__":
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--mode", required=True)
     parser.add_argument("--max-steps", type=int, default=0)
+    parser.add_argument("--gate", default=None, help="segfault: only once this file exists")
     train_loop(parser.parse_args())
