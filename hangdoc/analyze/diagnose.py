@@ -97,7 +97,7 @@ def diagnose(bundle: Bundle, hang_after: float | None = None) -> Diagnosis:
                                                and bool(culprits)))
     if quiet >= beat.threshold_s and any(v.reading.state == "collective-wait" for v in live):
         return verdict("hang", culprits, beat.quiet_since, mismatch)
-    frozen = _all_frozen(bundle, lines, views, now, beat.threshold_s)
+    frozen = _all_frozen(lines, views, now, beat)
     if frozen is not None:
         return verdict("hang", (v.info.rank for v in views if v.info.rank is not None), frozen, frozen=True)
     if split and (len(bundle.samples) == 1 or quiet >= beat.threshold_s / 3):
@@ -136,18 +136,17 @@ def _crash(bundle: Bundle, views: list[RankView], now: float) -> tuple[tuple[int
     return (tuple(first) if some_alive else ()), exited[0].exited_at
 
 
-def _all_frozen(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView], now: float,
-                hang_after: float) -> float | None:
-    """No rank and no worker has moved (frames, CPU, bytes) for hang_after: frozen outside any
-    collective (a deadlock, a lone process asleep). Returns when the freeze began."""
+def _all_frozen(lines: dict[int, Timeline], views: list[RankView], now: float, beat: Rhythm) -> float | None:
+    """No rank stepped and no rank or worker moved (frames, CPU, bytes) for the threshold: frozen
+    outside any collective (a deadlock, a lone process asleep). Returns when the freeze began."""
     if not views or any(v.reading.state in ("collective-wait", "exited", "unknown") for v in views):
         return None
     pids = [v.info.pid for v in views] + [w.pid for v in views for w, _, alive in v.workers if alive]
     since = [lines[pid].unmoved_since() for pid in pids if pid in lines]
     if len(lines[views[0].info.pid].points) < 3 or not since:
         return None
-    start = max(since)
-    return start if now - start >= hang_after else None
+    start = max(max(since), beat.quiet_since)
+    return start if now - start >= beat.threshold_s else None
 
 
 def _culprits(views: list[RankView]) -> tuple[tuple[int, ...], dict[str, tuple[int, ...]]]:

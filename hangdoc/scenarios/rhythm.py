@@ -121,8 +121,8 @@ def main(argv=None) -> int:
     SHAPES[args.scenario](args)
     dist.barrier()
     dist.destroy_process_group()
-    print(f"[rank {RANK}] {args.scenario}: {args.max_steps} steps in {time.monotonic() - started:.1f} s",
-          flush=True)
+    print(f"[rank {RANK}] {args.scenario}: done after {args.max_steps} steps "
+          f"({time.monotonic() - started:.1f} s)", flush=True)
     return 0
 
 

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.integration
 
 FAULT_WITHIN_S = 20.0       # from start to the fault marker (torchrun start-up included)
 HEALTHY_WITHIN_S = 40.0     # from start to exit 0
-SHORT_RUNS = {"healthy": 40, "slow-data": 6, "slow-steps": 2, "checkpoint-pause": 12}
+SHORT_RUNS = {"healthy": 40, "slow-data": 6, "slow-steps": 2, "checkpoint-pause": 12, "slow-rank": 2,
+              "tiny-allreduce": 2000, "validation-pause": 16, "sync-line": 40}
 
 HANGS = [name for name, s in SCENARIOS.items() if s.verdict == "hang"]
 CRASHES = [name for name, s in SCENARIOS.items() if s.verdict == "crash"]
