@@ -221,13 +221,25 @@ del bundles
 gc.freeze()
 gc.enable()   # diagnosis runs with the collector on, as after load_bundles
 t2, c2 = time.perf_counter(), time.process_time()
-report = build_report(merged)
+from hangdoc.analyze.diagnose import diagnose
+from hangdoc.rules import run_rules
+from hangdoc.rules.base import Context
+ct2 = time.process_time()
+diagnosis = diagnose(merged)
+td = time.perf_counter()
+run_rules(Context(merged, diagnosis))
+tr, ctr = time.perf_counter(), time.process_time()
+report = build_report(merged)   # diagnoses again, then the rules and the rank rows
 t3, c3 = time.perf_counter(), time.process_time()
 out = io.StringIO()
 render_text(report, out, width=160, bundles=[merged])
 t4 = time.perf_counter()
-print(json.dumps({"load_s": t1 - t0, "merge_s": t2 - t1, "diagnose_s": t3 - t2, "render_s": t4 - t3,
-                  "merge_diagnose_cpu_s": c3 - c1,
+from hangdoc.render.json import report_json
+report_json(report)
+t5 = time.perf_counter()
+print(json.dumps({"render_json_s": t5 - t4, "load_s": t1 - t0, "merge_s": t2 - t1, "diagnose_only_s": td - t2, "rules_s": tr - td,
+                  "build_report_s": t3 - tr, "diagnose_s": t3 - tr, "render_s": t4 - t3,
+                  "merge_diagnose_cpu_s": c3 - c1 - (ctr - ct2),
                   "peak_rss_bytes": hwm() * 1024,
                   "loaded_rss_bytes": loaded * 1024,
                   "base_rss_bytes": base * 1024, "verdict": report.verdict,
@@ -309,13 +321,16 @@ def report_run(folder: Path) -> dict:
             "culprits": report["culprit_ranks"]}
 
 
-def bench_scale(ranks: int, fmt: str = "v2", seed: int = 0) -> dict:
-    """One size: generate the node bundles (not timed), then time `hangdoc report DIR`."""
+def bench_scale(ranks: int, fmt: str = "v2", seed: int = 0, split: bool = False) -> dict:
+    """One size: generate the node bundles (not timed), then time `hangdoc report DIR`; with
+    `split`, also time its stages (load, merge, diagnose, rules, render) in another fresh process."""
     with tempfile.TemporaryDirectory(prefix="hangdoc-bench-scale-") as tmp:
         paths = write_bundles(Path(tmp), ranks, seed, fmt)
         size = sum(p.stat().st_size for p in paths)
         row = {"ranks": ranks, "nodes": len(paths), "bytes": size, "format": fmt}
         row.update(report_run(Path(tmp)))
+        if split:
+            row["stages"] = measure(Path(tmp))
     return row
 
 
@@ -334,10 +349,12 @@ def bench_many_nodes(sizes=SCALE_SIZES, v1_up_to: int = V1_UP_TO) -> list[dict]:
     for ranks in sizes:
         if ranks <= v1_up_to:
             rows.append(bench_scale(ranks, "v1"))
-        row = bench_scale(ranks, "v2")
+            print(json.dumps(rows[-1]), flush=True)
+        row = bench_scale(ranks, "v2", split=True)
         v1 = next((r for r in rows if r["ranks"] == ranks and r["format"] == "v1"), None)
         row["same_as_v1"] = None if v1 is None else (v1["verdict"], v1["culprits"]) == (row["verdict"], row["culprits"])
         rows.append(row)
+        print(json.dumps(row), flush=True)
     return rows
 
 

@@ -187,13 +187,14 @@ class Interner:
 
     def __init__(self):
         self.frames: dict[Frame, Frame] = {}
-        self.tuples: dict[tuple, tuple[Frame, ...]] = {}
+        self.tuples: dict[tuple[int, ...], tuple[Frame, ...]] = {}
 
     def frame(self, frame: Frame) -> Frame:
         return self.frames.setdefault(frame, frame)
 
     def frame_tuple(self, frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
-        return self.tuples.setdefault(frames, frames)
+        # Keyed by the canonical frames' identities: hashing ints, not every frame's fields.
+        return self.tuples.setdefault(tuple(map(id, frames)), frames)
 
 
 class _Header(msgspec.Struct, gc=False):
@@ -214,9 +215,12 @@ def decode(data: bytes, interner: Interner | None = None) -> Bundle:
     mirrors = _mirrors()
 
     def frames_of(ids: Any) -> tuple[Frame, ...]:
-        if not isinstance(ids, list) or not all(type(i) is int and 0 <= i < len(frames) for i in ids):
-            raise ValueError(f"not a list of frame ids below {len(frames)}")
-        return interner.frame_tuple(tuple(frames[i] for i in ids))
+        try:
+            if min(ids, default=0) < 0:
+                raise IndexError
+            return interner.frame_tuple(tuple([frames[i] for i in ids]))
+        except (IndexError, TypeError):
+            raise ValueError(f"{ids!r} is not a list of frame ids below {len(frames)}") from None
 
     def hook(tp, value):
         if tp is _FramesRef:
