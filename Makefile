@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test unit demo bench clean
+.PHONY: install test unit demo bench bench-scale clean
 
 install: $(STAMP)
 
@@ -27,6 +27,11 @@ demo: install
 
 bench: install
 	$(PY) -m hangdoc.bench
+
+# One size of the many-node benchmark: N ranks of node bundles, then `hangdoc report DIR`.
+RANKS ?= 4096
+bench-scale: install
+	nice -n 10 $(PY) -m hangdoc.bench_merge --scale $(RANKS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -264,6 +264,16 @@ def main(argv=None) -> int:
                         [[r["ranks"], r["nodes"], f"{r['load_s']:.2f}", f"{r['merge_diagnose_s']:.2f}",
                           round(r["peak_rss_bytes"] / 2 ** 20), r["culprits"], "<= 2 s, <= 1 GiB at 4096"]
                          for r in rows]) + "\n")
+            from hangdoc.bench_merge import bench_many_nodes
+
+            rows = results["many_nodes"] = bench_many_nodes()
+            print(table("`hangdoc report DIR` in a fresh process, v1 (JSON) vs v2 (interned, zstd) node bundles",
+                        ["ranks", "nodes", "format", "bundle bytes", "report wall s", "peak RSS MiB", "verdict",
+                         "culprits", "same as v1", "goal"],
+                        [[r["ranks"], r["nodes"], r["format"], f"{r['bytes']:,}", r["wall_s"], r["peak_rss_mib"],
+                          r["verdict"], r["culprits"], {True: "yes", False: "NO"}.get(r.get("same_as_v1"), "-"),
+                          "<= 10 s, <= 2 GiB at 65536; <= 1 s at 4096"]
+                         for r in rows]) + "\n")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "bench.json"

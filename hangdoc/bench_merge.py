@@ -23,7 +23,8 @@ from hangdoc.model import (
     BUNDLE_SCHEMA, Bundle, Frame, GpuDevice, GpuProcess, GpuState, Host, IoCounters, Job, OpenFile,
     Options, ProcessInfo, ProcSample, ProcStat, Role, Snapshot, Stack, Thread,
 )
-from hangdoc.serde import to_dict
+from hangdoc.bundle_io import save_bundle
+from hangdoc.serde import to_json
 
 SIZES = (64, 128, 256, 512, 1024, 2048, 4096)
 RANKS_PER_NODE = 8
@@ -172,17 +173,26 @@ def node_bundle(node: int, nodes: int, culprit_rank: int, t0: float, seed: int =
                   options=Options(interval_s=interval_s, hang_after_s=max(1, samples - 1) * interval_s))
 
 
-def write_bundles(folder: Path, ranks: int, seed: int = 0) -> list[Path]:
-    """The node bundles of a job of `ranks` ranks, as JSON files in `folder`."""
+def write_bundles(folder: Path, ranks: int, seed: int = 0, fmt: str = "v2") -> list[Path]:
+    """The node bundles of a job of `ranks` ranks in `folder`: "v2" as `hangdoc watch` saves
+    them (.json.zst), "v1" as the old uncompressed JSON."""
     nodes = max(1, ranks // RANKS_PER_NODE)
-    culprit = ranks // 2 + 1 if ranks > 2 else 0
+    culprit = culprit_of(ranks)
     t0 = 1.7e9 + 3600
     paths = []
     for node in range(nodes):
-        path = folder / f"node{node:04d}.json"
-        path.write_text(json.dumps(to_dict(node_bundle(node, nodes, culprit, t0, seed)), separators=(",", ":")))
+        bundle = node_bundle(node, nodes, culprit, t0, seed)
+        if fmt == "v1":
+            path = folder / f"node{node:04d}.json"
+            path.write_bytes(to_json(bundle))
+        else:
+            path = save_bundle(bundle, folder / f"node{node:04d}.json.zst")
         paths.append(path)
     return paths
+
+
+def culprit_of(ranks: int) -> int:
+    return ranks // 2 + 1 if ranks > 2 else 0
 
 
 _CHILD = r"""
@@ -191,6 +201,7 @@ gc.disable()   # as bundle_io.load_bundles does while it loads and merges
 t = time.perf_counter()
 from hangdoc.analyze.report import build_report
 from hangdoc.bundle_io import bundle_files, load_bundle
+from hangdoc.bundle_v2 import Interner
 from hangdoc.merge import merge_bundles
 from hangdoc.render.text import render_text
 def hwm():
@@ -201,19 +212,34 @@ def hwm():
 base = hwm()
 files = bundle_files([sys.argv[1]])
 t0 = time.perf_counter()
-bundles = [load_bundle(f) for f in files]
+interner = Interner()
+bundles = [load_bundle(f, interner) for f in files]
 t1, c1 = time.perf_counter(), time.process_time()
 loaded = hwm()
 merged = merge_bundles(bundles, [str(f) for f in files])
 del bundles
+gc.freeze()
+gc.enable()   # diagnosis runs with the collector on, as after load_bundles
 t2, c2 = time.perf_counter(), time.process_time()
-report = build_report(merged)
+from hangdoc.analyze.diagnose import diagnose
+from hangdoc.rules import run_rules
+from hangdoc.rules.base import Context
+ct2 = time.process_time()
+diagnosis = diagnose(merged)
+td = time.perf_counter()
+run_rules(Context(merged, diagnosis))
+tr, ctr = time.perf_counter(), time.process_time()
+report = build_report(merged)   # diagnoses again, then the rules and the rank rows
 t3, c3 = time.perf_counter(), time.process_time()
 out = io.StringIO()
 render_text(report, out, width=160, bundles=[merged])
 t4 = time.perf_counter()
-print(json.dumps({"load_s": t1 - t0, "merge_s": t2 - t1, "diagnose_s": t3 - t2, "render_s": t4 - t3,
-                  "merge_diagnose_cpu_s": c3 - c1,
+from hangdoc.render.json import report_json
+report_json(report)
+t5 = time.perf_counter()
+print(json.dumps({"render_json_s": t5 - t4, "load_s": t1 - t0, "merge_s": t2 - t1, "diagnose_only_s": td - t2, "rules_s": tr - td,
+                  "build_report_s": t3 - tr, "diagnose_s": t3 - tr, "render_s": t4 - t3,
+                  "merge_diagnose_cpu_s": c3 - c1 - (ctr - ct2),
                   "peak_rss_bytes": hwm() * 1024,
                   "loaded_rss_bytes": loaded * 1024,
                   "base_rss_bytes": base * 1024, "verdict": report.verdict,
@@ -260,8 +286,92 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+SCALE_SIZES = (1024, 4096, 16384, 65536)
+V1_UP_TO = 4096                # v1 bundles past this take minutes and gigabytes to write and read
+SCALE_TARGETS = {65536: (10.0, 2 << 30), 4096: (1.0, None)}
+
+_REPORT_CHILD = r"""
+import atexit, sys
+def hwm():
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the parent.
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            sys.stderr.write("\nVmHWM_KiB=" + line.split()[1] + "\n")
+atexit.register(hwm)
+sys.argv = ["hangdoc", "report", sys.argv[1], "--format", "json"]
+from hangdoc.cli import main
+sys.exit(main())
+"""
+
+
+def report_run(folder: Path) -> dict:
+    """`hangdoc report DIR --format json` in a fresh process: its wall time, VmHWM, verdict, culprits."""
+    with tempfile.TemporaryFile() as out:
+        started = time.perf_counter()
+        done = subprocess.run([sys.executable, "-c", _REPORT_CHILD, str(folder)], stdout=out,
+                              stderr=subprocess.PIPE, text=False, env=dict(os.environ, NO_COLOR="1"))
+        wall = time.perf_counter() - started
+        err = done.stderr.decode(errors="replace")
+        if done.returncode not in (0, 3, 4):
+            raise RuntimeError(f"hangdoc report failed ({done.returncode}):\n{err[-3000:]}")
+        out.seek(0)
+        report = json.loads(out.read())
+    hwm = int(err.rsplit("VmHWM_KiB=", 1)[1].split()[0])
+    return {"wall_s": round(wall, 2), "peak_rss_mib": round(hwm / 1024), "verdict": report["verdict"],
+            "culprits": report["culprit_ranks"]}
+
+
+def bench_scale(ranks: int, fmt: str = "v2", seed: int = 0, split: bool = False) -> dict:
+    """One size: generate the node bundles (not timed), then time `hangdoc report DIR`; with
+    `split`, also time its stages (load, merge, diagnose, rules, render) in another fresh process."""
+    with tempfile.TemporaryDirectory(prefix="hangdoc-bench-scale-") as tmp:
+        paths = write_bundles(Path(tmp), ranks, seed, fmt)
+        size = sum(p.stat().st_size for p in paths)
+        row = {"ranks": ranks, "nodes": len(paths), "bytes": size, "format": fmt}
+        row.update(report_run(Path(tmp)))
+        if split:
+            row["stages"] = measure(Path(tmp))
+    return row
+
+
+def scale_table(rows: list[dict]) -> str:
+    lines = [f"{'ranks':>6} {'nodes':>5} {'format':>6} {'bundle bytes':>13} {'report wall':>11} "
+             f"{'peak RSS':>9}  verdict culprits"]
+    for r in rows:
+        lines.append(f"{r['ranks']:>6} {r['nodes']:>5} {r['format']:>6} {r['bytes']:>13,} {r['wall_s']:>10.2f}s "
+                     f"{r['peak_rss_mib']:>6} MiB  {r['verdict']} {r['culprits']}")
+    return "\n".join(lines)
+
+
+def bench_many_nodes(sizes=SCALE_SIZES, v1_up_to: int = V1_UP_TO) -> list[dict]:
+    """The many-node table: every size as v2, and as v1 where v1 can still be run."""
+    rows = []
+    for ranks in sizes:
+        if ranks <= v1_up_to:
+            rows.append(bench_scale(ranks, "v1"))
+            print(json.dumps(rows[-1]), flush=True)
+        row = bench_scale(ranks, "v2", split=True)
+        v1 = next((r for r in rows if r["ranks"] == ranks and r["format"] == "v1"), None)
+        row["same_as_v1"] = None if v1 is None else (v1["verdict"], v1["culprits"]) == (row["verdict"], row["culprits"])
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--scale"]:
+        # `make bench-scale RANKS=N`: the last line is one JSON object.
+        ranks = int(argv[1])
+        fmt = argv[3] if argv[2:3] == ["--format"] else "v2"
+        row = bench_scale(ranks, fmt)
+        print(json.dumps({k: row[k] for k in ("ranks", "nodes", "bytes", "wall_s", "peak_rss_mib", "verdict",
+                                               "culprits")}))
+        return 0
+    if argv[:1] == ["--many-nodes"]:
+        rows = bench_many_nodes(tuple(int(a) for a in argv[1:]) or SCALE_SIZES)
+        print(scale_table(rows))
+        return 0
     sizes = tuple(int(a) for a in argv) or SIZES
     rows = bench_merge(sizes)
     print(table(rows))

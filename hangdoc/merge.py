@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from hangdoc.errors import BadBundle, HangdocError
@@ -84,6 +84,17 @@ def merge_bundles(bundles: Sequence[Bundle], names: Sequence[str] | None = None)
         exit_code=_exit_code([b.exit_code for b in moved]),
     )
     return merged
+
+
+def merge_stream(bundles: Iterable[Bundle], names: Sequence[str]) -> Bundle:
+    """`merge_bundles` over bundles read one at a time (a generator of loads): each node's
+    bundle is checked as it arrives, so a bad one stops the merge before the rest are read."""
+    kept = []
+    for name, bundle in zip(names, bundles):
+        if not bundle.samples:
+            raise BadBundle(f"{name} holds no sample")
+        kept.append(bundle)
+    return merge_bundles(kept, names)
 
 
 # --- do they belong together ------------------------------------------------------------

@@ -1,37 +1,58 @@
-"""Generic, loss-free conversion between frozen dataclasses and JSON-ready dicts.
+"""Conversion between the model's frozen dataclasses and JSON, done by msgspec.
 
-Every type in model.py round-trips through `to_dict` / `from_dict` without a
-per-class method: the dataclass fields and their annotations are the schema.
+Every type in model.py round-trips through `to_dict` / `from_dict` (and straight from and to
+JSON bytes) without a per-class method: the dataclass fields and their annotations are the
+schema, so a field added to the model needs no change here. A shape mismatch raises a
+ValueError that names the JSON path (`$.job.processes[3].pid`).
 """
 from __future__ import annotations
 
 import dataclasses
 import enum
 import functools
-import sys
 import types
 import typing
 from typing import Any, Callable, TypeVar
 
+import msgspec
+
 T = TypeVar("T")
+
+_encoder = msgspec.json.Encoder()
+
+
+def to_json(obj: Any) -> bytes:
+    """Compact JSON of a dataclass tree (enums by value, tuples as lists)."""
+    return _encoder.encode(obj)
 
 
 def to_dict(obj: Any) -> Any:
     """Turn a dataclass tree into plain dicts, lists, strings and numbers."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, enum.Enum):
-        return obj.value
-    if isinstance(obj, (list, tuple)):
-        return [to_dict(v) for v in obj]
-    if isinstance(obj, dict):
-        return {str(k): to_dict(v) for k, v in obj.items()}
-    return obj
+    return msgspec.json.decode(_encoder.encode(obj))
 
 
 def from_dict(cls: type[T], data: Any) -> T:
     """Rebuild `cls` from what `to_dict` produced; raises ValueError on a shape mismatch."""
-    return _converter(cls)(data, cls.__name__)
+    try:
+        return msgspec.convert(data, cls)
+    except msgspec.ValidationError as exc:
+        raise ValueError(str(exc)) from None
+    except TypeError:
+        # msgspec refuses untagged unions of several dataclasses (check's facts); those small
+        # documents go through the converter below, which tries each member in turn.
+        return _converter(cls)(data, "$")
+
+
+def from_json(cls: type[T], text: bytes | str, dec_hook=None) -> T:
+    """`cls` decoded straight from JSON; ValueError naming the path on a shape mismatch,
+    msgspec.DecodeError on text that is not JSON."""
+    try:
+        return msgspec.json.decode(text, type=cls, dec_hook=dec_hook)
+    except msgspec.ValidationError as exc:
+        raise ValueError(str(exc)) from None
+
+
+# --- the fallback for types msgspec does not take ---------------------------------------
 
 
 Converter = Callable[[Any, str], Any]
@@ -73,7 +94,7 @@ def _converter(tp: Any) -> Converter:
         def text(value, where):
             if not isinstance(value, str):
                 raise ValueError(f"{where}: expected str, got {value!r}")
-            return sys.intern(value)   # frame names and paths repeat across thousands of processes
+            return value
         return text
     if tp in (int, bool):
         def scalar(value, where):

@@ -20,7 +20,7 @@ DEFAULT_INTERVAL_S = 2.0
 
 
 def default_out() -> Path:
-    return Path(f"hangdoc-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    return Path(f"hangdoc-{time.strftime('%Y%m%d-%H%M%S')}.json.zst")
 
 
 @app.command()
@@ -32,7 +32,7 @@ def watch(
     job: bool = typer.Option(False, "--job", help="Find the job on this node, no pid needed (what a cluster's "
                              "launcher runs on every node); with several jobs here, name one: --job RUN_ID."),
     once: bool = typer.Option(False, "--once", help="Capture one snapshot, write the bundle and exit."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to save the bundle (default ./hangdoc-<time>.json)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to save the bundle (default ./hangdoc-<time>.json.zst; a name ending in .json writes plain JSON)."),
     interval: float = typer.Option(DEFAULT_INTERVAL_S, "--interval", min=0.1, callback=seconds(0.1), help="Seconds between samples."),
     hang_after: Optional[float] = typer.Option(
         None, "--hang-after", min=0.0, callback=seconds(0.0),

@@ -63,7 +63,7 @@ def test_bad_bundles_get_one_clear_error(tmp_path):
         text[: len(text) // 2]: "not valid JSON",
         json.dumps(newer): "upgrade hangdoc",
         json.dumps({"hello": 1}): "not a hangdoc bundle",
-        json.dumps({**json.loads(text), "job": 3}): "damaged",
+        json.dumps({**json.loads(text), "bundle": {**json.loads(text)["bundle"], "job": 3}}): r"damaged: .*\$\.bundle\.job",
     }
     # WHEN each is read THEN BadBundle says what is wrong
     for content, message in cases.items():

@@ -1,0 +1,248 @@
+"""The compact bundle, `hangdoc/bundle-v2`: every distinct frame and stack stored once.
+
+A node's bundle holds the same few stacks thousands of times (every rank in all_reduce, every
+worker idle on its queue, sample after sample). v2 keeps a table of frames, a table of stacks
+whose threads name their frames by id, and samples that name their stack by id; the JSON is
+then zstd-compressed. Everything else is v1's JSON as it is, so a field added to the model
+flows through both without a change here: only Frame and Stack interning is special.
+
+    {"schema": "hangdoc/bundle-v2",
+     "frames": [{"name": ..., "filename": ..., ...}, ...],
+     "stacks": [{"threads": [{"tid": ..., "frames": [0, 1, 2]}, ...], ...}, ...],
+     "bundle": {... v1 fields, each sample's process "stack": a stack id or null ...}}
+
+Decoding shares one `Interner` across a job's node bundles, so a merge of thousands of
+nodes holds each distinct frame and frame tuple once.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import typing
+from typing import Any
+
+import msgspec
+
+from hangdoc.model import Bundle, Frame, ProcSample, Snapshot, Stack, Thread
+from hangdoc.serde import to_dict
+
+SCHEMA = "hangdoc/bundle-v2"
+_encoder = msgspec.json.Encoder()
+
+
+# --- writing -----------------------------------------------------------------------------
+
+
+class _Tables:
+    def __init__(self):
+        self.frames: dict[Frame, int] = {}
+        self.stacks: dict[Stack, int] = {}
+        self.stack_rows: list[dict] = []
+        self._tuples: dict[int, tuple[tuple[Frame, ...], list[int]]] = {}
+
+    def frame_ids(self, frames: tuple[Frame, ...]) -> list[int]:
+        # One frames tuple is usually shared by many threads: look it up by identity first.
+        hit = self._tuples.get(id(frames))
+        if hit is not None and hit[0] is frames:
+            return hit[1]
+        ids = [self.frames.setdefault(f, len(self.frames)) for f in frames]
+        self._tuples[id(frames)] = (frames, ids)
+        return ids
+
+    def stack_id(self, stack: Stack | None) -> int | None:
+        if stack is None:
+            return None
+        found = self.stacks.get(stack)
+        if found is None:
+            row = to_dict(dataclasses.replace(stack, threads=()))
+            row["threads"] = []
+            for thread in stack.threads:
+                item = to_dict(dataclasses.replace(thread, frames=()))
+                item["frames"] = self.frame_ids(thread.frames)
+                row["threads"].append(item)
+            found = self.stacks[stack] = len(self.stack_rows)
+            self.stack_rows.append(row)
+        return found
+
+
+def encode(bundle: Bundle) -> bytes:
+    """The v2 JSON of a bundle (not yet compressed)."""
+    tables = _Tables()
+    body = to_dict(dataclasses.replace(bundle, samples=()))
+    samples = []
+    for snap in bundle.samples:
+        row = to_dict(dataclasses.replace(snap, processes=()))
+        procs = []
+        for sample in snap.processes:
+            item = to_dict(dataclasses.replace(sample, stack=None))
+            item["stack"] = tables.stack_id(sample.stack)
+            procs.append(item)
+        row["processes"] = procs
+        samples.append(row)
+    body["samples"] = samples
+    return _encoder.encode({"schema": SCHEMA, "frames": list(tables.frames), "stacks": tables.stack_rows,
+                            "bundle": body})
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+class _IdMeta(type):
+    def __instancecheck__(cls, obj):     # msgspec checks what a dec_hook returns against the type
+        return isinstance(obj, cls.stands_for)
+
+
+class _StackRef(metaclass=_IdMeta):
+    """In the mirror types: a stack id, resolved to the Stack by the decoder's hook."""
+    stands_for = Stack
+
+
+class _FramesRef(metaclass=_IdMeta):
+    """In the mirror types: a thread's frame ids, resolved to a tuple of Frames."""
+    stands_for = tuple
+
+
+def _replace_types(tp: Any, swap: dict) -> Any:
+    """`tp` with every type in `swap` replaced, inside Optional, tuple, dict and the like."""
+    if tp in swap:
+        return swap[tp]
+    origin = typing.get_origin(tp)
+    if origin is None:
+        return tp
+    args = tuple(_replace_types(a, swap) for a in typing.get_args(tp))
+    if origin is typing.Union or type(tp).__name__ == "UnionType":
+        return typing.Union[args]
+    return origin[args]
+
+
+@functools.lru_cache(maxsize=None)
+def _mirrors() -> dict[type, type]:
+    """Model type -> a subclass that decodes the v2 shape (generic over the model's other fields).
+
+    Thread.frames and ProcSample.stack become ids; the types that hold them, up to Bundle, get
+    mirrors whose annotations name the mirrors. After decoding, `_restore` gives every object
+    its model class back.
+    """
+    seeds = {Thread: {"frames": _FramesRef}, ProcSample: {"stack": typing.Optional[_StackRef]}}
+    swap: dict[type, type] = {}
+
+    def mirror(tp: type, overrides: dict[str, Any]) -> type:
+        hints = typing.get_type_hints(tp)
+        ns: dict[str, Any] = {"__annotations__": {}}
+        for f in dataclasses.fields(tp):
+            if f.name in overrides:
+                ns["__annotations__"][f.name] = overrides[f.name]
+            elif _replace_types(hints[f.name], swap) != hints[f.name]:
+                ns["__annotations__"][f.name] = _replace_types(hints[f.name], swap)
+            else:
+                continue
+            if f.default is not dataclasses.MISSING:
+                ns[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                ns[f.name] = dataclasses.field(default_factory=f.default_factory)
+        return dataclasses.dataclass(frozen=True)(type(f"_V2{tp.__name__}", (tp,), ns))
+
+    for tp, overrides in seeds.items():
+        swap[tp] = mirror(tp, overrides)
+    for tp in (Stack, Snapshot, Bundle):   # the holders of ProcSample, outermost last
+        hints = typing.get_type_hints(tp)
+        if any(_replace_types(h, swap) != h for h in hints.values()):
+            swap[tp] = mirror(tp, {})
+    return swap
+
+
+@functools.lru_cache(maxsize=None)
+def _restorer(tp: type):
+    """A function that gives a decoded mirror object (and the mirrors inside it) its model class."""
+    mirrors = _mirrors()
+    back = {m: base for base, m in mirrors.items()}
+    base = back[tp]
+    inner = []
+    for f in dataclasses.fields(tp):
+        hint = typing.get_type_hints(tp)[f.name]
+        for arg in _flatten(hint):
+            if arg in back:
+                inner.append((f.name, _restorer(arg)))
+                break
+
+    def restore(obj):
+        object.__setattr__(obj, "__class__", base)
+        for name, fix in inner:
+            value = obj.__dict__[name]
+            if type(value) is tuple:
+                for item in value:
+                    fix(item)
+            elif value is not None:
+                fix(value)
+    return restore
+
+
+def _flatten(hint: Any) -> list:
+    args = typing.get_args(hint)
+    return [hint] + [x for a in args for x in _flatten(a)]
+
+
+class Interner:
+    """Canonical frames and frame tuples shared by every bundle one process decodes."""
+
+    def __init__(self):
+        self.frames: dict[Frame, Frame] = {}
+        self.tuples: dict[tuple[int, ...], tuple[Frame, ...]] = {}
+
+    def frame(self, frame: Frame) -> Frame:
+        return self.frames.setdefault(frame, frame)
+
+    def frame_tuple(self, frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
+        # Keyed by the canonical frames' identities: hashing ints, not every frame's fields.
+        return self.tuples.setdefault(tuple(map(id, frames)), frames)
+
+
+class _Header(msgspec.Struct, gc=False):
+    schema: str
+    frames: list[Frame]
+    stacks: msgspec.Raw
+    bundle: msgspec.Raw
+
+
+def decode(data: bytes, interner: Interner | None = None) -> Bundle:
+    """A Bundle from v2 JSON; ValueError naming the JSON path, msgspec.DecodeError on bad JSON."""
+    interner = interner or Interner()
+    try:
+        header = msgspec.json.decode(data, type=_Header)
+    except msgspec.ValidationError as exc:
+        raise ValueError(str(exc)) from None
+    frames = [interner.frame(f) for f in header.frames]
+    mirrors = _mirrors()
+
+    def frames_of(ids: Any) -> tuple[Frame, ...]:
+        try:
+            if min(ids, default=0) < 0:
+                raise IndexError
+            return interner.frame_tuple(tuple([frames[i] for i in ids]))
+        except (IndexError, TypeError):
+            raise ValueError(f"{ids!r} is not a list of frame ids below {len(frames)}") from None
+
+    def hook(tp, value):
+        if tp is _FramesRef:
+            return frames_of(value)
+        if tp is _StackRef:
+            if type(value) is not int or not 0 <= value < len(stacks):
+                raise ValueError(f"{value!r} is not a stack id below {len(stacks)}")
+            return stacks[value]
+        raise NotImplementedError(tp)
+
+    stack_type = mirrors.get(Stack, Stack)
+    try:
+        stacks = msgspec.json.decode(header.stacks, type=list[stack_type], dec_hook=hook)
+    except msgspec.ValidationError as exc:
+        raise ValueError(str(exc).replace("`$", "`$.stacks", 1)) from None
+    if stack_type is not Stack:
+        restore = _restorer(stack_type)
+        for stack in stacks:
+            restore(stack)
+    try:
+        bundle = msgspec.json.decode(header.bundle, type=mirrors[Bundle], dec_hook=hook)
+    except msgspec.ValidationError as exc:
+        raise ValueError(str(exc).replace("`$", "`$.bundle", 1)) from None
+    _restorer(mirrors[Bundle])(bundle)
+    return bundle
