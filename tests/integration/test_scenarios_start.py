@@ -15,7 +15,7 @@ from hangdoc.scenarios.launch import RunningJob, start_job, stop_job, wait_for
 
 pytestmark = pytest.mark.integration
 
-FAULT_WITHIN_S = 20.0       # from start to the fault marker (torchrun start-up included)
+FAULT_WITHIN_S = 45.0       # from start to the fault marker: start-up plus up to ~12 s of paced healthy steps
 HEALTHY_WITHIN_S = 40.0     # from start to exit 0
 SHORT_RUNS = {"healthy": 40, "slow-data": 6, "slow-steps": 2, "checkpoint-pause": 12, "slow-rank": 2,
               "tiny-allreduce": 2000, "validation-pause": 16, "sync-line": 40}
@@ -79,7 +79,7 @@ def test_hang_scenario_reaches_its_fault_and_stays_stuck(name, workdir):
     # WHEN its job starts
     job = start_job(scenario.command(workdir), log_path=workdir / "job.log")
     try:
-        # THEN the culprit marks the fault within seconds, after both ranks have trained
+        # THEN the culprit marks the fault after both ranks have trained for a while
         assert wait_for(scenario.fault_marker(workdir), job, timeout=FAULT_WITHIN_S), log_tail(job)
         fault = scenario.read_fault(workdir)
         assert fault["rank"] in scenario.culprit_ranks
