@@ -5,6 +5,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -98,3 +100,37 @@ def fake_nvml_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if build.returncode != 0:
         pytest.fail(f"could not build the fake NVML library:\n{build.stderr}")
     return library
+
+
+class Watch:
+    """`hangdoc watch` as a real process; its stderr read line by line as it comes."""
+
+    def __init__(self, pid: int, out, *extra: str):
+        env = dict(os.environ, NO_COLOR="1", COLUMNS="200")
+        self.proc = subprocess.Popen([*hangdoc_cmd(), "watch", str(pid), "--interval", "0.5", "--no-live",
+                                      "--no-gpu", "--format", "json", "--out", str(out), *extra],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.err: list[str] = []
+        self._reader = threading.Thread(target=lambda: self.err.extend(iter(self.proc.stderr.readline, "")),
+                                        daemon=True)
+        self._reader.start()
+
+    def wait_for_samples(self, count: int = 1, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if sum(" sample " in line for line in self.err) >= count:
+                return
+            assert self.proc.poll() is None, "".join(self.err)
+            time.sleep(0.1)
+        pytest.fail("no sample in time: " + "".join(self.err))
+
+    def finish(self, timeout: float = 90):
+        out = self.proc.stdout.read()
+        rc = self.proc.wait(timeout)
+        self._reader.join(5)
+        return rc, out, "".join(self.err)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()

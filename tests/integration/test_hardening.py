@@ -13,45 +13,11 @@ import time
 
 import pytest
 
-from conftest import JOBS, hangdoc_cmd
+from conftest import JOBS, Watch, hangdoc_cmd
 from hangdoc.bundle_io import load_bundle
 from hangdoc.scenarios.launch import RunningJob, stop_job, torchrun_cmd, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
-
-
-class Watch:
-    """`hangdoc watch` as a real process; its stderr read line by line as it comes."""
-
-    def __init__(self, pid: int, out, *extra: str):
-        env = dict(os.environ, NO_COLOR="1", COLUMNS="200")
-        self.proc = subprocess.Popen([*hangdoc_cmd(), "watch", str(pid), "--interval", "0.5", "--no-live",
-                                      "--no-gpu", "--format", "json", "--out", str(out), *extra],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        self.err: list[str] = []
-        self._reader = threading.Thread(target=lambda: self.err.extend(iter(self.proc.stderr.readline, "")),
-                                        daemon=True)
-        self._reader.start()
-
-    def wait_for_samples(self, count: int = 1, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if sum(" sample " in line for line in self.err) >= count:
-                return
-            assert self.proc.poll() is None, "".join(self.err)
-            time.sleep(0.1)
-        pytest.fail("no sample in time: " + "".join(self.err))
-
-    def finish(self, timeout: float = 90):
-        out = self.proc.stdout.read()
-        rc = self.proc.wait(timeout)
-        self._reader.join(5)
-        return rc, out, "".join(self.err)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import run_hangdoc
+from conftest import Watch, run_hangdoc
 from hangdoc.bundle_io import load_bundle
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
@@ -84,10 +84,18 @@ def test_slow_steps_are_not_a_hang(stall_job, tmp_path):
 
 
 def test_worker_segfault_is_a_crash_naming_the_rank(stall_job, tmp_path):
-    # GIVEN a job whose rank-1 worker dies by SIGSEGV (possibly before we attach)
-    job = stall_job("segfault", wait_fault=False)
-    # WHEN watched until it ends
-    done, report, _ = watch(job.pid, tmp_path, "--timeout", "60")
+    # GIVEN a job whose rank-1 worker will die by SIGSEGV once the gate opens, watched from the start
+    gate = tmp_path / "go"
+    job = stall_job("segfault", "--gate", str(gate), wait_fault=False)
+    watch = Watch(job.pid, tmp_path / "bundle.json", "--timeout", "60")
+    try:
+        watch.wait_for_samples(1)
+        # WHEN the worker dies and torchrun ends the job
+        gate.write_text("go")
+        rc, stdout, stderr = watch.finish()
+    finally:
+        watch.kill()
     # THEN exit 4 and rank 1 is named
-    assert done.returncode == 4, done.stdout + done.stderr
+    assert rc == 4, stdout + stderr
+    report = json.loads(stdout)
     assert report["verdict"] == "crash" and report["culprit_ranks"] == [1]
