@@ -1,6 +1,6 @@
 """`make bench`: the speed, overhead and accuracy figures, as tables and as JSON.
 
-    python -m hangdoc.bench [--only snapshot,latency,overhead,zoo,check,merge] [--out DIR]
+    python -m hangdoc.bench [--only snapshot,latency,engines,overhead,zoo,check,merge] [--out DIR]
 
 Every figure comes from real torchrun jobs on this machine; ratios are measured within one
 run (alternating the two arms) because a shared machine is noisy. Absolute times are
@@ -23,7 +23,7 @@ from pathlib import Path
 from hangdoc.scenarios import SCENARIOS
 from hangdoc.scenarios.launch import start_job, stop_job, wait_for
 
-SECTIONS = ("snapshot", "locals", "latency", "overhead", "false-alarms", "detection", "zoo", "check", "merge")
+SECTIONS = ("snapshot", "locals", "latency", "engines", "overhead", "false-alarms", "detection", "zoo", "check", "merge")
 
 
 def machine() -> str:
@@ -199,6 +199,10 @@ def main(argv=None) -> int:
         print(table("Snapshot latency per sample as the job grows",
                     ["processes", "median s", "ms / process"],
                     [[r["processes"], r["median_s"], r["per_process_ms"]] for r in rows]) + "\n")
+    if "engines" in wanted:
+        from hangdoc.bench_engines import bench_engines, print_engines
+
+        print_engines(results.setdefault("engines", bench_engines()), table)
     if "locals" in wanted:
         from hangdoc.bench_rhythm import bench_locals
 

@@ -169,3 +169,23 @@ def test_unwritable_out_is_refused_before_capture(tmp_path):
     done = subprocess.run([*hangdoc_cmd(), "watch", "1", "--once", "--out", str(tmp_path / "no" / "b.json")],
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 2 and "does not exist" in done.stderr
+
+
+def test_the_stack_engine_reads_each_ranks_loop_position(probe_job):
+    # GIVEN a running 2-rank job stepping through its DataLoader
+    job = probe_job()
+    probes = make_probes(gpu=False)
+    # WHEN it is captured twice, a moment apart
+    first = snapshot_once(job.pid, probes)
+    time.sleep(0.5)
+    second = snapshot_once(job.pid, probes)
+    # THEN each rank's main thread carries a LoopMark of its own code (train_loop, the
+    # outermost job frame first), its `step` counter by value, and the step moved on
+    for rank in first.job.ranks:
+        marks = [b.last.sample_of(rank.pid).stack.main.loop for b in (first, second)]
+        assert all(m is not None for m in marks)
+        assert [f.function for f in marks[0].frames][:2] == ["<module>", "train_loop"]
+        steps = [dict(m.frames[1].counters).get("step") for m in marks]
+        assert all(isinstance(s, int) for s in steps)
+        assert steps[1] > steps[0]
+        assert all(len(f.digest) == 16 for f in marks[0].frames)
