@@ -101,6 +101,18 @@ def latest_frames(bundle: Bundle, pid: int) -> tuple[Frame, ...]:
     return ()
 
 
+def member_decode_frames(bundle: Bundle, pid: int, recent: int = 8) -> tuple[Frame, ...] | None:
+    """A worker's frames (above its loop) from the newest of its last `recent` stacks that shows a
+    decoder reading straight from a tar member: one instant may catch it inside bz2 or tarfile
+    between two decoder calls, so the last stack alone misses it."""
+    stacks = [s.stack.main.frames for _, s in samples_of(bundle, pid) if s.stack and s.stack.main]
+    for frames in reversed(stacks[-recent:]):
+        above = above_worker_loop(frames)
+        if member_decode(above):
+            return above
+    return None
+
+
 def above_worker_loop(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
     """The frames a DataLoader worker's `_worker_loop` called into (innermost first)."""
     loop = next((i for i, f in enumerate(frames) if f.name == "_worker_loop"), len(frames))

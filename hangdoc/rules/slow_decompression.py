@@ -8,7 +8,7 @@ from hangdoc.model import Finding, ProcessInfo, Severity
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import (FileRead, above_worker_loop, basename, chain, compression_of_frames,
                                     compression_of_path, cpu_use, file_read_line, file_reads, latest_frames,
-                                    member_decode, rank_line, rate, worker_name)
+                                    member_decode_frames, rank_line, rate, worker_name)
 
 _SEEKS = ("BZ2File.seek", "LZMAFile.seek", "GzipFile.seek", "DecompressReader.seek")
 
@@ -22,9 +22,9 @@ class _Worker:
 
 
 def _decompressing(ctx: Context, worker: ProcessInfo) -> _Worker | None:
-    frames = above_worker_loop(latest_frames(ctx.bundle, worker.pid))
-    if member_decode(frames):
+    if member_decode_frames(ctx.bundle, worker.pid):
         return None   # a decoder seeking in a tar member: tar-member-decode says why
+    frames = above_worker_loop(latest_frames(ctx.bundle, worker.pid))
     kind = compression_of_frames(frames)
     reads = tuple(r for r in file_reads(ctx.bundle, worker.pid)
                   if compression_of_path(r.path) and r.read_bytes > 0)

@@ -4,9 +4,9 @@ from __future__ import annotations
 from hangdoc.advice import ADVICE
 from hangdoc.model import Finding, Severity
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import (above_worker_loop, basename, chain, compression_of_path, file_read_line,
-                                    file_reads, find_lines, is_decoder_library, latest_frames, log_rank,
-                                    member_decode, strip_rank, traceback_frames, worker_name)
+from hangdoc.rules.evidence import (basename, chain, compression_of_path, file_read_line,
+                                    file_reads, find_lines, is_decoder_library, log_rank,
+                                    member_decode, member_decode_frames, strip_rank, traceback_frames, worker_name)
 
 # What decoders say when the member's file object cannot do what they ask of it.
 LOG_ERRORS = ("'_Stream' object has no attribute 'seekable'", "Illegal seek",
@@ -25,10 +25,10 @@ def _from_stacks(ctx: Context) -> list[Finding]:
     for view in ctx.culprit_views():
         evidence, decoders, shards = [], [], []
         for worker, _, alive in view.workers:
-            frames = above_worker_loop(latest_frames(ctx.bundle, worker.pid))
-            hit = member_decode(frames) if alive else None
-            if hit is None:
+            frames = member_decode_frames(ctx.bundle, worker.pid) if alive else None
+            if frames is None:
                 continue
+            hit = member_decode(frames)
             decoder, member_read = hit
             decoders.append(decoder)
             name = worker_name(worker)

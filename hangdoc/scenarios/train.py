@@ -294,6 +294,8 @@ def report_stats(samples: int) -> None:
 class WorkerDeadlock(Healthy):
     """Rank 1 runs a metrics thread; its workers fork while it holds a lock they then take."""
 
+    pace_s = 0.2
+
     def before_training(self):
         if RANK == 1:
             started = threading.Event()
@@ -302,8 +304,8 @@ class WorkerDeadlock(Healthy):
             started.wait()
 
     def on_sample(self, count):
-        if count % 16 == 0:
-            report_stats(16)
+        if count % 48 == 0:
+            report_stats(48)
 
 
 def heavy_compute() -> torch.Tensor:
