@@ -46,8 +46,8 @@ def loop_moved(a: LoopMark, b: LoopMark, waiting: bool) -> bool:
     last_a, last_b = len(a.frames) - 1, len(b.frames) - 1
     for i in range(depth):
         fa, fb = a.frames[i], b.frames[i]
-        shared = set(dict(fa.counters)) & set(dict(fb.counters))
-        if any(dict(fa.counters)[k] != dict(fb.counters)[k] for k in shared):
+        ca, cb = dict(fa.counters), dict(fb.counters)
+        if any(ca[k] != cb[k] for k in ca.keys() & cb.keys()):
             return True
         innermost = i == last_a or i == last_b
         if not innermost and (fa.digest != fb.digest or fa.line != fb.line):
