@@ -44,7 +44,6 @@ class Diagnosis:
     decided_at: float
     ranks: tuple[RankView, ...]
     mismatch: dict[str, tuple[int, ...]] = field(default_factory=dict)  # collective -> ranks
-    hang_after_s: float = 60.0
     frozen: bool = False               # a hang outside collectives: nothing moved at all
     rhythm: Rhythm | None = None       # how the threshold was set, and since when nothing stepped
 
@@ -79,8 +78,7 @@ def diagnose(bundle: Bundle, hang_after: float | None = None) -> Diagnosis:
     beat = rhythm(rank_lines, bundle.samples[0].time, hang_after, fr_step_times(bundle.flight_records))
 
     def verdict(name: str, culprits=(), onset=None, mismatch=None, frozen=False) -> Diagnosis:
-        return Diagnosis(name, tuple(culprits), onset, now, tuple(views), mismatch or {},
-                         beat.threshold_s, frozen, beat)
+        return Diagnosis(name, tuple(culprits), onset, now, tuple(views), mismatch or {}, frozen, beat)
 
     crash = _crash(bundle, views, now)
     if crash is not None:
@@ -92,10 +90,9 @@ def diagnose(bundle: Bundle, hang_after: float | None = None) -> Diagnosis:
 
     quiet = now - beat.quiet_since
     culprits, mismatch = _culprits(views)
-    live = [v for v in views if v.exited_at is None]
-    split = bool(live) and (bool(mismatch) or (any(v.reading.state == "collective-wait" for v in live)
-                                               and bool(culprits)))
-    if quiet >= beat.threshold_s and any(v.reading.state == "collective-wait" for v in live):
+    waiting = any(v.exited_at is None and v.reading.state == "collective-wait" for v in views)
+    split = bool(mismatch) or (waiting and bool(culprits))
+    if quiet >= beat.threshold_s and waiting:
         return verdict("hang", culprits, beat.quiet_since, mismatch)
     frozen = _all_frozen(lines, views, now, beat)
     if frozen is not None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hangdoc.analyze.timeline import IO_NOISE_BYTES, Point, Timeline, moved
+from hangdoc.analyze.timeline import Point, Timeline, moved, moved_bytes
 from hangdoc.model import Frame, FrameMark, LoopMark
 
 STEP_MULTIPLE = 3.0
@@ -72,10 +72,9 @@ def stepped(a: Point, b: Point) -> bool:
         return True
     if not waiting:
         return False
-    moved_bytes = a.io_bytes is not None and b.io_bytes is not None and b.io_bytes - a.io_bytes > IO_NOISE_BYTES
     woke = (a.main is not None and b.main is not None and b.main.cpu_s - a.main.cpu_s > 0.02
             and b.main.voluntary_switches > a.main.voluntary_switches + WAKEUPS_PER_DUMP)
-    return moved_bytes or woke
+    return moved_bytes(a, b) or woke
 
 
 def frames_mark(frames: tuple[Frame, ...]) -> LoopMark:
@@ -85,8 +84,7 @@ def frames_mark(frames: tuple[Frame, ...]) -> LoopMark:
 
 def working(a: Point, b: Point) -> bool:
     """Busy with I/O of its own: a rank writing a checkpoint or reading a file moves bytes."""
-    return (b.reading.state == "io" and a.io_bytes is not None and b.io_bytes is not None
-            and b.io_bytes - a.io_bytes > IO_NOISE_BYTES)
+    return b.reading.state == "io" and moved_bytes(a, b)
 
 
 def blocked_since(line: Timeline) -> float | None:

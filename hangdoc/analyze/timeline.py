@@ -41,8 +41,11 @@ def _point(time: float, sample: ProcSample | None, worker: bool) -> Point:
 def moved(a: Point, b: Point) -> bool:
     """Did the process do anything between two points (CPU or bytes)?"""
     cpu = a.cpu_s is not None and b.cpu_s is not None and b.cpu_s - a.cpu_s > CPU_NOISE_S
-    io = a.io_bytes is not None and b.io_bytes is not None and b.io_bytes - a.io_bytes > IO_NOISE_BYTES
-    return cpu or io
+    return cpu or moved_bytes(a, b)
+
+
+def moved_bytes(a: Point, b: Point) -> bool:
+    return a.io_bytes is not None and b.io_bytes is not None and b.io_bytes - a.io_bytes > IO_NOISE_BYTES
 
 
 @dataclass(frozen=True)
