@@ -466,6 +466,56 @@ class Bundle:
         return self.samples[-1]
 
 
+# --- a node's own reading of its ranks (bundle v2's "digest") -------------------------------
+
+# The analysis that produced a digest: a digest of another version is recomputed from the
+# bundle's samples, so a newer hangdoc never trusts an older one's conclusions.
+DIGEST_VERSION = 1
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    """A rank's rhythm in a few numbers: each folds over ranks by sum, max or any."""
+
+    steps: int                     # steps seen
+    longest_gap_s: float | None    # the longest gap between two of its steps
+    last_sign: float | None        # the last sample at which it stepped or did I/O of its own
+    has_locals: bool               # its loop position could be read
+
+
+@dataclass(frozen=True)
+class RankDigest:
+    """One rank as its node's analysis saw it: what the verdict of a whole job needs, and no
+    frames. Thousands of nodes' digests decide a job without loading every sample."""
+
+    rank: int | None
+    pid: int                       # on its own node
+    host: str
+    group_rank: int | None
+    state: str
+    detail: str | None
+    top_frame: str | None
+    stack_key: str                 # the main thread's functions, hashed: ranks in one STAT class share it
+    state_since: float
+    blocked_since: float | None
+    exited_at: float | None
+    progress: str
+    rhythm: StepSummary
+    unmoved_since: float | None    # the latest of the rank's and its live workers' "frozen since"
+    points: int                    # samples of the rank
+    workers: tuple[WorkerReport, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeDigest:
+    version: int
+    first: float                   # the node's first and last sample times
+    last: float
+    ranks: tuple[RankDigest, ...]
+    collective_steps: tuple[float, ...] = ()    # Flight Recorder completions (signs of progress)
+    group_world_size: int | None = None         # nodes in the job, as torchrun told the ranks
+
+
 # --- findings and the report -----------------------------------------------------
 
 
@@ -506,6 +556,10 @@ class RankReport:
     top_frame: str | None
     workers: tuple[WorkerReport, ...] = ()
     group_rank: int | None = None  # torchrun's node (agent) index: which node the rank runs on
+    # A row of a merged report may stand for a class of ranks (same state, stack and workers):
+    # `rank` is its lowest, `rank_set` all of them ("0-2047,2050-65535"), `rank_count` how many.
+    rank_count: int = 1
+    rank_set: str | None = None
 
 
 @dataclass(frozen=True)

@@ -9,15 +9,19 @@ the bundle cannot show them moving: one instant, or quiet for a third of the thr
 """
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hangdoc.analyze.classify import Reading
+from hangdoc.analyze.classify import Reading, signature
 from hangdoc.analyze.flight import fr_step_times
 from hangdoc.analyze.logs import failed_worker_rank, killed_workers, says_failure, torchrun_root_cause
-from hangdoc.analyze.progress import Rhythm, blocked_since, progress_word, rhythm
+from hangdoc.analyze.progress import Rhythm, blocked_since, progress_word, rank_progress, rhythm
 from hangdoc.analyze.timeline import Timeline, timelines
-from hangdoc.model import Bundle, ProcessInfo, Role
+from hangdoc.model import (
+    DIGEST_VERSION, Bundle, Frame, LogTail, NodeDigest, ProcessInfo, RankDigest, Role, WorkerReport,
+)
 
 # Collectives on the common path of a training step: the rank elsewhere left that path.
 CRASH_GRACE_S = 5.0
@@ -34,6 +38,17 @@ class RankView:
     progress: str
     workers: tuple[tuple[ProcessInfo, Reading, bool], ...]   # (worker, reading, alive)
     exited_at: float | None
+    # The ranks this view stands for in a job diagnosed by class (its own rank and the ranks
+    # of other nodes that look the same); empty: only its own.
+    members: tuple[int, ...] = ()
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        return self.members or ((self.info.rank,) if self.info.rank is not None else ())
+
+    @property
+    def count(self) -> int:
+        return len(self.members) or 1
 
 
 @dataclass(frozen=True)
@@ -48,18 +63,63 @@ class Diagnosis:
     rhythm: Rhythm | None = None       # how the threshold was set, and since when nothing stepped
 
     def view(self, rank: int) -> RankView | None:
-        return next((r for r in self.ranks if r.info.rank == rank), None)
+        return next((r for r in self.ranks if rank in r.ranks), None)
 
     @property
     def waiting(self) -> tuple[RankView, ...]:
         return tuple(r for r in self.ranks if r.reading.state == "collective-wait")
 
+    @staticmethod
+    def count(views) -> int:
+        """How many ranks the views stand for (a view of a class stands for many)."""
+        return sum(v.count for v in views)
+
+    @property
+    def present(self) -> tuple[int, ...]:
+        """Every rank the diagnosis saw."""
+        return tuple(sorted(r for v in self.ranks for r in v.ranks))
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What the decision reads besides the ranks: the job's clock, logs and exit code."""
+
+    first: float                       # the first sample's time
+    now: float                         # the last sample's time
+    logs: tuple[LogTail, ...]
+    exit_code: int | None
+    hang_after: float | None
+    collective_steps: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: str
+    culprits: tuple[int, ...] = ()
+    onset: float | None = None
+    mismatch: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    frozen: bool = False
+    rhythm: Rhythm | None = None
+
 
 def diagnose(bundle: Bundle, hang_after: float | None = None) -> Diagnosis:
     """`hang_after` overrides the bundle's own; with neither, the threshold is learned."""
-    hang_after = hang_after if hang_after is not None else bundle.options.hang_after_s
     lines = timelines(bundle)
-    now = bundle.last.time
+    views = rank_views(bundle, lines)
+    digest = digest_of(bundle, lines, views)
+    decision = decide(digest.ranks, job_facts(bundle, digest, hang_after))
+    return Diagnosis(decision.verdict, decision.culprits, decision.onset, bundle.last.time, tuple(views),
+                     decision.mismatch, decision.frozen, decision.rhythm)
+
+
+def job_facts(bundle: Bundle, digest: NodeDigest, hang_after: float | None) -> JobFacts:
+    return JobFacts(bundle.samples[0].time, bundle.last.time, bundle.logs, bundle.exit_code,
+                    hang_after if hang_after is not None else bundle.options.hang_after_s,
+                    digest.collective_steps)
+
+
+def rank_views(bundle: Bundle, lines: dict[int, Timeline]) -> list[RankView]:
+    """A view of every rank that has a timeline, with its workers'."""
     views = []
     for rank in bundle.job.ranks:
         line = lines.get(rank.pid)
@@ -74,86 +134,130 @@ def diagnose(bundle: Bundle, hang_after: float | None = None) -> Diagnosis:
         exited_at = next((p.time for p in line.points if p.reading.state == "exited"), None)
         views.append(RankView(rank, line.last.reading, line.state_since(), blocked_since(line),
                               progress_word(line, worker_lines), worker_states, exited_at))
-    rank_lines = [lines[v.info.pid] for v in views]
-    beat = rhythm(rank_lines, bundle.samples[0].time, hang_after, fr_step_times(bundle.flight_records))
+    return views
 
-    def verdict(name: str, culprits=(), onset=None, mismatch=None, frozen=False) -> Diagnosis:
-        return Diagnosis(name, tuple(culprits), onset, now, tuple(views), mismatch or {}, frozen, beat)
 
-    crash = _crash(bundle, views, now)
+def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
+    """The verdict from the ranks' digests: one node's, or every node's of a job."""
+    now = facts.now
+    beat = rhythm([r.rhythm for r in ranks], facts.first, facts.hang_after, list(facts.collective_steps))
+    crash = _crash(ranks, facts)
     if crash is not None:
-        return verdict("crash", crash[0], crash[1])
-    if views and all(v.exited_at is not None for v in views):
-        return verdict("healthy" if ended_readably(bundle) else "ended")
-    if not views and bundle.exit_code not in (None, 0):
-        return verdict("crash")
+        return Decision("crash", crash[0], crash[1], rhythm=beat)
+    if ranks and all(r.exited_at is not None for r in ranks):
+        return Decision("healthy" if ended_readably(facts) else "ended", rhythm=beat)
+    if not ranks and facts.exit_code not in (None, 0):
+        return Decision("crash", rhythm=beat)
 
     quiet = now - beat.quiet_since
-    culprits, mismatch = _culprits(views)
-    waiting = any(v.exited_at is None and v.reading.state == "collective-wait" for v in views)
+    culprits, mismatch = _culprits(ranks)
+    waiting = any(r.exited_at is None and r.state == "collective-wait" for r in ranks)
     split = bool(mismatch) or (waiting and bool(culprits))
     if quiet >= beat.threshold_s and waiting:
-        return verdict("hang", culprits, beat.quiet_since, mismatch)
-    frozen = _all_frozen(lines, views, now, beat)
+        return Decision("hang", culprits, beat.quiet_since, mismatch, rhythm=beat)
+    frozen = _all_frozen(ranks, now, beat)
     if frozen is not None:
-        return verdict("hang", (v.info.rank for v in views if v.info.rank is not None), frozen, frozen=True)
-    if split and (len(bundle.samples) == 1 or quiet >= beat.threshold_s / 3):
-        return verdict("suspect", culprits, beat.quiet_since, mismatch)
-    return verdict("healthy")
+        return Decision("hang", tuple(r.rank for r in ranks if r.rank is not None), frozen, frozen=True,
+                        rhythm=beat)
+    if split and (max(r.points for r in ranks) == 1 or quiet >= beat.threshold_s / 3):
+        return Decision("suspect", culprits, beat.quiet_since, mismatch, rhythm=beat)
+    return Decision("healthy", rhythm=beat)
 
 
-def ended_readably(bundle: Bundle) -> bool:
+def node_digest(bundle: Bundle) -> NodeDigest:
+    """The node's reading of its ranks, as a merge of thousands of nodes reads it."""
+    lines = timelines(bundle)
+    return digest_of(bundle, lines, rank_views(bundle, lines))
+
+
+def digest_of(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView]) -> NodeDigest:
+    ranks = []
+    for view in views:
+        line = lines[view.info.pid]
+        live = [w.pid for w, _, alive in view.workers if alive]
+        since = [t for pid in [view.info.pid, *live] if pid in lines and (t := lines[pid].unmoved_since()) is not None]
+        sample = bundle.last.sample_of(view.info.pid)
+        ranks.append(RankDigest(
+            rank=view.info.rank, pid=view.info.node_pid, host=view.info.host or bundle.host.hostname,
+            group_rank=view.info.group_rank, state=view.reading.state, detail=view.reading.detail,
+            top_frame=view.reading.frame.label if view.reading.frame else None,
+            stack_key=stack_key(signature(sample)), state_since=view.state_since,
+            blocked_since=view.blocked_since, exited_at=view.exited_at, progress=view.progress,
+            rhythm=rank_progress(line), unmoved_since=max(since) if since else None, points=len(line.points),
+            workers=tuple(WorkerReport(pid=w.node_pid, index=w.worker_index, state=r.state if alive else "exited",
+                                       top_frame=r.frame.label if r.frame else None, alive=alive)
+                          for w, r, alive in view.workers)))
+    nodes = max((n for p in bundle.job.ranks if (n := _int(p.env.get("GROUP_WORLD_SIZE")))), default=None)
+    return NodeDigest(DIGEST_VERSION, bundle.samples[0].time, bundle.last.time, tuple(ranks),
+                      tuple(fr_step_times(bundle.flight_records)), nodes)
+
+
+def stack_key(frames: tuple[Frame, ...]) -> str:
+    """The main thread's functions and files (not lines, as STAT's classes), as a stable short hash."""
+    text = "\n".join(f"{f.name}|{f.short_filename}" for f in frames)
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def ended_readably(facts: JobFacts) -> bool:
     """Whether a job whose ranks are all gone left anything that tells a good end from a crash:
     the launcher's exit code, or its output (where a crash leaves a traceback or torchrun's
     failure summary). Ranks vanishing with neither (output on a terminal, a launcher that is not
     hangdoc's child) are "ended, cause unknown", never "healthy"."""
-    return bundle.exit_code == 0 or any(line.strip() for tail in bundle.logs for line in tail.lines)
+    return facts.exit_code == 0 or any(line.strip() for tail in facts.logs for line in tail.lines)
 
 
-def _crash(bundle: Bundle, views: list[RankView], now: float) -> tuple[tuple[int, ...], float | None] | None:
+def _crash(ranks: Sequence[RankDigest], facts: JobFacts) -> tuple[tuple[int, ...], float | None] | None:
     """(culprit ranks, onset) when the job crashed, None when it did not (or not yet)."""
-    exited = sorted((v for v in views if v.exited_at is not None), key=lambda v: v.exited_at)
+    exited = sorted((r for r in ranks if r.exited_at is not None), key=lambda r: r.exited_at)
     if not exited:
         return None
-    failed = bundle.exit_code not in (None, 0) or (bundle.exit_code is None and says_failure(bundle.logs))
-    some_alive = len(exited) < len(views)
+    logs = facts.logs
+    failed = facts.exit_code not in (None, 0) or (facts.exit_code is None and says_failure(logs))
+    some_alive = len(exited) < len(ranks)
     # Ranks of a job that ends well exit together; one gone for long while others live is a crash.
-    if not failed and not (some_alive and now - exited[0].exited_at >= CRASH_GRACE_S):
+    if not failed and not (some_alive and facts.now - exited[0].exited_at >= CRASH_GRACE_S):
         return None
-    root = torchrun_root_cause(bundle.logs)
+    onset = exited[0].exited_at
+    root = torchrun_root_cause(logs)
     if root is not None:
-        return (root.rank,), exited[0].exited_at
-    dead_workers = killed_workers(bundle.logs)
-    for worker in bundle.job.by_role(Role.WORKER):
-        if worker.pid in dead_workers and worker.rank is not None:
-            return (worker.rank,), exited[0].exited_at
-    if (rank := failed_worker_rank(bundle.logs)) is not None:   # the worker died before we saw it
-        return (rank,), exited[0].exited_at
-    first = [v.info.rank for v in exited if v.exited_at == exited[0].exited_at and v.info.rank is not None]
-    return (tuple(first) if some_alive else ()), exited[0].exited_at
+        return (root.rank,), onset
+    dead_workers = killed_workers(logs)
+    for rank in ranks:
+        if rank.rank is not None and any(w.pid in dead_workers for w in rank.workers):
+            return (rank.rank,), onset
+    if (failed_rank := failed_worker_rank(logs)) is not None:   # the worker died before we saw it
+        return (failed_rank,), onset
+    first = [r.rank for r in exited if r.exited_at == onset and r.rank is not None]
+    return (tuple(first) if some_alive else ()), onset
 
 
-def _all_frozen(lines: dict[int, Timeline], views: list[RankView], now: float, beat: Rhythm) -> float | None:
+def _all_frozen(ranks: Sequence[RankDigest], now: float, beat: Rhythm) -> float | None:
     """No rank stepped and no rank or worker moved (frames, CPU, bytes) for the threshold: frozen
     outside any collective (a deadlock, a lone process asleep). Returns when the freeze began."""
-    if not views or any(v.reading.state in ("collective-wait", "exited", "unknown") for v in views):
+    if not ranks or any(r.state in ("collective-wait", "exited", "unknown") for r in ranks):
         return None
-    pids = [v.info.pid for v in views] + [w.pid for v in views for w, _, alive in v.workers if alive]
-    since = [lines[pid].unmoved_since() for pid in pids if pid in lines]
-    if len(lines[views[0].info.pid].points) < 3 or not since:
+    since = [r.unmoved_since for r in ranks if r.unmoved_since is not None]
+    if ranks[0].points < 3 or not since:
         return None
     start = max(max(since), beat.quiet_since)
     return start if now - start >= beat.threshold_s else None
 
 
-def _culprits(views: list[RankView]) -> tuple[tuple[int, ...], dict[str, tuple[int, ...]]]:
-    waiting = [v for v in views if v.reading.state == "collective-wait"]
-    others = [v for v in views if v.reading.state != "collective-wait"]
+def _culprits(ranks: Sequence[RankDigest]) -> tuple[tuple[int, ...], dict[str, tuple[int, ...]]]:
+    waiting = [r for r in ranks if r.state == "collective-wait"]
+    others = [r for r in ranks if r.state != "collective-wait"]
     if others and waiting:
-        return tuple(sorted(v.info.rank for v in others if v.info.rank is not None)), {}
+        return tuple(sorted(r.rank for r in others if r.rank is not None)), {}
     groups: dict[str, list[int]] = defaultdict(list)
-    for view in waiting:
-        groups[view.reading.detail or "?"].append(view.info.rank)
+    for rank in waiting:
+        groups[rank.detail or "?"].append(rank.rank)
     if len(groups) < 2:
         return (), {}
     mismatch = {name: tuple(sorted(r)) for name, r in groups.items()}

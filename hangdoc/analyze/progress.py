@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hangdoc.analyze.timeline import Point, Timeline, moved, moved_bytes
-from hangdoc.model import Frame, FrameMark, LoopMark
+from hangdoc.model import Frame, FrameMark, LoopMark, StepSummary
 
 STEP_MULTIPLE = 3.0
 HANG_FLOOR_S = 10.0
@@ -101,14 +101,8 @@ def blocked_since(line: Timeline) -> float | None:
     return start.time
 
 
-@dataclass(frozen=True)
-class RankProgress:
-    steps: tuple[float, ...]        # estimated times of the steps seen (midpoints of the sample gaps)
-    last_sign: float | None         # the last sample at which it stepped or did I/O of its own
-    has_locals: bool                # its loop position could be read
-
-
-def rank_progress(line: Timeline) -> RankProgress:
+def rank_progress(line: Timeline) -> StepSummary:
+    """What a rank's timeline says about its rhythm, in a few numbers (see StepSummary)."""
     steps: list[float] = []
     last_sign = None
     has_locals = any(p.loop is not None for p in line.points)
@@ -123,7 +117,8 @@ def rank_progress(line: Timeline) -> RankProgress:
             elif working(prev, point):
                 last_sign = point.time
         prev = point
-    return RankProgress(tuple(steps), last_sign, has_locals)
+    gaps = [b - a for a, b in zip(steps, steps[1:])]
+    return StepSummary(len(steps), max(gaps) if gaps else None, last_sign, has_locals)
 
 
 @dataclass(frozen=True)
@@ -138,13 +133,13 @@ class Rhythm:
     has_locals: bool
 
 
-def rhythm(lines: list[Timeline], first: float, hang_after: float | None,
+def rhythm(progress: list[StepSummary], first: float, hang_after: float | None,
            collective_steps: list[float] = ()) -> Rhythm:
-    """The job's rhythm from its ranks' timelines (the first sample's time bounds the quiet).
+    """The job's rhythm from its ranks' step summaries (the first sample's time bounds the quiet).
     `collective_steps`: times at which the job's own collective record (Flight Recorder) showed
-    a rank completing collectives; they count as signs of progress too."""
-    progress = [rank_progress(line) for line in lines]
-    gaps = [b - a for p in progress for a, b in zip(p.steps, p.steps[1:])]
+    a rank completing collectives; they count as signs of progress too. Every figure is a max or
+    a sum over ranks, so the ranks of thousands of nodes fold in any order."""
+    gaps = [p.longest_gap_s for p in progress if p.longest_gap_s is not None]
     signs = [p.last_sign for p in progress if p.last_sign is not None] + list(collective_steps)
     quiet_since = max(signs) if signs else first
     longest = round(max(gaps), 2) if gaps else None
@@ -154,7 +149,7 @@ def rhythm(lines: list[Timeline], first: float, hang_after: float | None,
         source, threshold = "learned", max(HANG_FLOOR_S, STEP_MULTIPLE * longest)
     else:
         source, threshold = "default", DEFAULT_HANG_AFTER_S
-    return Rhythm(source, round(threshold, 1), longest, sum(len(p.steps) for p in progress),
+    return Rhythm(source, round(threshold, 1), longest, sum(p.steps for p in progress),
                   quiet_since, any(p.has_locals for p in progress))
 
 
