@@ -39,7 +39,7 @@ def save_bundle(bundle: Bundle, path: str | Path) -> Path:
     """Write `bundle` as hangdoc/bundle-v2, atomically: zstd-compressed unless the name ends
     in `.json` (then the same interned JSON, plain, for jq and eyes)."""
     path = check_writable(path)
-    data = bundle_v2.encode(bundle)
+    data = bundle_v2.encode(bundle, _digest(bundle))
     if path.name.endswith(".json"):
         data += b"\n"
     else:
@@ -59,6 +59,18 @@ def save_bundle(bundle: Bundle, path: str | Path) -> Path:
             pass
         raise
     return path
+
+
+def _digest(bundle: Bundle):
+    """The node's reading of its ranks, saved beside the samples so a merge of thousands of nodes
+    reads a few hundred bytes a rank. The evidence matters more than the shortcut: when the
+    analysis fails, the bundle is saved without it (a merge then reads the samples)."""
+    from hangdoc.analyze.diagnose import node_digest
+
+    try:
+        return node_digest(bundle) if bundle.samples else None
+    except Exception:   # noqa: BLE001 - never lose a capture to a bug in the analysis
+        return None
 
 
 class _Schema(msgspec.Struct):
@@ -103,6 +115,25 @@ def read_bundle_bytes(path: Path) -> bytes:
             raise BadBundle(f"{path} is a corrupt or truncated zstd file ({exc}); copy it again "
                             "from the node") from None
     return data
+
+
+def load_head(path: str | Path) -> bundle_v2.Head | None:
+    """A node's digest and identity without its samples; None for a v1 bundle (it has no head)."""
+    path = Path(path)
+    data = read_bundle_bytes(path)
+    try:
+        schema = msgspec.json.decode(data, type=_Schema).schema
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        schema = None
+    if schema != bundle_v2.SCHEMA:
+        return None
+    with hostile_input(str(path)):
+        try:
+            return bundle_v2.decode_head(data)
+        except msgspec.DecodeError as exc:
+            raise BadBundle(f"{path} is not valid JSON (truncated or corrupt?): {exc}") from None
+        except (ValueError, TypeError) as exc:
+            raise BadBundle(f"{path} is damaged: {exc}") from None
 
 
 def load_bundle(path: str | Path, interner: bundle_v2.Interner | None = None) -> Bundle:

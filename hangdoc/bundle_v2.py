@@ -9,7 +9,12 @@ flows through both without a change here: only Frame and Stack interning is spec
     {"schema": "hangdoc/bundle-v2",
      "frames": [{"name": ..., "filename": ..., ...}, ...],
      "stacks": [{"threads": [{"tid": ..., "frames": [0, 1, 2]}, ...], ...}, ...],
-     "bundle": {... v1 fields, each sample's process "stack": a stack id or null ...}}
+     "bundle": {... v1 fields, each sample's process "stack": a stack id or null ...},
+     "digest": {... optional: the node's own reading of its ranks, see NodeDigest ...}}
+
+`read_head` decodes the digest and the few bundle fields a merge of thousands of nodes needs
+(host, job identity, logs, exit code) and skips the samples: a node is then a few hundred
+bytes of Python objects instead of tens of thousands.
 
 Decoding shares one `Interner` across a job's node bundles, so a merge of thousands of
 nodes holds each distinct frame and frame tuple once.
@@ -23,7 +28,9 @@ from typing import Any
 
 import msgspec
 
-from hangdoc.model import Bundle, Frame, ProcSample, Snapshot, Stack, Thread
+from hangdoc.model import (
+    Bundle, Frame, Host, LogTail, NodeDigest, Options, ProcSample, Snapshot, Stack, Thread,
+)
 from hangdoc.serde import to_dict
 
 SCHEMA = "hangdoc/bundle-v2"
@@ -65,8 +72,8 @@ class _Tables:
         return found
 
 
-def encode(bundle: Bundle) -> bytes:
-    """The v2 JSON of a bundle (not yet compressed)."""
+def encode(bundle: Bundle, digest: NodeDigest | None = None) -> bytes:
+    """The v2 JSON of a bundle (not yet compressed), with its node's digest when given."""
     tables = _Tables()
     body = to_dict(dataclasses.replace(bundle, samples=()))
     samples = []
@@ -80,8 +87,10 @@ def encode(bundle: Bundle) -> bytes:
         row["processes"] = procs
         samples.append(row)
     body["samples"] = samples
-    return _encoder.encode({"schema": SCHEMA, "frames": list(tables.frames), "stacks": tables.stack_rows,
-                            "bundle": body})
+    head = {"schema": SCHEMA}
+    if digest is not None:
+        head["digest"] = to_dict(digest)
+    return _encoder.encode({**head, "frames": list(tables.frames), "stacks": tables.stack_rows, "bundle": body})
 
 
 # --- reading -------------------------------------------------------------------------------
@@ -246,3 +255,43 @@ def decode(data: bytes, interner: Interner | None = None) -> Bundle:
         raise ValueError(str(exc).replace("`$", "`$.bundle", 1)) from None
     _restorer(mirrors[Bundle])(bundle)
     return bundle
+
+
+# --- the head: what a merge by class reads of each node --------------------------------------
+
+
+class _JobHead(msgspec.Struct, gc=False):
+    run_id: str | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    world_size: int | None = None
+    single_process: bool = False
+
+
+class _BundleHead(msgspec.Struct, gc=False):
+    host: Host
+    job: _JobHead
+    created: float = 0.0
+    logs: tuple[LogTail, ...] = ()
+    options: Options = Options()
+    exit_code: int | None = None
+
+
+class Head(msgspec.Struct, gc=False):
+    """A node's bundle without its samples: the digest (None when the bundle has none) and
+    the bundle fields a job-wide decision reads."""
+
+    schema: str
+    bundle: _BundleHead
+    digest: NodeDigest | None = None
+
+
+_head_decoder = msgspec.json.Decoder(Head)
+
+
+def decode_head(data: bytes) -> Head:
+    """The head of v2 JSON; ValueError naming the JSON path."""
+    try:
+        return _head_decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise ValueError(str(exc)) from None

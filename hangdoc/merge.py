@@ -38,7 +38,7 @@ class _Node:
         return self.bundle.host.hostname
 
 
-def job_label(job: Job) -> str:
+def job_label(job: Job | JobId) -> str:
     """How a job is named to the user: "run none at 127.0.0.1:29500, world size 2"."""
     where = f"{job.master_addr}:{job.master_port}" if job.master_addr or job.master_port else "no master address"
     size = f", world size {job.world_size}" if job.world_size is not None else ""
@@ -58,7 +58,7 @@ def merge_bundles(bundles: Sequence[Bundle], names: Sequence[str] | None = None)
                                "distributed job's nodes can be merged")
     if len(bundles) == 1:
         return bundles[0]
-    _check_one_job(bundles, names)
+    check_one_job([JobId.of(b) for b in bundles], names)
     nodes = sorted((_Node(n, b, 0) for n, b in zip(names, bundles)), key=lambda n: _lowest_rank(n.bundle))
     nodes = [dataclasses.replace(node, slot=i) for i, node in enumerate(nodes)]
     renumber = _pids_collide(nodes)
@@ -80,8 +80,8 @@ def merge_bundles(bundles: Sequence[Bundle], names: Sequence[str] | None = None)
         job=job,
         samples=_rounds([b.samples for b in moved]),
         logs=tuple(LogTail(f"{b.host.hostname}:{log.source}", log.lines) for b in moved for log in b.logs),
-        options=_options([b.options for b in moved]),
-        exit_code=_exit_code([b.exit_code for b in moved]),
+        options=options_of([b.options for b in moved]),
+        exit_code=exit_code_of([b.exit_code for b in moved]),
     )
     return merged
 
@@ -100,34 +100,53 @@ def merge_stream(bundles: Iterable[Bundle], names: Sequence[str]) -> Bundle:
 # --- do they belong together ------------------------------------------------------------
 
 
-def _check_one_job(bundles: Sequence[Bundle], names: Sequence[str]) -> None:
-    ref, ref_name = bundles[0], names[0]
-    for name, bundle in zip(names[1:], bundles[1:]):
-        a, b = ref.job, bundle.job
+@dataclass(frozen=True)
+class JobId:
+    """What tells one job's nodes from another's: run id, master, world size, and each rank with
+    its start time."""
+
+    run_id: str | None
+    master_addr: str | None
+    master_port: int | None
+    world_size: int | None
+    ranks: tuple[tuple[int | None, float], ...]
+
+    @classmethod
+    def of(cls, bundle: Bundle) -> "JobId":
+        job = bundle.job
+        return cls(job.run_id, job.master_addr, job.master_port, job.world_size,
+                   tuple((p.rank, p.start_time) for p in job.ranks))
+
+
+def check_one_job(jobs: Sequence[JobId], names: Sequence[str]) -> None:
+    """A HangdocError (exit 2) unless the nodes are of one job, one run, and disjoint in ranks."""
+    ref, ref_name = jobs[0], names[0]
+    for name, b in zip(names[1:], jobs[1:]):
+        a = ref
         same = ((a.run_id, a.master_addr, a.master_port) == (b.run_id, b.master_addr, b.master_port)
                 and (a.world_size is None or b.world_size is None or a.world_size == b.world_size))
         if not same:
             raise HangdocError(f"{ref_name} and {name} are bundles of different jobs "
                                f"({job_label(a)} vs {job_label(b)}); merge the bundles of one job only")
-    starts = [(min(p.start_time for p in b.job.ranks), name) for name, b in zip(names, bundles) if b.job.ranks]
+    starts = [(min(start for _, start in job.ranks), name) for name, job in zip(names, jobs) if job.ranks]
     if starts:
         (early, early_name), (late, late_name) = min(starts), max(starts)
         if late - early > SAME_RUN_S:
             raise HangdocError(
-                f"{early_name} and {late_name} are of different runs of {job_label(ref.job)}: their ranks "
+                f"{early_name} and {late_name} are of different runs of {job_label(ref)}: their ranks "
                 f"started {_span(late - early)} apart (a restart, or a new job on the same run id and port); "
                 "merge the bundles of one run only")
     owner: dict[int, int] = {}
-    for i, bundle in enumerate(bundles):
-        for proc in bundle.job.ranks:
-            if proc.rank is None:
+    for i, job in enumerate(jobs):
+        for rank, _ in job.ranks:
+            if rank is None:
                 continue
-            first = owner.setdefault(proc.rank, i)
+            first = owner.setdefault(rank, i)
             if first != i:
                 where = (f"{names[first]} twice" if names[first] == names[i]
                          else f"both {names[first]} and {names[i]}")
                 raise HangdocError(
-                    f"rank {proc.rank} is in {where}: give each node's bundle once (two captures of one "
+                    f"rank {rank} is in {where}: give each node's bundle once (two captures of one "
                     "node cannot be merged; keep the newer one)")
 
 
@@ -258,7 +277,7 @@ def _gpu(states: list[GpuState]) -> GpuState:
                     errors=tuple(e for s in states for e in s.errors))
 
 
-def _options(options: list[Options]) -> Options:
+def options_of(options: list[Options]) -> Options:
     hang_after = [o.hang_after_s for o in options if o.hang_after_s is not None]
     interval = [o.interval_s for o in options if o.interval_s is not None]
     return Options(interval_s=max(interval) if interval else None,
@@ -267,7 +286,7 @@ def _options(options: list[Options]) -> Options:
                    nonblocking=any(o.nonblocking for o in options))
 
 
-def _exit_code(codes: list[int | None]) -> int | None:
+def exit_code_of(codes: list[int | None]) -> int | None:
     failed = [c for c in codes if c not in (None, 0)]
     if failed:
         return failed[0]

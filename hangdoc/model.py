@@ -504,6 +504,7 @@ class RankDigest:
     unmoved_since: float | None    # the latest of the rank's and its live workers' "frozen since"
     points: int                    # samples of the rank
     workers: tuple[WorkerReport, ...] = ()
+    started: float = 0.0           # the rank process's start time (tells one run from a restart)
 
 
 @dataclass(frozen=True)

@@ -51,12 +51,24 @@ def snapshot_once(pid: int, probes: Probes, *, single: bool = False, native: boo
     return dataclasses.replace(bundle, data_lists=copy_data_lists(job, probes.procfs.root))
 
 
-def report_from_files(paths, hang_after: float | None = None):
-    """Load saved bundles (merging those of one job's nodes) and diagnose them: (bundle, report)."""
-    from hangdoc.analyze.report import build_report
-    from hangdoc.bundle_io import load_bundles
+def report_from_files(paths, hang_after: float | None = None, records: tuple = (), errors: tuple = ()):
+    """Load saved bundles and diagnose them: (bundle, report). Several files are one job's nodes:
+    merged whole up to FOLD_ABOVE_RANKS ranks, diagnosed by class beyond (`hangdoc/fold.py`).
+    `records`, `errors`: Flight Recorder dumps given beside the bundles, and the refused ones."""
+    from hangdoc.analyze.report import build_report, report_of
+    from hangdoc.bundle_io import bundle_files, load_bundles
+    from hangdoc.fold import FOLD_ABOVE_RANKS, diagnose_by_class, read_node
 
-    bundle = load_bundles(paths)
+    files = bundle_files(paths)
+    if len(files) > 1:
+        nodes = [read_node(f) for f in files]
+        if sum(len(n.digest.ranks) for n in nodes) > FOLD_ABOVE_RANKS:
+            bundle, diagnosis = diagnose_by_class(nodes, hang_after, records)
+            return dataclasses.replace(bundle, flight_errors=bundle.flight_errors + errors), report_of(bundle, diagnosis)
+    bundle = load_bundles(files)
+    if records or errors:
+        bundle = dataclasses.replace(bundle, flight_records=bundle.flight_records + records,
+                                     flight_errors=bundle.flight_errors + errors)
     return bundle, build_report(bundle, hang_after)
 
 

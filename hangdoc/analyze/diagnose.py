@@ -52,6 +52,16 @@ class RankView:
 
 
 @dataclass(frozen=True)
+class Census:
+    """Who a job diagnosed by class held: its views show one rank of each class."""
+
+    ranks: tuple[int, ...]
+    hosts: tuple[str, ...]
+    group_ranks: tuple[int, ...]
+    nodes: int | None              # nodes in the job (GROUP_WORLD_SIZE), when torchrun said
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     verdict: str                       # "hang", "crash", "suspect", "healthy" or "ended" (cause unknown)
     culprits: tuple[int, ...]
@@ -61,6 +71,7 @@ class Diagnosis:
     mismatch: dict[str, tuple[int, ...]] = field(default_factory=dict)  # collective -> ranks
     frozen: bool = False               # a hang outside collectives: nothing moved at all
     rhythm: Rhythm | None = None       # how the threshold was set, and since when nothing stepped
+    census: Census | None = None       # every rank seen, when the views stand for classes
 
     def view(self, rank: int) -> RankView | None:
         return next((r for r in self.ranks if rank in r.ranks), None)
@@ -186,7 +197,8 @@ def digest_of(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView])
             rhythm=rank_progress(line), unmoved_since=max(since) if since else None, points=len(line.points),
             workers=tuple(WorkerReport(pid=w.node_pid, index=w.worker_index, state=r.state if alive else "exited",
                                        top_frame=r.frame.label if r.frame else None, alive=alive)
-                          for w, r, alive in view.workers)))
+                          for w, r, alive in view.workers),
+            started=view.info.start_time))
     nodes = max((n for p in bundle.job.ranks if (n := _int(p.env.get("GROUP_WORLD_SIZE")))), default=None)
     return NodeDigest(DIGEST_VERSION, bundle.samples[0].time, bundle.last.time, tuple(ranks),
                       tuple(fr_step_times(bundle.flight_records)), nodes)

@@ -1,6 +1,7 @@
 """From a bundle to the report: diagnose, run every rule, lay out the ranks. Pure."""
 from __future__ import annotations
 
+from hangdoc.analyze.classes import rank_ranges
 from hangdoc.analyze.diagnose import Diagnosis, RankView, diagnose
 from hangdoc.model import REPORT_SCHEMA, Bundle, Report, RankReport, Threshold, WorkerReport
 from hangdoc.rules import run_rules
@@ -11,7 +12,12 @@ GLOO_TIMEOUT_S = 1800.0
 
 
 def build_report(bundle: Bundle, hang_after: float | None = None) -> Report:
-    diagnosis = diagnose(bundle, hang_after)
+    return report_of(bundle, diagnose(bundle, hang_after))
+
+
+def report_of(bundle: Bundle, diagnosis: Diagnosis) -> Report:
+    """The report of a diagnosis: every rule run, the ranks laid out (a row per class when the
+    views stand for classes)."""
     findings = run_rules(Context(bundle, diagnosis))
     timeout = pg_timeout(bundle)
     remaining = None
@@ -69,4 +75,6 @@ def _rank_report(bundle: Bundle, diagnosis: Diagnosis, view: RankView) -> RankRe
             for w, r, alive in view.workers
         ),
         group_rank=view.info.group_rank,
+        rank_count=view.count,
+        rank_set=rank_ranges(view.members) if view.members else None,
     )

@@ -425,7 +425,6 @@ def report_inputs(paths, hang_after: float | None = None):
     join the bundle's evidence; dumps alone make a bundle of their own, judged on them."""
     from hangdoc.analyze.flight import bundle_from_dumps, verdict_from_dumps
     from hangdoc.analyze.report import build_report
-    from hangdoc.bundle_io import load_bundles
     from hangdoc.errors import BadBundle
 
     bundle_paths, dump_paths = split_inputs(paths)
@@ -433,10 +432,9 @@ def report_inputs(paths, hang_after: float | None = None):
     if dump_paths and not records:
         raise BadBundle(errors[0] if errors else f"no Flight Recorder dump could be read in {dump_paths[0]}")
     if bundle_paths:
-        bundle = load_bundles(bundle_paths)
-        bundle = dataclasses.replace(bundle, flight_records=bundle.flight_records + records,
-                                     flight_errors=bundle.flight_errors + errors)
-        return bundle, build_report(bundle, hang_after)
+        from hangdoc.pipeline import report_from_files
+
+        return report_from_files(bundle_paths, hang_after, tuple(records), tuple(errors))
     bundle = bundle_from_dumps(records, errors)
     return bundle, verdict_from_dumps(build_report(bundle, hang_after))
 

@@ -22,7 +22,8 @@ class Context:
         return timelines(self.bundle)
 
     def culprit_views(self) -> list[RankView]:
-        return [v for v in self.diagnosis.ranks if v.info.rank in self.diagnosis.culprits]
+        culprits = set(self.diagnosis.culprits)
+        return [v for v in self.diagnosis.ranks if culprits.intersection(v.ranks)]
 
     def starved_culprits(self) -> list[RankView]:
         """The culprits of a hang that wait on their DataLoader: where the data rules look."""

@@ -20,7 +20,7 @@ def check(ctx: Context) -> list[Finding]:
     for view in ctx.culprit_views():
         doing = view.reading.state + (f" ({view.reading.detail})" if view.reading.detail else "")
         evidence = [
-            f"{len(waiting)} of {len(d.ranks)} ranks wait in {collective} "
+            f"{d.count(waiting)} of {d.count(d.ranks)} ranks wait in {collective} "
             f"(none of them stepped for {now - min(v.blocked_since or now for v in waiting):.0f} s)",
             rank_line(view, now),
         ]

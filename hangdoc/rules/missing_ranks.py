@@ -36,13 +36,21 @@ def check(ctx: Context) -> list[Finding]:
     job = ctx.bundle.job
     if job.single_process:
         return []
-    world, absent, absent_nodes = missing(job)
+    census = ctx.diagnosis.census
+    if census is None:
+        world, absent, absent_nodes = missing(job)
+        present = [p.rank for p in job.ranks if p.rank is not None]
+        hosts = sorted({p.host or ctx.bundle.host.hostname for p in job.ranks})
+        groups = sorted({p.group_rank for p in job.ranks if p.group_rank is not None})
+    else:   # a job diagnosed by class: the bundle holds one node of each class, the census all
+        present, hosts, groups = list(census.ranks), list(census.hosts), list(census.group_ranks)
+        world = max([job.world_size or 0, len(present)])
+        have = set(present)
+        absent = [r for r in range(world) if r not in have]
+        absent_nodes = ([g for g in range(census.nodes) if g not in set(groups)]
+                        if census.nodes and groups else None)
     if not absent:
         return []
-    ranks = job.ranks
-    present = [p.rank for p in ranks if p.rank is not None]
-    hosts = sorted({p.host or ctx.bundle.host.hostname for p in ranks})
-    groups = sorted({p.group_rank for p in ranks if p.group_rank is not None})
     where = f" on {', '.join(hosts[:8])}{' ...' if len(hosts) > 8 else ''}"
     if groups:
         where += f" (node {rank_ranges(groups)})"
@@ -55,7 +63,7 @@ def check(ctx: Context) -> list[Finding]:
     severity = Severity.INFO if d.verdict == "healthy" else Severity.WARNING
     if d.verdict == "hang" and not d.culprits and d.waiting:
         title += ": every rank here waits in a collective, so the culprit is on another node"
-        evidence.append(f"{len(d.waiting)} of {len(d.ranks)} captured ranks wait in "
+        evidence.append(f"{d.count(d.waiting)} of {d.count(d.ranks)} captured ranks wait in "
                         f"{d.waiting[0].reading.detail or 'a collective'}: the rank they wait for is not here")
     return [finding(RULE, absent, title, evidence, FIX, severity=severity)]
 

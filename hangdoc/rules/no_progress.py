@@ -18,8 +18,8 @@ def check(ctx: Context) -> list[Finding]:
         if stack:
             evidence.append(f"  stack: {stack}")
         evidence.extend(worker_lines(view))
-    who = "The process" if len(d.ranks) == 1 else "Every rank"
-    return [finding(RULE, [v.info.rank for v in d.ranks],
+    who = "The process" if d.count(d.ranks) == 1 else "Every rank"
+    return [finding(RULE, [r for v in d.ranks for r in v.ranks],
                     f"{who} is frozen outside any collective (a deadlock or an endless wait)", evidence,
                     "Look at the frame each process sleeps in: a lock taken twice, a queue nobody fills, "
                     "a subprocess or socket that never answers. Run `hangdoc watch --native` to see the "

@@ -73,7 +73,7 @@ def check(ctx: Context) -> list[Finding]:
         return []
     common = stepping[0].reading.detail
     others = ", ".join(str(v.info.rank) for v in stepping)
-    world = d.ranks[0].info.world_size or len(d.ranks)
+    world = d.ranks[0].info.world_size or d.count(d.ranks)
     workers = max((w.num_workers for w in ctx.bundle.job.by_role(Role.WORKER) if w.num_workers), default=None)
     if workers is None:
         workers = max((len(ctx.workers_of(v.info.pid)) for v in d.ranks), default=0) or None
