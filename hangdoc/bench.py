@@ -257,27 +257,17 @@ def main(argv=None) -> int:
                     ["shards", "metadata pass s", "goal", "sampled pass s", "sampled throughput"],
                     [[r["n_shards"], r["metadata_s"], f"<= {r['metadata_target_s']} s", r["sample_s"], rates]]) + "\n")
     if "merge" in wanted:
-        try:
-            from hangdoc.bench_merge import bench_merge
-        except ImportError:
-            bench_merge = None
-        if bench_merge is not None:
-            rows = results["merge"] = bench_merge()
-            print(table("Merging and diagnosing many nodes' bundles (8 ranks x 8 workers a node, 3 samples)",
-                        ["ranks", "nodes", "load s", "merge + diagnose s", "peak RSS MiB", "culprits", "goal"],
-                        [[r["ranks"], r["nodes"], f"{r['load_s']:.2f}", f"{r['merge_diagnose_s']:.2f}",
-                          round(r["peak_rss_bytes"] / 2 ** 20), r["culprits"], "<= 2 s, <= 1 GiB at 4096"]
-                         for r in rows]) + "\n")
-            from hangdoc.bench_merge import bench_many_nodes
+        from hangdoc.bench_merge import bench_many_nodes, stages_table
 
-            rows = results["many_nodes"] = bench_many_nodes()
-            print(table("`hangdoc report DIR` in a fresh process, v1 (JSON) vs v2 (interned, zstd) node bundles",
-                        ["ranks", "nodes", "format", "bundle bytes", "report wall s", "peak RSS MiB", "verdict",
-                         "culprits", "same as v1", "goal"],
-                        [[r["ranks"], r["nodes"], r["format"], f"{r['bytes']:,}", r["wall_s"], r["peak_rss_mib"],
-                          r["verdict"], r["culprits"], {True: "yes", False: "NO"}.get(r.get("same_as_v1"), "-"),
-                          "<= 10 s, <= 2 GiB at 65536; <= 1 s at 4096"]
-                         for r in rows]) + "\n")
+        rows = results["many_nodes"] = bench_many_nodes()
+        print(table("`hangdoc report DIR` in a fresh process, v1 (JSON) vs v2 (interned, zstd, digested) node bundles",
+                    ["ranks", "nodes", "format", "bundle bytes", "report wall s", "peak RSS MiB", "verdict",
+                     "culprits", "same as v1", "goal"],
+                    [[r["ranks"], r["nodes"], r["format"], f"{r['bytes']:,}", r["wall_s"], r["peak_rss_mib"],
+                      r["verdict"], r["culprits"], {True: "yes", False: "NO"}.get(r.get("same_as_v1"), "-"),
+                      "<= 10 s, <= 2 GiB at 65536; <= 1 s at 4096"]
+                     for r in rows]) + "\n")
+        print(stages_table(rows) + "\n")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "bench.json"

@@ -121,19 +121,16 @@ def load_head(path: str | Path) -> bundle_v2.Head | None:
     """A node's digest and identity without its samples; None for a v1 bundle (it has no head)."""
     path = Path(path)
     data = read_bundle_bytes(path)
-    try:
-        schema = msgspec.json.decode(data, type=_Schema).schema
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        schema = None
-    if schema != bundle_v2.SCHEMA:
-        return None
     with hostile_input(str(path)):
         try:
-            return bundle_v2.decode_head(data)
+            head = bundle_v2.decode_head(data)
         except msgspec.DecodeError as exc:
             raise BadBundle(f"{path} is not valid JSON (truncated or corrupt?): {exc}") from None
         except (ValueError, TypeError) as exc:
+            if msgspec.json.decode(data, type=_Schema).schema != bundle_v2.SCHEMA:
+                return None    # v1, or not a bundle at all: the whole load says which
             raise BadBundle(f"{path} is damaged: {exc}") from None
+    return head if head.schema == bundle_v2.SCHEMA and head.bundle is not None else None
 
 
 def load_bundle(path: str | Path, interner: bundle_v2.Interner | None = None) -> Bundle:

@@ -281,8 +281,8 @@ class Head(msgspec.Struct, gc=False):
     """A node's bundle without its samples: the digest (None when the bundle has none) and
     the bundle fields a job-wide decision reads."""
 
-    schema: str
-    bundle: _BundleHead
+    schema: Any = None
+    bundle: _BundleHead | None = None
     digest: NodeDigest | None = None
 
 

@@ -5,6 +5,7 @@ node; printed compactly with rank ranges ("ranks 0-511,513-1023").
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hangdoc.model import Bundle, Frame, Role
@@ -36,21 +37,37 @@ def rank_ranges(ranks) -> str:
     return ",".join(parts)
 
 
+def expand_ranges(text: str) -> list[int]:
+    """"0-3,5" -> [0, 1, 2, 3, 5]: `rank_ranges` undone."""
+    ranks: list[int] = []
+    for part in filter(None, text.split(",")):
+        low, _, high = part.partition("-")
+        ranks.extend(range(int(low), int(high or low) + 1))
+    return ranks
+
+
 def _key(frames: tuple[Frame, ...]) -> tuple:
     # Function and file, not line: a rank looping in one function stays in one class.
     return tuple((f.name, f.short_filename) for f in frames)
 
 
-def stack_classes(bundle: Bundle) -> list[StackClass]:
-    """Ranks grouped by identical main-thread stacks in the last sample, biggest class first."""
+def stack_classes(bundle: Bundle, members: Mapping[int, Sequence[int]] | None = None) -> list[StackClass]:
+    """Ranks grouped by identical main-thread stacks in the last sample, biggest class first.
+
+    `members`: for a job diagnosed by class, the ranks each loaded rank stands for (rank ->
+    ranks); the bundle's other ranks are then left out, as their classes hold them."""
     groups: dict[tuple, list[tuple[int, tuple[Frame, ...]]]] = {}
     for rank in bundle.job.by_role(Role.RANK):
+        number = rank.rank if rank.rank is not None else -1
+        if members is not None and number not in members:
+            continue
         sample = bundle.last.sample_of(rank.pid)
         main = sample.stack.main if sample and sample.stack else None
         frames = main.frames if main else ()
-        groups.setdefault(_key(frames), []).append((rank.rank if rank.rank is not None else -1, frames))
-    classes = [StackClass(tuple(sorted(r for r, _ in members)), min(members, key=lambda m: m[0])[1])
-               for members in groups.values()]
+        for r in (members[number] if members is not None else (number,)):
+            groups.setdefault(_key(frames), []).append((r, frames))
+    classes = [StackClass(tuple(sorted(r for r, _ in group)), min(group, key=lambda m: m[0])[1])
+               for group in groups.values()]
     return sorted(classes, key=lambda c: (-len(c.ranks), c.ranks))
 
 
@@ -111,9 +128,9 @@ def tree_lines(node: Node, indent: str = "") -> list[str]:
     return lines
 
 
-def stack_tree(bundle: Bundle) -> list[str]:
+def stack_tree(bundle: Bundle, members: Mapping[int, Sequence[int]] | None = None) -> list[str]:
     """The main-thread stacks of every rank in the last sample as a folded prefix tree."""
-    classes = stack_classes(bundle)
+    classes = stack_classes(bundle, members)
     if not classes:
         return []
     lines = tree_lines(prefix_tree(classes))

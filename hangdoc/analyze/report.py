@@ -76,5 +76,5 @@ def _rank_report(bundle: Bundle, diagnosis: Diagnosis, view: RankView) -> RankRe
         ),
         group_rank=view.info.group_rank,
         rank_count=view.count,
-        rank_set=rank_ranges(view.members) if view.members else None,
+        rank_set=rank_ranges(view.members) if len(view.members) > 1 else None,
     )

@@ -7,7 +7,10 @@ from hangdoc.analyze.classes import rank_ranges, stack_classes, stack_tree
 from hangdoc.model import Bundle, Report
 from hangdoc.render.escape import md_cell, md_code, md_fence, md_text
 from hangdoc.render.text import culprit_places, group_cells, rank_rows, spans_nodes, stacks_heading
-from hangdoc.render.words import duration, rank_label, gpu_cell, crash_cause, headline, missing_stacks, threshold_line, timeout_line
+from hangdoc.render.words import (
+    class_members, crash_cause, duration, gpu_cell, headline, missing_stacks, rank_label, row_ranks, threshold_line,
+    timeout_line,
+)
 
 
 def report_markdown(report: Report, bundles: list[Bundle] | None = None) -> str:
@@ -34,7 +37,7 @@ def report_markdown(report: Report, bundles: list[Bundle] | None = None) -> str:
     nodes = spans_nodes(report)
     for rows in rank_rows(report):
         r = rows[0]
-        if len(rows) > 1:
+        if len(rows) > 1 or r.rank_count > 1:
             cells = group_cells(rows)
             node = cells["node"] if cells["node"].endswith("nodes") else f"node {cells['node']}"
             host = f"{cells['host']} ({node})" if nodes else cells["host"]
@@ -48,11 +51,12 @@ def report_markdown(report: Report, bundles: list[Bundle] | None = None) -> str:
             index = w.index if w.index is not None else "?"
             lines.append(f"| ↳ worker {index} | {w.pid} | | {md_cell(w.state)} | | | | `{md_code(w.top_frame)}` |")
     lines.append("")
+    members = class_members(report)
     for bundle in bundles or []:
-        tree = stack_tree(bundle)
+        tree = stack_tree(bundle, members)
         if tree:
-            lines += ["### Stack tree", "", stacks_heading(bundle), "", "```"] + [md_fence(t) for t in tree] + ["```", ""]
-        classes = stack_classes(bundle)
+            lines += ["### Stack tree", "", stacks_heading(bundle, members), "", "```"] + [md_fence(t) for t in tree] + ["```", ""]
+        classes = stack_classes(bundle, members)
         if classes:
             lines += ["### Stacks by equivalence class", ""]
         for cls in classes:

@@ -11,7 +11,10 @@ from rich.text import Text
 from hangdoc.analyze.classes import rank_ranges, rank_set, stack_classes, stack_tree
 from hangdoc.model import Bundle, RankReport, Report
 from hangdoc.render.escape import terminal as esc
-from hangdoc.render.words import duration, rank_label, gpu_cell, crash_cause, headline, missing_stacks, threshold_line, timeout_line
+from hangdoc.render.words import (
+    class_members, crash_cause, duration, gpu_cell, headline, missing_stacks, rank_label, row_ranks, threshold_line,
+    timeout_line,
+)
 
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 # Past this many ranks the table lists the culprits and groups the others by what they do.
@@ -63,11 +66,12 @@ def render_text(report: Report, out: TextIO, width: int | None = None,
     if report.ranks:
         console.print()
         console.print(ranks_table(report))
+    members = class_members(report)
     for bundle in bundles or []:
-        tree = stack_tree(bundle)
+        tree = stack_tree(bundle, members)
         if tree:
             console.print()
-            console.print(Text(stacks_heading(bundle), style="bold"))
+            console.print(Text(stacks_heading(bundle, members), style="bold"))
             for line in tree:
                 console.print(Text("  " + esc(line)), overflow=fold)
 
@@ -96,7 +100,7 @@ def culprit_places(report: Report, limit: int = 8) -> list[str]:
 def rank_rows(report: Report) -> list[list[RankReport]]:
     """Rows of the ranks table: one rank each, or past MAX_RANK_ROWS, the culprits one by one
     and the other ranks grouped by state, progress and top frame."""
-    if len(report.ranks) <= MAX_RANK_ROWS:
+    if len(report.ranks) <= MAX_RANK_ROWS or class_members(report) is not None:
         return [[r] for r in report.ranks]
     culprits = set(report.culprit_ranks)
     groups: dict[tuple, list[RankReport]] = {}
@@ -111,8 +115,10 @@ def group_cells(rows: list[RankReport]) -> dict[str, str]:
     """The RANK, PID, NODE, HOST and FOR cells of a row that stands for several ranks."""
     nodes = {r.group_rank for r in rows if r.group_rank is not None}
     hosts = {r.host for r in rows}
+    if any(r.rank_count > 1 for r in rows):   # a class of a job of many nodes: where its ranks run is not kept
+        nodes, hosts = set(), {"-"}
     return {
-        "rank": rank_set([r.rank for r in rows]).removeprefix("ranks "),
+        "rank": rank_set([x for r in rows for x in row_ranks(r)]).removeprefix("ranks "),
         "pid": "-",
         "node": rank_ranges(nodes) if len(nodes) <= 4 else f"{len(nodes)} nodes",
         "host": next(iter(hosts)) if len(hosts) == 1 else f"{len(hosts)} hosts",
@@ -120,8 +126,8 @@ def group_cells(rows: list[RankReport]) -> dict[str, str]:
     }
 
 
-def stacks_heading(bundle: Bundle) -> str:
-    classes = stack_classes(bundle)
+def stacks_heading(bundle: Bundle, members=None) -> str:
+    classes = stack_classes(bundle, members)
     ranks = sum(len(c.ranks) for c in classes)
     return (f"Stacks of {ranks} rank{'s' if ranks != 1 else ''} in {len(classes)} "
             f"class{'es' if len(classes) != 1 else ''} "
@@ -137,7 +143,7 @@ def ranks_table(report: Report) -> Table:
     culprits = set(report.culprit_ranks)
     for rows in rank_rows(report):
         rank = rows[0]
-        if len(rows) > 1:
+        if len(rows) > 1 or rank.rank_count > 1:
             cells = group_cells(rows)
             table.add_row(cells["rank"], cells["pid"], *((cells["node"], esc(cells["host"])) if nodes else ()),
                           esc(rank.state), cells["for"], esc(rank.progress), "-", esc(rank.top_frame or "-"))

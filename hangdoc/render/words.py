@@ -1,8 +1,26 @@
 """Phrases every renderer shares, so text, Markdown and the live view say the same thing."""
 from __future__ import annotations
 
-from hangdoc.analyze.classes import rank_ranges
-from hangdoc.model import Report
+from hangdoc.analyze.classes import expand_ranges, rank_ranges
+from hangdoc.model import RankReport, Report
+
+
+def row_ranks(row: RankReport) -> list[int]:
+    """The ranks a row stands for: its class's, or its own."""
+    if row.rank_set:
+        return expand_ranges(row.rank_set)
+    return [row.rank] if row.rank is not None else []
+
+
+def class_members(report: Report) -> dict[int, list[int]] | None:
+    """Rank -> the ranks it stands for, when the report's rows stand for classes; else None."""
+    if all(r.rank_set is None for r in report.ranks):
+        return None
+    return {r.rank: row_ranks(r) for r in report.ranks if r.rank is not None}
+
+
+def ranks_seen(report: Report) -> int:
+    return sum(r.rank_count for r in report.ranks)
 
 
 def headline(report: Report) -> str:
@@ -10,7 +28,7 @@ def headline(report: Report) -> str:
     if report.verdict == "hang" and any(f.rule == "run-timeout" for f in report.findings):
         # A budget ran out: say that, not a collective wait nobody saw (there may be no rank at all).
         who = f"rank {culprits} is the culprit; " if culprits else ""
-        return f"HANG: {who}the run did not finish within --timeout ({len(report.ranks)} ranks watched)"
+        return f"HANG: {who}the run did not finish within --timeout ({ranks_seen(report)} ranks watched)"
     if report.verdict == "hang":
         if any(f.rule == "no-progress" for f in report.findings):
             who = "nothing moves (no CPU, no I/O, same frames)"
@@ -24,7 +42,8 @@ def headline(report: Report) -> str:
         who = f"rank {culprits} failed first" if culprits else "the job failed"
         return f"CRASH: {who}"
     if report.verdict == "suspect":
-        waiting = [r.rank for r in report.ranks if r.state == "collective-wait" and r.rank not in report.culprit_ranks]
+        waiting = [x for r in report.ranks if r.state == "collective-wait" for x in row_ranks(r)
+                   if x not in report.culprit_ranks]
         others = ", ".join(f"rank {r.rank} in {r.state}" for r in report.ranks if r.rank in report.culprit_ranks)
         who = f"rank {rank_ranges(waiting)} wait in a collective" if waiting else "the ranks wait in different collectives"
         return (f"SUSPECT: {who}" + (f" for {others}" if others else "")
