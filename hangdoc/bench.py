@@ -23,7 +23,8 @@ from pathlib import Path
 from hangdoc.scenarios import SCENARIOS
 from hangdoc.scenarios.launch import start_job, stop_job, wait_for
 
-SECTIONS = ("snapshot", "locals", "latency", "engines", "overhead", "false-alarms", "detection", "zoo", "check", "merge")
+SECTIONS = ("snapshot", "locals", "latency", "engines", "analysis", "overhead", "false-alarms", "detection", "zoo",
+            "check", "merge")
 
 
 def machine() -> str:
@@ -203,6 +204,15 @@ def main(argv=None) -> int:
         from hangdoc.bench_engines import bench_engines, print_engines
 
         print_engines(results.setdefault("engines", bench_engines()), table)
+    if "analysis" in wanted:
+        from hangdoc.bench_analysis import TARGET_MS, bench_analysis
+
+        rows = results["analysis"] = bench_analysis()
+        print(table("The watch's analysis per round as its history grows (8 ranks x 8 workers, one rank "
+                    "waiting on data): timelines kept round to round vs rebuilt",
+                    ["samples", "kept ms", "rebuilt ms", "verdict", "goal"],
+                    [[r["samples"], r["kept_ms"], r["rebuilt_ms"], r["verdict"], f"<= {TARGET_MS:.0f} ms at 600"]
+                     for r in rows]) + "\n")
     if "locals" in wanted:
         from hangdoc.bench_rhythm import bench_locals
 

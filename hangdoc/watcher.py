@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from hangdoc.analyze.report import build_report
+from hangdoc.analyze.timeline import LiveTimelines
 from hangdoc.collect.discover import find_job
 from hangdoc.collect.datalists import copy_data_lists
 from hangdoc.collect.logs import log_sources, read_tails
@@ -64,6 +65,7 @@ class Watcher:
     rounds: int = 0
     stepping: set = field(default_factory=set)   # ranks that stepped at the last sample
     flight: object = None                                # a FlightCollector, made on first use
+    live: LiveTimelines = field(default_factory=LiveTimelines)   # the analysis's timelines, round to round
 
     def start(self) -> Bundle:
         """Find the job and take the first full capture; attach errors surface here."""
@@ -95,7 +97,7 @@ class Watcher:
         bundle = self.bundle() if self.samples else self.start()
         began = time.monotonic()
         while True:
-            report = build_report(bundle, self.config.hang_after_s)
+            report = build_report(bundle, self.config.hang_after_s, self.live)
             bundle, report = self._with_flight_records(bundle, report)
             self.stepping = {r.pid for r in report.ranks if r.progress == "active"}
             if on_sample:
@@ -122,7 +124,7 @@ class Watcher:
         bundle = dataclasses.replace(bundle, flight_config=fr_configs(bundle.job), flight_records=self.flight.records,
                                      flight_errors=self.flight.errors, ras=self.flight.ras)
         more = self.flight.records or self.flight.ras is not None
-        return bundle, (build_report(bundle, self.config.hang_after_s) if more else report)
+        return bundle, (build_report(bundle, self.config.hang_after_s, self.live) if more else report)
 
     def _capture(self, all_workers: bool) -> Snapshot:
         assert self.job is not None

@@ -113,9 +113,10 @@ class Decision:
     rhythm: Rhythm | None = None
 
 
-def diagnose(bundle: Bundle, hang_after: float | None = None) -> Diagnosis:
-    """`hang_after` overrides the bundle's own; with neither, the threshold is learned."""
-    lines = timelines(bundle)
+def diagnose(bundle: Bundle, hang_after: float | None = None, lines: dict[int, Timeline] | None = None) -> Diagnosis:
+    """`hang_after` overrides the bundle's own; with neither, the threshold is learned.
+    `lines`: the bundle's timelines when the caller keeps them (a live watch)."""
+    lines = timelines(bundle) if lines is None else lines
     views = rank_views(bundle, lines)
     digest = digest_of(bundle, lines, views)
     decision = decide(digest.ranks, job_facts(bundle, digest, hang_after))

@@ -61,6 +61,14 @@ def stepped(a: Point, b: Point) -> bool:
     """Did the rank's own loop move on between two of its points?"""
     if not (a.fresh and b.fresh):
         return False
+    key = ("stepped", a.time)
+    known = b.memo.get(key)
+    if known is None:
+        known = b.memo[key] = _stepped(a, b)
+    return known
+
+
+def _stepped(a: Point, b: Point) -> bool:
     waiting = a.reading.state in WAIT_STATES and b.reading.state in WAIT_STATES
     if a.loop is not None and b.loop is not None:
         return loop_moved(a.loop, b.loop, waiting)
@@ -79,7 +87,18 @@ def stepped(a: Point, b: Point) -> bool:
 
 def frames_mark(frames: tuple[Frame, ...]) -> LoopMark:
     """A LoopMark from frames alone (innermost first): the job's frames and their lines."""
-    return LoopMark(frames=tuple(FrameMark(f.name, f.line, "") for f in reversed(frames) if f.is_job_code))
+    hit = _MARKS.get(id(frames))
+    if hit is not None and hit[0] is frames:
+        return hit[1]
+    mark = LoopMark(frames=tuple(FrameMark(f.name, f.line, "") for f in reversed(frames) if f.is_job_code))
+    if len(_MARKS) >= 4096:
+        _MARKS.clear()
+    _MARKS[id(frames)] = (frames, mark)   # the frames are kept alive with it: the id stays theirs
+    return mark
+
+
+# Frame tuples are shared (interned) across samples: their marks are worked out once.
+_MARKS: dict[int, tuple[tuple[Frame, ...], LoopMark]] = {}
 
 
 def working(a: Point, b: Point) -> bool:
@@ -89,16 +108,10 @@ def working(a: Point, b: Point) -> bool:
 
 def blocked_since(line: Timeline) -> float | None:
     """Start of the trailing run in which the rank sat in one collective without stepping."""
-    last = line.last
-    if last.reading.state != "collective-wait":
+    if line.last.reading.state != "collective-wait":
         return None
-    start = last
-    for point in reversed(line.points[:-1]):
-        if point.reading.state != "collective-wait" or point.reading.detail != last.reading.detail \
-                or stepped(point, start):
-            break
-        start = point
-    return start.time
+    return line.run_start("blocked", lambda a, b: a.reading.state == "collective-wait"
+                          and a.reading.detail == b.reading.detail and not stepped(a, b))
 
 
 def rank_progress(line: Timeline) -> StepSummary:

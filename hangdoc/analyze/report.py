@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from hangdoc.analyze.classes import rank_ranges
 from hangdoc.analyze.diagnose import Diagnosis, RankView, diagnose
+from hangdoc.analyze.timeline import LiveTimelines, Timeline, timelines
 from hangdoc.model import REPORT_SCHEMA, Bundle, Report, RankReport, Threshold, WorkerReport
 from hangdoc.rules import run_rules
 from hangdoc.rules.base import Context
@@ -11,14 +12,16 @@ NCCL_TIMEOUT_S = 600.0
 GLOO_TIMEOUT_S = 1800.0
 
 
-def build_report(bundle: Bundle, hang_after: float | None = None) -> Report:
-    return report_of(bundle, diagnose(bundle, hang_after))
+def build_report(bundle: Bundle, hang_after: float | None = None, live: LiveTimelines | None = None) -> Report:
+    """`live`: a watch's timelines, kept from round to round (the same report, for one sample's work)."""
+    lines = live.of(bundle) if live is not None else timelines(bundle)
+    return report_of(bundle, diagnose(bundle, hang_after, lines), lines)
 
 
-def report_of(bundle: Bundle, diagnosis: Diagnosis) -> Report:
+def report_of(bundle: Bundle, diagnosis: Diagnosis, lines: dict[int, Timeline] | None = None) -> Report:
     """The report of a diagnosis: every rule run, the ranks laid out (a row per class when the
     views stand for classes)."""
-    findings = run_rules(Context(bundle, diagnosis))
+    findings = run_rules(Context(bundle, diagnosis, lines))
     timeout = pg_timeout(bundle)
     remaining = None
     if diagnosis.verdict == "hang" and diagnosis.onset is not None and bundle.job.world_size:

@@ -7,10 +7,12 @@ all-reduce moves a few bytes a step.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
 
 from hangdoc.analyze.classify import Reading, classify_rank, classify_worker, signature
-from hangdoc.model import Bundle, LoopMark, ProcSample, Role, ThreadCounters
+from hangdoc.model import Bundle, LoopMark, ProcSample, Role, Snapshot, ThreadCounters
 
 # Bytes a process may move between samples without it counting as progress (store pings).
 IO_NOISE_BYTES = 4096
@@ -27,6 +29,9 @@ class Point:
     loop: LoopMark | None = None           # the main thread's loop position, when locals were read
     main: ThreadCounters | None = None     # the kernel's counters of the main thread
     fresh: bool = True                     # False: no stack this round, the reading carried on
+    # Answers about this point worked out once (did it step since an earlier point, where does
+    # its trailing run start): a live watch asks the same questions of the same points every round.
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 def _point(time: float, sample: ProcSample | None, worker: bool) -> Point:
@@ -59,33 +64,64 @@ class Timeline:
 
     def state_since(self) -> float:
         """When the process entered its current state (same state and detail), as far as we saw."""
-        start = self.last
-        for point in reversed(self.points[:-1]):
-            if (point.reading.state, point.reading.detail) != (start.reading.state, start.reading.detail):
-                break
-            start = point
-        return start.time
+        return self.run_start("state", lambda a, b: (a.reading.state, a.reading.detail)
+                              == (b.reading.state, b.reading.detail))
 
     def unmoved_since(self) -> float:
         """Start of the trailing run with the same frames and no CPU or bytes moved."""
-        start = self.last
-        for point in reversed(self.points[:-1]):
-            if point.sig != start.sig or moved(point, start):
-                break
-            start = point
-        return start.time
+        return self.run_start("unmoved", lambda a, b: a.sig == b.sig and not moved(a, b))
+
+    def run_start(self, key: str, joins: Callable[[Point, Point], bool]) -> float:
+        """When the trailing run began in which each point `joins` the one before it.
+
+        Each point remembers where its run began (under `key`), so a timeline one point longer
+        than last round's costs one comparison, not a walk over its whole history."""
+        points = self.points
+        i = len(points) - 1
+        while i > 0 and key not in points[i].memo:
+            i -= 1
+        points[i].memo.setdefault(key, points[i].time)
+        for prev, point in zip(points[i:], points[i + 1:]):
+            point.memo[key] = prev.memo[key] if joins(prev, point) else point.time
+        return max(points[-1].memo[key], points[0].time)
 
 
 def timelines(bundle: Bundle) -> dict[int, Timeline]:
     """A timeline for every rank and worker of the bundle, over all its samples."""
-    roles = {p.pid: p.role for p in bundle.job.processes}
-    points: dict[int, list[Point]] = {pid: [] for pid, role in roles.items()
-                                      if role in (Role.RANK, Role.WORKER)}
-    for snapshot in bundle.samples:
-        for pid, series in points.items():
+    return LiveTimelines().of(bundle)
+
+
+class LiveTimelines:
+    """Timelines kept up to date as a watch samples: each new snapshot adds its points and the
+    snapshots the watch dropped from the front take theirs along, so a round costs one sample,
+    not the whole history. `of(bundle)` is always what the whole history gives."""
+
+    def __init__(self):
+        self._series: dict[int, deque[Point]] = {}
+        self._last: float | None = None
+
+    def of(self, bundle: Bundle) -> dict[int, Timeline]:
+        roles = {p.pid: p.role for p in bundle.job.processes}
+        first = bundle.samples[0].time if bundle.samples else None
+        for series in self._series.values():
+            while series and first is not None and series[0].time < first:
+                series.popleft()
+        fresh = [s for s in bundle.samples if self._last is None or s.time > self._last]
+        for snapshot in fresh:
+            self._add(snapshot, roles)
+        if bundle.samples:
+            self._last = bundle.samples[-1].time
+        return {pid: Timeline(pid, tuple(series)) for pid, series in self._series.items()
+                if series and roles.get(pid) in (Role.RANK, Role.WORKER)}
+
+    def _add(self, snapshot: Snapshot, roles: dict[int, Role]) -> None:
+        for pid, role in roles.items():
+            if role not in (Role.RANK, Role.WORKER):
+                continue
             sample = snapshot.sample_of(pid)
             if sample is None:
                 continue   # not yet born, or not sampled this time
+            series = self._series.setdefault(pid, deque())
             if sample.stack is None and sample.alive and series:
                 # stacks skipped this round (a worker sampled less often): carry the reading on
                 prev = series[-1]
@@ -95,5 +131,4 @@ def timelines(bundle: Bundle) -> dict[int, Timeline]:
                                     proc.io.rchar + proc.io.wchar if proc and proc.io else None,
                                     prev.loop, proc.main_thread if proc else None, fresh=False))
                 continue
-            series.append(_point(snapshot.time, sample, roles[pid] is Role.WORKER))
-    return {pid: Timeline(pid, tuple(series)) for pid, series in points.items() if series}
+            series.append(_point(snapshot.time, sample, role is Role.WORKER))

@@ -16,10 +16,11 @@ class Context:
 
     bundle: Bundle
     diagnosis: Diagnosis
+    lines: dict[int, Timeline] | None = None    # the bundle's timelines, when already built
 
     @cached_property
     def timelines(self) -> dict[int, Timeline]:
-        return timelines(self.bundle)
+        return self.lines if self.lines is not None else timelines(self.bundle)
 
     def culprit_views(self) -> list[RankView]:
         culprits = set(self.diagnosis.culprits)

@@ -4,6 +4,8 @@ Everything here reads the bundle only (samples, job, logs), so rules stay pure.
 """
 from __future__ import annotations
 
+import itertools
+
 import re
 from dataclasses import dataclass
 
@@ -85,12 +87,23 @@ def basename(path: str) -> str:
 
 def samples_of(bundle: Bundle, pid: int) -> list[tuple[float, ProcSample]]:
     """(time, sample) for every snapshot that sampled `pid`, oldest first."""
-    out = []
-    for snap in bundle.samples:
-        sample = snap.sample_of(pid)
-        if sample is not None:
-            out.append((snap.time, sample))
-    return out
+    return list(_kept(bundle, ("samples", pid), lambda: [
+        (snap.time, sample) for snap in bundle.samples if (sample := snap.sample_of(pid)) is not None]))
+
+
+def _kept(bundle: Bundle, key, work):
+    """`work()`, once per bundle and key: the rules ask for the same few processes' samples and
+    reads over and over. Only the last bundle's answers are kept."""
+    cached_bundle, answers = _KEPT
+    if cached_bundle is not bundle:
+        answers = {}
+        _KEPT[:] = [bundle, answers]
+    if key not in answers:
+        answers[key] = work()
+    return answers[key]
+
+
+_KEPT: list = [None, {}]
 
 
 def latest_frames(bundle: Bundle, pid: int) -> tuple[Frame, ...]:
@@ -105,8 +118,8 @@ def member_decode_frames(bundle: Bundle, pid: int, recent: int = 8) -> tuple[Fra
     """A worker's frames (above its loop) from the newest of its last `recent` stacks that shows a
     decoder reading straight from a tar member: one instant may catch it inside bz2 or tarfile
     between two decoder calls, so the last stack alone misses it."""
-    stacks = [s.stack.main.frames for _, s in samples_of(bundle, pid) if s.stack and s.stack.main]
-    for frames in reversed(stacks[-recent:]):
+    stacks = (s.stack.main.frames for _, s in reversed(samples_of(bundle, pid)) if s.stack and s.stack.main)
+    for frames in itertools.islice(stacks, recent):
         above = above_worker_loop(frames)
         if member_decode(above):
             return above
@@ -180,6 +193,10 @@ def file_reads(bundle: Bundle, pid: int) -> list[FileRead]:
     the same file, so it is the bytes the process read from disk (compressed bytes for a
     compressed file), per second of the time it held the file.
     """
+    return list(_kept(bundle, ("reads", pid), lambda: _file_reads(bundle, pid)))
+
+
+def _file_reads(bundle: Bundle, pid: int) -> list[FileRead]:
     series: dict[tuple[int, str], list[tuple[float, int, int | None]]] = {}
     for time, sample in samples_of(bundle, pid):
         if not sample.alive or sample.proc is None:
