@@ -89,7 +89,7 @@ def encode(bundle: Bundle, digest: NodeDigest | None = None) -> bytes:
     body["samples"] = samples
     head = {"schema": SCHEMA}
     if digest is not None:
-        head["digest"] = to_dict(digest)
+        head["digest"] = msgspec.to_builtins(digest)
     return _encoder.encode({**head, "frames": list(tables.frames), "stacks": tables.stack_rows, "bundle": body})
 
 

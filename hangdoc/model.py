@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import msgspec
+
 BUNDLE_SCHEMA = "hangdoc/bundle-v1"
 REPORT_SCHEMA = "hangdoc/report-v1"
 # Linux pids stay below 2**22; a merge of several nodes' bundles renumbers colliding pids to
@@ -473,8 +475,7 @@ class Bundle:
 DIGEST_VERSION = 1
 
 
-@dataclass(frozen=True)
-class StepSummary:
+class StepSummary(msgspec.Struct, frozen=True, gc=False):
     """A rank's rhythm in a few numbers: each folds over ranks by sum, max or any."""
 
     steps: int                     # steps seen
@@ -483,8 +484,15 @@ class StepSummary:
     has_locals: bool               # its loop position could be read
 
 
-@dataclass(frozen=True)
-class RankDigest:
+class DigestWorker(msgspec.Struct, frozen=True, gc=False):
+    pid: int                       # on its own node
+    index: int | None
+    state: str
+    top_frame: str | None
+    alive: bool = True
+
+
+class RankDigest(msgspec.Struct, frozen=True, gc=False):
     """One rank as its node's analysis saw it: what the verdict of a whole job needs, and no
     frames. Thousands of nodes' digests decide a job without loading every sample."""
 
@@ -503,12 +511,11 @@ class RankDigest:
     rhythm: StepSummary
     unmoved_since: float | None    # the latest of the rank's and its live workers' "frozen since"
     points: int                    # samples of the rank
-    workers: tuple[WorkerReport, ...] = ()
+    workers: tuple[DigestWorker, ...] = ()
     started: float = 0.0           # the rank process's start time (tells one run from a restart)
 
 
-@dataclass(frozen=True)
-class NodeDigest:
+class NodeDigest(msgspec.Struct, frozen=True, gc=False):
     version: int
     first: float                   # the node's first and last sample times
     last: float

@@ -20,7 +20,7 @@ from hangdoc.analyze.logs import failed_worker_rank, killed_workers, says_failur
 from hangdoc.analyze.progress import Rhythm, blocked_since, progress_word, rank_progress, rhythm
 from hangdoc.analyze.timeline import Timeline, timelines
 from hangdoc.model import (
-    DIGEST_VERSION, Bundle, Frame, LogTail, NodeDigest, ProcessInfo, RankDigest, Role, WorkerReport,
+    DIGEST_VERSION, Bundle, DigestWorker, Frame, LogTail, NodeDigest, ProcessInfo, RankDigest, Role,
 )
 
 # Collectives on the common path of a training step: the rank elsewhere left that path.
@@ -196,7 +196,7 @@ def digest_of(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView])
             stack_key=stack_key(signature(sample)), state_since=view.state_since,
             blocked_since=view.blocked_since, exited_at=view.exited_at, progress=view.progress,
             rhythm=rank_progress(line), unmoved_since=max(since) if since else None, points=len(line.points),
-            workers=tuple(WorkerReport(pid=w.node_pid, index=w.worker_index, state=r.state if alive else "exited",
+            workers=tuple(DigestWorker(pid=w.node_pid, index=w.worker_index, state=r.state if alive else "exited",
                                        top_frame=r.frame.label if r.frame else None, alive=alive)
                           for w, r, alive in view.workers),
             started=view.info.start_time))

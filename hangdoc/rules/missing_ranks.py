@@ -47,7 +47,8 @@ def check(ctx: Context) -> list[Finding]:
         world = max([job.world_size or 0, len(present)])
         have = set(present)
         absent = [r for r in range(world) if r not in have]
-        absent_nodes = ([g for g in range(census.nodes) if g not in set(groups)]
+        have_groups = set(groups)
+        absent_nodes = ([g for g in range(census.nodes) if g not in have_groups]
                         if census.nodes and groups else None)
     if not absent:
         return []

@@ -1,7 +1,6 @@
 """A job of many nodes diagnosed by class gives the report the whole merge gives, in class rows."""
 from __future__ import annotations
 
-import dataclasses
 import io
 
 import msgspec
@@ -121,9 +120,9 @@ def test_a_digest_of_another_analysis_version_is_not_trusted(tmp_path):
     folder = write_job(tmp_path, culprit=77)
     bundle = node_bundle(9, NODES, 77, T0, workers=2)
     digest = node_digest(bundle)
-    lying = dataclasses.replace(
+    lying = msgspec.structs.replace(
         digest, version=digest.version + 1,
-        ranks=tuple(dataclasses.replace(r, state="collective-wait", detail="all_reduce") for r in digest.ranks))
+        ranks=tuple(msgspec.structs.replace(r, state="collective-wait", detail="all_reduce") for r in digest.ranks))
     path = folder / "node09.json.zst"
     path.write_bytes(zstandard.ZstdCompressor().compress(bundle_v2.encode(bundle, lying)))
 
