@@ -246,6 +246,14 @@ class ProcSample:
     stack: Stack | None = None
     errors: tuple[str, ...] = ()   # "stack: could not collect: ..." and the like
 
+    @property
+    def stack_failure(self) -> str | None:
+        """Why the sample has no stack, from the "stack: could not collect: ..." line the capture kept."""
+        for error in reversed(self.errors):
+            if error.startswith("stack: could not collect: "):
+                return error.removeprefix("stack: could not collect: ")
+        return None
+
 
 @dataclass(frozen=True)
 class Snapshot:

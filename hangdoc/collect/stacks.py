@@ -109,14 +109,6 @@ def tracer_of(pid: int, proc_root: str = "/proc") -> int | None:
     return None
 
 
-def stack_failure(errors: tuple[str, ...]) -> str | None:
-    """Why a sample has no stack, from the "stack: could not collect: ..." line the capture kept."""
-    for error in reversed(errors):
-        if error.startswith("stack: could not collect: "):
-            return error.removeprefix("stack: could not collect: ")
-    return None
-
-
 def classify_failure(pid: int, text: str, tracer: int | None = None) -> StackError:
     message = " ".join(text.strip().split())[:300] or "py-spy failed with no message"
     lowered = message.lower()

@@ -8,7 +8,7 @@ from xml.etree import ElementTree as ET
 from hangdoc.model import Report
 from hangdoc.redact import redact_cmdline
 from hangdoc.render.escape import xml
-from hangdoc.render.words import crash_cause, headline, missing_stacks
+from hangdoc.render.layout import layout
 
 
 def junit_xml(report: Report, cmd: list[str], bundles=None) -> str:
@@ -16,14 +16,15 @@ def junit_xml(report: Report, cmd: list[str], bundles=None) -> str:
     suite = ET.Element("testsuite", name="hangdoc", tests="1", failures=str(int(failed)), errors="0",
                        timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
     case = ET.SubElement(suite, "testcase", classname="hangdoc.run", name=xml(" ".join(redact_cmdline(cmd)))[:200])
+    doc = layout(report, bundles)
     if failed:
-        failure = ET.SubElement(case, "failure", message=xml(headline(report)), type=report.verdict)
-        body = [headline(report), *crash_cause(report, bundles), *missing_stacks(bundles)]
-        for f in report.findings:
+        failure = ET.SubElement(case, "failure", message=xml(doc.headline), type=report.verdict)
+        body = [doc.headline, *doc.cause, *doc.missing]
+        for f in doc.findings:
             body += [f"[{f.severity.value}] {f.rule}: {f.title}", *("    " + e for e in f.evidence), f"    fix: {f.fix}"]
         failure.text = xml("\n".join(body))
     else:
-        ET.SubElement(case, "system-out").text = xml(headline(report))
+        ET.SubElement(case, "system-out").text = xml(doc.headline)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)
 
 

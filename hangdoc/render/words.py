@@ -105,14 +105,12 @@ def gpu_cell(gpu: dict | None) -> str:
 
 def stackless_ranks(bundle) -> list[tuple[int | None, int, str]]:
     """(rank, pid, why) for each live rank without a stack in the last sample, as the bundle recorded it."""
-    from hangdoc.collect.stacks import stack_failure
-
     out = []
     last = bundle.last
     for rank in bundle.job.ranks:
         sample = last.sample_of(rank.pid)
         if sample is not None and sample.alive and sample.stack is None:
-            out.append((rank.rank, rank.node_pid, stack_failure(sample.errors) or "py-spy gave nothing"))
+            out.append((rank.rank, rank.node_pid, sample.stack_failure or "py-spy gave nothing"))
     return out
 
 
