@@ -225,7 +225,7 @@ t5 = time.perf_counter()
 print(json.dumps({"load_s": t1 - t0, "classes_s": t2 - t1, "rules_s": t3 - t2, "render_s": t4 - t3,
                   "render_json_s": t5 - t4, "cpu_s": c3 - c0, "peak_rss_bytes": hwm() * 1024,
                   "loaded_rss_bytes": loaded * 1024, "base_rss_bytes": base * 1024, "verdict": report.verdict,
-                  "culprits": list(report.culprit_ranks), "report_lines": out.getvalue().count("\\n"),
+                  "culprits": list(report.culprit_ranks), "report_lines": out.getvalue().count("\n"),
                   "rows": len(report.ranks), "nodes_read_whole": len({p.host for p in bundle.job.ranks})}))
 """
 

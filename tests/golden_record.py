@@ -2,7 +2,7 @@
 
     .venv/bin/python tests/golden_record.py                  # record every case
     .venv/bin/python tests/golden_record.py bz2-shards ...   # record these cases
-    .venv/bin/python tests/golden_record.py --markdown-only  # rewrite expected.md from the stored bundles
+    .venv/bin/python tests/golden_record.py --markdown-only  # rewrite expected.md and expected.txt from the stored bundles
     .venv/bin/python tests/golden_record.py --docs           # rewrite the examples in docs/rules/*.md
     .venv/bin/python tests/golden_record.py --list
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
 import json
 import os
 import re
@@ -37,6 +38,7 @@ from hangdoc.analyze.report import build_report  # noqa: E402
 from hangdoc.bundle_io import load_bundle  # noqa: E402
 from hangdoc.model import Bundle, LogTail, Role  # noqa: E402
 from hangdoc.render.markdown import report_markdown  # noqa: E402
+from hangdoc.render.text import render_text  # noqa: E402
 from hangdoc.scenarios import SCENARIOS  # noqa: E402
 from hangdoc.scenarios.data import make_shards, synth_wav, write_list  # noqa: E402
 from hangdoc.scenarios.launch import RunningJob, start_job, stop_job, torchrun_cmd, wait_for  # noqa: E402
@@ -44,6 +46,7 @@ from hangdoc.serde import to_dict  # noqa: E402
 
 GOLDEN = ROOT / "tests" / "golden"
 JOBS = ROOT / "tests" / "jobs"
+TEXT_WIDTH = 120   # expected.txt: the text report as a 120-column terminal shows it, without colour
 KEEP_SAMPLES = 12
 KEEP_LOG_LINES = 400   # what the collector keeps: the whole tail
 WATCH = ("--interval", "0.5", "--hang-after", "4", "--no-live", "--no-gpu", "--format", "json")
@@ -246,6 +249,9 @@ def write_markdown(case: Case) -> str:
     report = build_report(bundle)
     text = report_markdown(report, [bundle]) + "\n"
     (GOLDEN / case.name / "expected.md").write_text(text)
+    out = io.StringIO()
+    render_text(report, out, width=TEXT_WIDTH, bundles=[bundle], terminal=True)
+    (GOLDEN / case.name / "expected.txt").write_text(out.getvalue())
     fired = sorted({f.rule for f in report.findings})
     problems = []
     if (report.verdict, report.culprit_ranks) != (case.verdict, case.culprits):
@@ -285,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cases", nargs="*", help="case names (default: all)")
-    parser.add_argument("--markdown-only", action="store_true", help="rewrite expected.md from stored bundles")
+    parser.add_argument("--markdown-only", action="store_true", help="rewrite expected.md and expected.txt from stored bundles")
     parser.add_argument("--docs", action="store_true", help="rewrite the examples in docs/rules/*.md")
     parser.add_argument("--list", action="store_true")
     args = parser.parse_args(argv)

@@ -41,7 +41,7 @@ def gpu_history(bundle: Bundle, pid: int, width: int = 12) -> tuple[str, str]:
     return sparkline(util, 100), sparkline(power, limit or max(p or 0 for p in power))
 
 
-def live_table(bundle: Bundle, report: Report, width: int = 80) -> Group:
+def live_table(bundle: Bundle, report: Report, width: int = 80, now: str | None = None) -> Group:
     """Laid out for 80 columns first: RANK, STATE and FOR always show; TOP FRAME takes what is left
     and is cut with an ellipsis; the GPU sparklines show only when there are GPUs and room."""
     rows = []
@@ -68,7 +68,7 @@ def live_table(bundle: Bundle, report: Report, width: int = 80) -> Group:
     for cells, style in rows:
         table.add_row(*(cells[i] for i in shown), style=style)
     head = Text(f"hangdoc watching {len(report.ranks)} ranks · sample {len(bundle.samples)} · "
-                f"{time.strftime('%H:%M:%S')} · {_pace(report)}{flight_note(bundle)}",
+                f"{now or time.strftime('%H:%M:%S')} · {_pace(report)}{flight_note(bundle)}",
                 style="bold", no_wrap=True, overflow="ellipsis")
     return Group(head, table)
 

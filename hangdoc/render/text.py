@@ -23,23 +23,24 @@ class _Console(Console):
         raise BrokenPipeError
 
 
-def make_console(out: TextIO, width: int | None = None) -> Console:
-    tty = getattr(out, "isatty", lambda: False)()
+def make_console(out: TextIO, width: int | None = None, terminal: bool | None = None) -> Console:
+    """`terminal`: draw as on a terminal (wrapping at `width`) whatever `out` is; None: ask `out`."""
+    tty = getattr(out, "isatty", lambda: False)() if terminal is None else terminal
     plain = bool(os.environ.get("NO_COLOR")) or not tty
     if width is None and not tty:
         # Piped into a file or a CI log: never wrap (a suggested command must copy-paste whole).
         width = PIPED_WIDTH
     return _Console(file=out, width=width, no_color=plain, color_system=None if plain else "auto",
-                   highlight=False, soft_wrap=False, emoji=False)
+                   force_terminal=tty, highlight=False, soft_wrap=False, emoji=False)
 
 
 def render_text(report: Report, out: TextIO, width: int | None = None,
-                bundles: list[Bundle] | None = None) -> None:
-    draw_text(layout(report, bundles), out, width)
+                bundles: list[Bundle] | None = None, terminal: bool | None = None) -> None:
+    draw_text(layout(report, bundles), out, width, terminal)
 
 
-def draw_text(doc: ReportLayout, out: TextIO, width: int | None = None) -> None:
-    console = make_console(out, width)
+def draw_text(doc: ReportLayout, out: TextIO, width: int | None = None, terminal: bool | None = None) -> None:
+    console = make_console(out, width, terminal)
     fold = "fold" if console.is_terminal else "ignore"
     console.print(Text(f"hangdoc: {esc(doc.headline)}", style="bold red" if doc.alarm else "bold green"))
     for line in doc.places:

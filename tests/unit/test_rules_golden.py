@@ -1,13 +1,14 @@
 """The root-cause rules on golden bundles: real torchrun jobs recorded by tests/golden_record.py.
 
 Each tests/golden/<case>/ holds bundle.json (what `hangdoc watch` saved), expected.json (verdict,
-culprits, the rules that must fire and those that must not) and expected.md (the Markdown report,
-exactly). A case with a README was derived by hand from a real bundle; the README says how.
+culprits, the rules that must fire and those that must not), expected.md (the Markdown report,
+exactly) and expected.txt (the text report on a 120-column terminal, NO_COLOR, exactly). A case with a README was derived by hand from a real bundle; the README says how.
 Re-record: `.venv/bin/python tests/golden_record.py [CASE]`; after a deliberate change to a rule's
 wording: `.venv/bin/python tests/golden_record.py --markdown-only`.
 """
 from __future__ import annotations
 
+import io
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -18,6 +19,7 @@ from hangdoc.analyze.report import build_report
 from hangdoc.bundle_io import load_bundle
 from hangdoc.model import Severity
 from hangdoc.render.markdown import report_markdown
+from hangdoc.render.text import render_text
 from hangdoc.rules import all_rules
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -73,6 +75,17 @@ def test_markdown_report_is_the_golden_one(name):
     text = report_markdown(report, [bundle]) + "\n"
     # THEN it is exactly expected.md
     assert text == (GOLDEN / name / "expected.md").read_text()
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_text_report_is_the_golden_one(name, monkeypatch):
+    # GIVEN a golden bundle WHEN rendered as the default text report on a 120-column terminal without colour
+    monkeypatch.setenv("NO_COLOR", "1")
+    bundle, report, _ = golden(name)
+    out = io.StringIO()
+    render_text(report, out, width=120, bundles=[bundle], terminal=True)
+    # THEN it is exactly expected.txt, the same renderer `hangdoc report` and the README's demo use
+    assert out.getvalue() == (GOLDEN / name / "expected.txt").read_text()
 
 
 @pytest.mark.parametrize("name", [c for c in CASES if golden(c)[2]["verdict"] == "healthy"])

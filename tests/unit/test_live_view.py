@@ -1,0 +1,59 @@
+"""The live view a user watches on a terminal while hangdoc samples: pinned line for line."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from hangdoc.analyze.report import build_report
+from hangdoc.bench_merge import node_bundle
+from hangdoc.bundle_io import load_bundle
+from hangdoc.render.live import live_table, status_line
+from hangdoc.render.text import make_console
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+
+
+def drawn(bundle, report, width: int) -> list[str]:
+    out = io.StringIO()
+    make_console(out, width, terminal=True).print(live_table(bundle, report, width, now="12:00:00"))
+    return [line.rstrip() for line in out.getvalue().splitlines()]
+
+
+def test_the_live_table_of_a_bz2_hang_at_80_columns(monkeypatch):
+    # GIVEN the bz2-shards golden bundle, on an 80-column terminal without colour
+    monkeypatch.setenv("NO_COLOR", "1")
+    bundle = load_bundle(GOLDEN / "bz2-shards" / "bundle.json")
+    # WHEN the live view draws it
+    lines = drawn(bundle, build_report(bundle), 80)
+    # THEN rank, state, wait and progress always show, and the top frame is cut to fit
+    assert lines == [
+        "hangdoc watching 2 ranks · sample 8 · 12:00:00 · quiet 4 s of 4 s (given)",
+        "RANK  STATE            FOR  PROGRESS  TOP FRAME",
+        "0     collective-wait  4s   stuck     _engine_run_backward (torch/autograd/grap…",
+        " w0   idle                            Queue.get (multiprocessing/queues.py:113)",
+        " w1   idle                            Queue.get (multiprocessing/queues.py:113)",
+        "1     dataloader-wait  4s   slow      _MultiProcessingDataLoaderIter._try_get_d…",
+        " w0   decompressing                   DecompressReader.read (_compression.py:10…",
+        " w1   decompressing                   DecompressReader.read (_compression.py:10…",
+    ]
+    assert all(len(line) <= 80 for line in lines)
+
+
+def test_gpu_sparklines_show_when_there_are_gpus_and_power_when_there_is_room(monkeypatch):
+    # GIVEN one node of 2 ranks on GPUs (NVML sampled), one rank waiting on its data
+    monkeypatch.setenv("NO_COLOR", "1")
+    bundle = node_bundle(0, 1, 1, 1_700_000_000.0, ranks_per_node=2, workers=1)
+    report = build_report(bundle)
+    # WHEN drawn at 80 and at 120 columns
+    narrow, wide = drawn(bundle, report, 80), drawn(bundle, report, 120)
+    # THEN the GPU utilisation column shows at 80, the power column only at 120
+    assert narrow[1].split() == ["RANK", "STATE", "FOR", "PROGRESS", "GPU", "TOP", "FRAME"]
+    assert wide[1].split() == ["RANK", "STATE", "FOR", "PROGRESS", "GPU", "POWER", "TOP", "FRAME"]
+    assert "▁▁▁" in narrow[2]
+
+
+def test_off_a_terminal_the_view_is_one_status_line_per_round():
+    bundle = load_bundle(GOLDEN / "bz2-shards" / "bundle.json")
+    line = status_line(bundle, build_report(bundle))
+    assert line.startswith("hangdoc: ") and " sample 8 (quiet 4 s of 4 s (given)): " in line
+    assert line.endswith("r0 collective-wait 4s stuck | r1 dataloader-wait 4s slow")
