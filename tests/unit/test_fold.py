@@ -12,7 +12,7 @@ from hangdoc.analyze.diagnose import node_digest
 from hangdoc.analyze.report import build_report
 from hangdoc.bench_merge import node_bundle
 from hangdoc.bundle_io import load_bundles, save_bundle
-from hangdoc.errors import BadBundle
+from hangdoc.errors import BadBundle, HangdocError
 from hangdoc.fold import FOLD_ABOVE_RANKS
 from hangdoc.pipeline import report_from_files
 from hangdoc.render.text import render_text
@@ -139,4 +139,12 @@ def test_a_damaged_digest_is_one_line_naming_the_file(tmp_path):
     path.write_bytes(zstandard.ZstdCompressor().compress(msgspec.json.encode(doc)))
 
     with pytest.raises(BadBundle, match=r"node02\.json\.zst is damaged: .*points"):
+        report_from_files([folder])
+
+
+def test_two_captures_of_one_node_are_refused_by_class_as_they_are_whole(tmp_path):
+    folder = write_job(tmp_path, culprit=77)
+    (folder / "node02-again.json.zst").write_bytes((folder / "node02.json.zst").read_bytes())
+
+    with pytest.raises(HangdocError, match=r"rank 16 is in both .*node02-again\.json\.zst and .*node02\.json\.zst"):
         report_from_files([folder])
