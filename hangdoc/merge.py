@@ -82,6 +82,13 @@ def merge_bundles(bundles: Sequence[Bundle], names: Sequence[str] | None = None)
         logs=tuple(LogTail(f"{b.host.hostname}:{log.source}", log.lines) for b in moved for log in b.logs),
         options=options_of([b.options for b in moved]),
         exit_code=exit_code_of([b.exit_code for b in moved]),
+        data_lists=tuple({c.path: c for b in moved for c in b.data_lists}.values()),
+        # each node's Flight Recorder dumps are its own ranks': together they are the job's record
+        flight_records=tuple(dataclasses.replace(r, host=r.host or b.host.hostname)
+                             for b in moved for r in b.flight_records),
+        flight_config=tuple(c for b in moved for c in b.flight_config),
+        flight_errors=tuple(f"{b.host.hostname}: {e}" for b in moved for e in b.flight_errors),
+        ras=_first(b.ras for b in moved if b.ras is not None and b.ras.status == "ok") or _first(b.ras for b in moved),
     )
     return merged
 

@@ -1,6 +1,7 @@
 """A job of many nodes diagnosed by class gives the report the whole merge gives, in class rows."""
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import msgspec
@@ -148,3 +149,24 @@ def test_two_captures_of_one_node_are_refused_by_class_as_they_are_whole(tmp_pat
 
     with pytest.raises(HangdocError, match=r"rank 16 is in both .*node02-again\.json\.zst and .*node02\.json\.zst"):
         report_from_files([folder])
+
+
+def test_a_merge_keeps_every_nodes_flight_recorder_dumps_and_data_lists():
+    from hangdoc.merge import merge_bundles
+    from hangdoc.model import DataListCopy, FlightRecord
+
+    # GIVEN two nodes, each with its ranks' Flight Recorder dumps and a copy of the data list
+    nodes = []
+    for n in range(2):
+        bundle = node_bundle(n, 2, 3, T0, ranks_per_node=2, workers=1)
+        records = tuple(FlightRecord(rank=r, source=f"/tmp/fr_{r}", form="json", version="2.10", trigger="pipe")
+                        for r in (2 * n, 2 * n + 1))
+        nodes.append(dataclasses.replace(bundle, flight_records=records, flight_errors=(f"rank {2 * n}: late",),
+                                         data_lists=(DataListCopy("/data/train.list", "shard", (), ()),)))
+    # WHEN merged
+    merged = merge_bundles(nodes)
+    # THEN the job's record holds every rank's dump, tagged with its node, and the list once
+    assert [(r.rank, r.host) for r in merged.flight_records] == [(0, "node0000"), (1, "node0000"),
+                                                                 (2, "node0001"), (3, "node0001")]
+    assert merged.flight_errors == ("node0000: rank 0: late", "node0001: rank 2: late")
+    assert len(merged.data_lists) == 1
