@@ -5,7 +5,8 @@ nor done I/O of its own for the threshold (given, or learned from the job's step
 while some rank waits in a collective or nothing moves at all. The culprits are the ranks
 outside the majority's collective (a straggler), or the ranks in a different collective
 (a mismatch). `suspect`: the ranks are split (some wait in a collective for the others) and
-the bundle cannot show them moving: one instant, or quiet for a third of the threshold.
+the bundle cannot show them moving: one instant, or quiet for a third of the threshold and
+longer than any step seen.
 """
 from __future__ import annotations
 
@@ -171,9 +172,16 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
     if frozen is not None:
         return Decision("hang", tuple(r.rank for r in ranks if r.rank is not None), frozen, frozen=True,
                         rhythm=beat)
-    if split and (max(r.points for r in ranks) == 1 or quiet >= beat.threshold_s / 3):
+    if split and (max(r.points for r in ranks) == 1 or quiet >= _suspect_after(beat)):
         return Decision("suspect", culprits, beat.quiet_since, mismatch, rhythm=beat)
     return Decision("healthy", rhythm=beat)
+
+
+def _suspect_after(beat: Rhythm) -> float:
+    """Quiet long enough to look wrong: a third of the threshold, and longer than any step seen
+    (a given --hang-after can sit close to the job's own step time: waiting out one slow step
+    while the others wait in all_reduce is the job's rhythm, not a suspicion)."""
+    return max(beat.threshold_s / 3, beat.longest_step_s or 0.0)
 
 
 def node_digest(bundle: Bundle) -> NodeDigest:
