@@ -20,6 +20,54 @@ REPORT_SCHEMA = "hangdoc/report-v1"
 PID_STRIDE = 10_000_000
 
 
+class Word(str, enum.Enum):
+    """A word of hangdoc's vocabulary: a str enum that reads as its value everywhere (f-strings,
+    str(), JSON) and equals the plain string, so bundles and reports keep their JSON."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+class Verdict(Word):
+    HANG = "hang"
+    SUSPECT = "suspect"            # split, and not yet seen long enough to tell a hang from a slow step
+    HEALTHY = "healthy"
+    CRASH = "crash"
+    ENDED = "ended"                # every rank gone, and nothing says whether it failed
+    INTERRUPTED = "interrupted"    # the watch was stopped before a verdict
+
+
+class RankState(Word):
+    COLLECTIVE = "collective-wait"
+    DATALOADER = "dataloader-wait"
+    COMPUTE = "compute"
+    IO = "io"
+    IDLE = "idle"
+    EXITED = "exited"
+    UNKNOWN = "unknown"
+
+
+class WorkerState(Word):
+    DECOMPRESSING = "decompressing"
+    DECODING = "decoding"
+    READING = "reading"
+    LOCK_WAIT = "lock-wait"
+    QUEUE_PUT = "queue-put"
+    IDLE = "idle"            # waiting on its index queue for work
+    BUSY = "busy"            # running dataset code
+    EXITED = "exited"
+    UNKNOWN = "unknown"
+
+
+class Progress(Word):
+    ACTIVE = "active"        # it stepped at the last sample
+    SLOW = "slow"            # no step, but it or its workers are busy
+    STUCK = "stuck"          # nothing moved
+
+
 class Role(str, enum.Enum):
     LAUNCHER = "launcher"
     RANK = "rank"
@@ -567,7 +615,7 @@ class RankReport:
     host: str
     state: str
     waiting_s: float
-    progress: str                  # "stuck", "slow" or "active"
+    progress: Progress
     gpu: dict[str, float | int | str | None] | None
     top_frame: str | None
     workers: tuple[WorkerReport, ...] = ()
@@ -593,7 +641,7 @@ class Threshold:
 @dataclass(frozen=True)
 class Report:
     schema: str
-    verdict: str                   # "hang", "suspect", "healthy", "crash", "ended" (cause unknown) or "interrupted"
+    verdict: Verdict
     detected_after_s: float | None
     culprit_ranks: tuple[int, ...]
     findings: tuple[Finding, ...]

@@ -5,32 +5,9 @@ frame that decided it, so a report can cite the evidence.
 """
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
-from hangdoc.model import Frame, ProcSample, Stack, Thread
-
-
-class RankState(str, enum.Enum):
-    COLLECTIVE = "collective-wait"
-    DATALOADER = "dataloader-wait"
-    COMPUTE = "compute"
-    IO = "io"
-    IDLE = "idle"
-    EXITED = "exited"
-    UNKNOWN = "unknown"
-
-
-class WorkerState(str, enum.Enum):
-    DECOMPRESSING = "decompressing"
-    DECODING = "decoding"
-    READING = "reading"
-    LOCK_WAIT = "lock-wait"
-    QUEUE_PUT = "queue-put"
-    IDLE = "idle"            # waiting on its index queue for work
-    BUSY = "busy"            # running dataset code
-    EXITED = "exited"
-    UNKNOWN = "unknown"
+from hangdoc.model import Frame, ProcSample, RankState, Stack, Thread, WorkerState
 
 
 # c10d's public collectives, as they appear in torch/distributed/distributed_c10d.py.
@@ -70,7 +47,7 @@ _LOCK_FRAMES = ("acquire", "__enter__", "Condition.wait", "Lock.acquire", "RLock
 class Reading:
     """A classified instant: the state, a detail ("all_reduce"), and the frame that says so."""
 
-    state: str
+    state: RankState | WorkerState
     detail: str | None
     frame: Frame | None
 
@@ -106,61 +83,61 @@ def _in_dataloader_wait(frames: tuple[Frame, ...]) -> Frame | None:
 def classify_rank(sample: ProcSample | None) -> Reading:
     """The state of a rank from its main thread (and the kernel's view of it)."""
     if sample is None or not sample.alive or (sample.proc and sample.proc.state in ("Z", "X")):
-        return Reading("exited", None, None)
+        return Reading(RankState.EXITED, None, None)
     main = sample.stack.main if sample.stack else None
     if main is None or not main.frames:
         if sample.proc and sample.proc.state == "D":
-            return Reading("io", "uninterruptible sleep (disk)", None)
-        return Reading("unknown", None, None)
+            return Reading(RankState.IO, "uninterruptible sleep (disk)", None)
+        return Reading(RankState.UNKNOWN, None, None)
     frames = main.frames
     hit = collective_frame(frames)
     if hit:
-        return Reading("collective-wait", hit[0], hit[1])
+        return Reading(RankState.COLLECTIVE, hit[0], hit[1])
     dl = _in_dataloader_wait(frames)
     if dl:
-        return Reading("dataloader-wait", "DataLoader.__next__", dl)
+        return Reading(RankState.DATALOADER, "DataLoader.__next__", dl)
     top = frames[0]
     if any(f.name.endswith(_BACKWARD) for f in frames[:3]) and not main.active:
         # DDP's reducer all-reduces gradients from C++ inside backward: idle there means waiting on it.
-        return Reading("collective-wait", "DDP gradient all_reduce (backward)", top)
+        return Reading(RankState.COLLECTIVE, "DDP gradient all_reduce (backward)", top)
     if any(p in f.filename for f in frames for p in _IO_FILES) or (sample.proc and sample.proc.state == "D"):
         frame = next((f for f in frames if any(p in f.filename for p in _IO_FILES)), top)
-        return Reading("io", frame.name, frame)
+        return Reading(RankState.IO, frame.name, frame)
     if main.active or main.owns_gil:
-        return Reading("compute", top.name, top)
-    return Reading("idle", top.name, top)
+        return Reading(RankState.COMPUTE, top.name, top)
+    return Reading(RankState.IDLE, top.name, top)
 
 
 def classify_worker(sample: ProcSample | None) -> Reading:
     """What a DataLoader worker is doing: decompressing, decoding, reading, locked, idle."""
     if sample is None or not sample.alive or (sample.proc and sample.proc.state in ("Z", "X")):
-        return Reading("exited", None, None)
+        return Reading(WorkerState.EXITED, None, None)
     main = sample.stack.main if sample.stack else None
     if main is None or not main.frames:
-        return Reading("unknown", None, None)
+        return Reading(WorkerState.UNKNOWN, None, None)
     frames = main.frames
     loop = next((i for i, f in enumerate(frames) if f.name == "_worker_loop"), len(frames))
     above = frames[:loop]   # the frames the worker loop called into
     if above and above[-1].name.endswith("get") and "queue" in above[-1].filename.lower():
-        return Reading("idle", "waiting for work on its index queue", above[-1])
+        return Reading(WorkerState.IDLE, "waiting for work on its index queue", above[-1])
     for frame in above:
         if any(p in frame.filename for p in _DECOMPRESS_FILES) or "decompress" in frame.name.lower():
-            return Reading("decompressing", frame.short_filename, frame)
+            return Reading(WorkerState.DECOMPRESSING, frame.short_filename, frame)
     for frame in above:
         if any(p in frame.filename for p in _DECODE_FILES) or "decode" in frame.name.lower():
-            return Reading("decoding", frame.name, frame)
+            return Reading(WorkerState.DECODING, frame.name, frame)
     if above and above[0].name.endswith(("put", "_feed")) and "queue" in above[0].filename.lower():
-        return Reading("queue-put", above[0].name, above[0])
+        return Reading(WorkerState.QUEUE_PUT, above[0].name, above[0])
     if not main.active and above:
         top = above[0]
         blocked_in_kernel = sample.proc is not None and sample.proc.syscall in ("202", "98")  # futex
         if top.name.endswith(_LOCK_FRAMES) or blocked_in_kernel:
-            return Reading("lock-wait", top.name, top)
+            return Reading(WorkerState.LOCK_WAIT, top.name, top)
     for frame in above:
         if any(p in frame.filename for p in _READ_FILES):
-            return Reading("reading", frame.name, frame)
+            return Reading(WorkerState.READING, frame.name, frame)
     top = above[0] if above else frames[0]
-    return Reading("busy" if main.active else "idle", top.name, top)
+    return Reading(WorkerState.BUSY if main.active else WorkerState.IDLE, top.name, top)
 
 
 def main_thread(stack: Stack | None) -> Thread | None:

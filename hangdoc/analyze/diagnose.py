@@ -21,7 +21,8 @@ from hangdoc.analyze.logs import failed_worker_rank, killed_workers, says_failur
 from hangdoc.analyze.progress import Rhythm, blocked_since, progress_word, rank_progress, rhythm
 from hangdoc.analyze.timeline import Timeline, timelines
 from hangdoc.model import (
-    DIGEST_VERSION, Bundle, DigestWorker, Frame, LogTail, NodeDigest, ProcessInfo, RankDigest, Role,
+    DIGEST_VERSION, Bundle, DigestWorker, Frame, LogTail, NodeDigest, ProcessInfo, RankDigest, RankState, Role,
+    Verdict, WorkerState,
 )
 
 # Collectives on the common path of a training step: the rank elsewhere left that path.
@@ -64,7 +65,7 @@ class Census:
 
 @dataclass(frozen=True)
 class Diagnosis:
-    verdict: str                       # "hang", "crash", "suspect", "healthy" or "ended" (cause unknown)
+    verdict: Verdict
     culprits: tuple[int, ...]
     onset: float | None
     decided_at: float
@@ -79,7 +80,7 @@ class Diagnosis:
 
     @property
     def waiting(self) -> tuple[RankView, ...]:
-        return tuple(r for r in self.ranks if r.reading.state == "collective-wait")
+        return tuple(r for r in self.ranks if r.reading.state == RankState.COLLECTIVE)
 
     @staticmethod
     def count(views) -> int:
@@ -141,10 +142,10 @@ def rank_views(bundle: Bundle, lines: dict[int, Timeline]) -> list[RankView]:
         workers = [w for w in bundle.job.children_of(rank.pid) if w.role is Role.WORKER]
         worker_lines = [lines[w.pid] for w in workers if w.pid in lines]
         worker_states = tuple(
-            (w, lines[w.pid].last.reading, lines[w.pid].last.reading.state != "exited")
+            (w, lines[w.pid].last.reading, lines[w.pid].last.reading.state != WorkerState.EXITED)
             for w in workers if w.pid in lines
         )
-        exited_at = next((p.time for p in line.points if p.reading.state == "exited"), None)
+        exited_at = next((p.time for p in line.points if p.reading.state == RankState.EXITED), None)
         views.append(RankView(rank, line.last.reading, line.state_since(), blocked_since(line),
                               progress_word(line, worker_lines), worker_states, exited_at))
     return views
@@ -156,25 +157,25 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
     beat = rhythm([r.rhythm for r in ranks], facts.first, facts.hang_after, list(facts.collective_steps))
     crash = _crash(ranks, facts)
     if crash is not None:
-        return Decision("crash", crash[0], crash[1], rhythm=beat)
+        return Decision(Verdict.CRASH, crash[0], crash[1], rhythm=beat)
     if ranks and all(r.exited_at is not None for r in ranks):
-        return Decision("healthy" if ended_readably(facts) else "ended", rhythm=beat)
+        return Decision(Verdict.HEALTHY if ended_readably(facts) else Verdict.ENDED, rhythm=beat)
     if not ranks and facts.exit_code not in (None, 0):
-        return Decision("crash", rhythm=beat)
+        return Decision(Verdict.CRASH, rhythm=beat)
 
     quiet = now - beat.quiet_since
     culprits, mismatch = _culprits(ranks)
-    waiting = any(r.exited_at is None and r.state == "collective-wait" for r in ranks)
+    waiting = any(r.exited_at is None and r.state == RankState.COLLECTIVE for r in ranks)
     split = bool(mismatch) or (waiting and bool(culprits))
     if quiet >= beat.threshold_s and waiting:
-        return Decision("hang", culprits, beat.quiet_since, mismatch, rhythm=beat)
+        return Decision(Verdict.HANG, culprits, beat.quiet_since, mismatch, rhythm=beat)
     frozen = _all_frozen(ranks, now, beat)
     if frozen is not None:
-        return Decision("hang", tuple(r.rank for r in ranks if r.rank is not None), frozen, frozen=True,
+        return Decision(Verdict.HANG, tuple(r.rank for r in ranks if r.rank is not None), frozen, frozen=True,
                         rhythm=beat)
     if split and (max(r.points for r in ranks) == 1 or quiet >= _suspect_after(beat)):
-        return Decision("suspect", culprits, beat.quiet_since, mismatch, rhythm=beat)
-    return Decision("healthy", rhythm=beat)
+        return Decision(Verdict.SUSPECT, culprits, beat.quiet_since, mismatch, rhythm=beat)
+    return Decision(Verdict.HEALTHY, rhythm=beat)
 
 
 def _suspect_after(beat: Rhythm) -> float:
@@ -204,7 +205,7 @@ def digest_of(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView])
             stack_key=stack_key(signature(sample)), state_since=view.state_since,
             blocked_since=view.blocked_since, exited_at=view.exited_at, progress=view.progress,
             rhythm=rank_progress(line), unmoved_since=max(since) if since else None, points=len(line.points),
-            workers=tuple(DigestWorker(pid=w.node_pid, index=w.worker_index, state=r.state if alive else "exited",
+            workers=tuple(DigestWorker(pid=w.node_pid, index=w.worker_index, state=r.state if alive else WorkerState.EXITED,
                                        top_frame=r.frame.label if r.frame else None, alive=alive)
                           for w, r, alive in view.workers),
             started=view.info.start_time))
@@ -262,7 +263,7 @@ def _crash(ranks: Sequence[RankDigest], facts: JobFacts) -> tuple[tuple[int, ...
 def _all_frozen(ranks: Sequence[RankDigest], now: float, beat: Rhythm) -> float | None:
     """No rank stepped and no rank or worker moved (frames, CPU, bytes) for the threshold: frozen
     outside any collective (a deadlock, a lone process asleep). Returns when the freeze began."""
-    if not ranks or any(r.state in ("collective-wait", "exited", "unknown") for r in ranks):
+    if not ranks or any(r.state in (RankState.COLLECTIVE, RankState.EXITED, RankState.UNKNOWN) for r in ranks):
         return None
     since = [r.unmoved_since for r in ranks if r.unmoved_since is not None]
     if ranks[0].points < 3 or not since:
@@ -272,8 +273,8 @@ def _all_frozen(ranks: Sequence[RankDigest], now: float, beat: Rhythm) -> float 
 
 
 def _culprits(ranks: Sequence[RankDigest]) -> tuple[tuple[int, ...], dict[str, tuple[int, ...]]]:
-    waiting = [r for r in ranks if r.state == "collective-wait"]
-    others = [r for r in ranks if r.state != "collective-wait"]
+    waiting = [r for r in ranks if r.state == RankState.COLLECTIVE]
+    others = [r for r in ranks if r.state != RankState.COLLECTIVE]
     if others and waiting:
         return tuple(sorted(r.rank for r in others if r.rank is not None)), {}
     groups: dict[str, list[int]] = defaultdict(list)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from hangdoc.analyze.classes import rank_ranges
-from hangdoc.model import Bundle, FlightRecord, FrEntry, FrFrame
+from hangdoc.model import Bundle, FlightRecord, FrEntry, FrFrame, Verdict
 
 DEFAULT_GROUP = "0"
 # Collectives whose tensors must have one shape on every rank; others (all_to_all, gather,
@@ -290,7 +290,7 @@ def verdict_from_dumps(report):
     import dataclasses
 
     fired = [f for f in report.findings if f.rule == "flight-recorder"]
-    if not fired or report.verdict != "healthy":
+    if not fired or report.verdict != Verdict.HEALTHY:
         return report
     culprits = tuple(sorted({r for f in fired for r in f.ranks}))
-    return dataclasses.replace(report, verdict="hang", culprit_ranks=culprits)
+    return dataclasses.replace(report, verdict=Verdict.HANG, culprit_ranks=culprits)

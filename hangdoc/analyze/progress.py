@@ -22,13 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hangdoc.analyze.timeline import Point, Timeline, moved, moved_bytes
-from hangdoc.model import Frame, FrameMark, LoopMark, StepSummary
+from hangdoc.model import Frame, FrameMark, LoopMark, Progress, RankState, StepSummary
 
 STEP_MULTIPLE = 3.0
 HANG_FLOOR_S = 10.0
 DEFAULT_HANG_AFTER_S = 60.0
 WAKEUPS_PER_DUMP = 2     # voluntary context switches one blocking py-spy dump adds to a parked thread
-WAIT_STATES = frozenset({"collective-wait", "dataloader-wait", "idle"})
+WAIT_STATES = frozenset({RankState.COLLECTIVE, RankState.DATALOADER, RankState.IDLE})
 
 
 def _common_depth(a: LoopMark, b: LoopMark) -> int:
@@ -103,14 +103,14 @@ _MARKS: dict[int, tuple[tuple[Frame, ...], LoopMark]] = {}
 
 def working(a: Point, b: Point) -> bool:
     """Busy with I/O of its own: a rank writing a checkpoint or reading a file moves bytes."""
-    return b.reading.state == "io" and moved_bytes(a, b)
+    return b.reading.state == RankState.IO and moved_bytes(a, b)
 
 
 def blocked_since(line: Timeline) -> float | None:
     """Start of the trailing run in which the rank sat in one collective without stepping."""
-    if line.last.reading.state != "collective-wait":
+    if line.last.reading.state != RankState.COLLECTIVE:
         return None
-    return line.run_start("blocked", lambda a, b: a.reading.state == "collective-wait"
+    return line.run_start("blocked", lambda a, b: a.reading.state == RankState.COLLECTIVE
                           and a.reading.detail == b.reading.detail and not stepped(a, b))
 
 
@@ -166,16 +166,16 @@ def rhythm(progress: list[StepSummary], first: float, hang_after: float | None,
                   quiet_since, any(p.has_locals for p in progress))
 
 
-def progress_word(line: Timeline, worker_lines: list[Timeline]) -> str:
+def progress_word(line: Timeline, worker_lines: list[Timeline]) -> Progress:
     """"active" (it stepped at the last sample), "slow" (no step, but it or its workers are busy:
     CPU, bytes, frames), "stuck" (nothing)."""
     fresh = [p for p in line.points if p.fresh]
     if len(fresh) < 2:
-        return "active"
+        return Progress.ACTIVE
     prev, last = fresh[-2], fresh[-1]
     if stepped(prev, last):
-        return "active"
+        return Progress.ACTIVE
     if prev.sig != last.sig or moved(prev, last) or any(
             len(w.points) >= 2 and moved(w.points[-2], w.last) for w in worker_lines):
-        return "slow"
-    return "stuck"
+        return Progress.SLOW
+    return Progress.STUCK

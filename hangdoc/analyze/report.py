@@ -4,7 +4,7 @@ from __future__ import annotations
 from hangdoc.analyze.classes import rank_ranges
 from hangdoc.analyze.diagnose import Diagnosis, RankView, diagnose
 from hangdoc.analyze.timeline import LiveTimelines, Timeline, timelines
-from hangdoc.model import REPORT_SCHEMA, Bundle, Report, RankReport, Threshold, WorkerReport
+from hangdoc.model import REPORT_SCHEMA, Bundle, RankReport, Report, Threshold, Verdict, WorkerReport, WorkerState
 from hangdoc.rules import run_rules
 from hangdoc.rules.base import Context
 
@@ -24,13 +24,13 @@ def report_of(bundle: Bundle, diagnosis: Diagnosis, lines: dict[int, Timeline] |
     findings = run_rules(Context(bundle, diagnosis, lines))
     timeout = pg_timeout(bundle)
     remaining = None
-    if diagnosis.verdict == "hang" and diagnosis.onset is not None and bundle.job.world_size:
+    if diagnosis.verdict == Verdict.HANG and diagnosis.onset is not None and bundle.job.world_size:
         remaining = round(max(0.0, timeout - (diagnosis.decided_at - diagnosis.onset)), 1)
     return Report(
         schema=REPORT_SCHEMA,
         verdict=diagnosis.verdict,
         detected_after_s=(round(diagnosis.decided_at - diagnosis.onset, 1)
-                          if diagnosis.verdict in ("hang", "crash") and diagnosis.onset is not None else None),
+                          if diagnosis.verdict in (Verdict.HANG, Verdict.CRASH) and diagnosis.onset is not None else None),
         culprit_ranks=diagnosis.culprits,
         findings=findings,
         ranks=tuple(_rank_report(bundle, diagnosis, view) for view in diagnosis.ranks),
@@ -73,7 +73,7 @@ def _rank_report(bundle: Bundle, diagnosis: Diagnosis, view: RankView) -> RankRe
         gpu=gpu,
         top_frame=view.reading.frame.label if view.reading.frame else None,
         workers=tuple(
-            WorkerReport(pid=w.node_pid, index=w.worker_index, state=r.state if alive else "exited",
+            WorkerReport(pid=w.node_pid, index=w.worker_index, state=r.state if alive else WorkerState.EXITED,
                          top_frame=r.frame.label if r.frame else None, alive=alive)
             for w, r, alive in view.workers
         ),
