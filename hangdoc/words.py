@@ -1,0 +1,85 @@
+"""How hangdoc writes numbers, ranks, sizes and durations: said once, for every command.
+
+The rules, `hangdoc check`, the merge and the renderers all phrase ranks and figures the same
+way because they all call these. Pure functions of their arguments; no imports from hangdoc.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """[0,1,2,3,5,7,8] -> "0-3,5,7-8"."""
+    ordered = sorted(set(ranks))
+    parts, i = [], 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def expand_ranges(text: str) -> list[int]:
+    """"0-3,5" -> [0, 1, 2, 3, 5]: `rank_ranges` undone."""
+    ranks: list[int] = []
+    for part in filter(None, text.split(",")):
+        low, _, high = part.partition("-")
+        ranks.extend(range(int(low), int(high or low) + 1))
+    return ranks
+
+
+def rank_set(ranks: Iterable[int | None], limit: int = 16) -> str:
+    """"rank 3" or "ranks 0-511,513-1023 (1023)"; past `limit` runs the rest is counted, not listed."""
+    ranks = [r for r in ranks if r is not None and r >= 0]
+    if not ranks:
+        return "ranks ?"
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    parts = rank_ranges(ranks).split(",")
+    shown = ",".join(parts[:limit]) + (f",... (+{len(parts) - limit} runs)" if len(parts) > limit else "")
+    count = len(set(ranks))
+    return f"ranks {shown} ({count})" if count > 2 else f"ranks {shown}"
+
+
+def rank_list(ranks: Sequence[int]) -> str:
+    """"rank 3" or "ranks 0, 2, 5": every rank named (short lists, as `check` prints them)."""
+    ranks = sorted(ranks)
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
+def rank_label(rank: int | None) -> str:
+    return "-" if rank is None else str(rank)
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+def size(n: float) -> str:
+    """Bytes in decimal units: "512 B", "4.2 kB", "55.1 MB", "1.2 GB"."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n:,.1f} TB"
+
+
+def mb(n: float) -> str:
+    """Bytes as decimal megabytes, whatever their size: "55.1 MB" (rates and offsets read alike)."""
+    return f"{n / 1e6:.1f} MB"
+
+
+def duration(seconds: float | None) -> str:
+    """A wait in a table cell: "42s", "7m"."""
+    if seconds is None:
+        return "-"
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    return f"{seconds / 60:.0f}m"
+
+
+def span(seconds: float) -> str:
+    """A long gap in a sentence: "25 min", "2.5 h"."""
+    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min"
