@@ -13,7 +13,7 @@ import statistics
 import sys
 import time
 
-from hangdoc.analyze.report import build_report
+from hangdoc.report import build_report
 from hangdoc.analyze.timeline import LiveTimelines
 from hangdoc.bench_merge import node_bundle
 

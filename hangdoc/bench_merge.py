@@ -197,7 +197,7 @@ def culprit_of(ranks: int) -> int:
 _CHILD = r"""
 import io, json, sys, time
 t = time.perf_counter()
-from hangdoc.analyze.report import report_of
+from hangdoc.report import report_of
 from hangdoc.bundle_io import bundle_files
 from hangdoc.fold import diagnose_by_class, read_node
 from hangdoc.render.json import report_json

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from hangdoc.errors import BadBundle, HangdocError
+from hangdoc.words import span
 from hangdoc.model import (
     BUNDLE_SCHEMA, PID_STRIDE, Bundle, GpuDevice, GpuProcess, GpuState, Job, LogTail, Options,
     ProcessInfo, ProcSample, Snapshot,
@@ -141,7 +142,7 @@ def check_one_job(jobs: Sequence[JobId], names: Sequence[str]) -> None:
         if late - early > SAME_RUN_S:
             raise HangdocError(
                 f"{early_name} and {late_name} are of different runs of {job_label(ref)}: their ranks "
-                f"started {_span(late - early)} apart (a restart, or a new job on the same run id and port); "
+                f"started {span(late - early)} apart (a restart, or a new job on the same run id and port); "
                 "merge the bundles of one run only")
     owner: dict[int, int] = {}
     for i, job in enumerate(jobs):
@@ -155,10 +156,6 @@ def check_one_job(jobs: Sequence[JobId], names: Sequence[str]) -> None:
                 raise HangdocError(
                     f"rank {rank} is in {where}: give each node's bundle once (two captures of one "
                     "node cannot be merged; keep the newer one)")
-
-
-def _span(seconds: float) -> str:
-    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min"
 
 
 def _lowest_rank(bundle: Bundle) -> tuple:

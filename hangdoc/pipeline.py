@@ -55,7 +55,7 @@ def report_from_files(paths, hang_after: float | None = None, records: tuple = (
     """Load saved bundles and diagnose them: (bundle, report). Several files are one job's nodes:
     merged whole up to FOLD_ABOVE_RANKS ranks, diagnosed by class beyond (`hangdoc/fold.py`).
     `records`, `errors`: Flight Recorder dumps given beside the bundles, and the refused ones."""
-    from hangdoc.analyze.report import build_report, report_of
+    from hangdoc.report import build_report, report_of
     from hangdoc.bundle_io import bundle_files, load_bundles
     from hangdoc.fold import FOLD_ABOVE_RANKS, diagnose_by_class, read_node
 
@@ -84,3 +84,21 @@ def make_bundle(job: Job, samples: tuple[Snapshot, ...], probes: Probes, options
         logs=logs,
         options=options,
     )
+
+
+def report_inputs(paths, hang_after: float | None = None):
+    """Bundles and FR dumps as `hangdoc report` takes them: (bundle, report). Dumps beside bundles
+    join the bundle's evidence; dumps alone make a bundle of their own, judged on them."""
+    from hangdoc.analyze.flight import bundle_from_dumps, verdict_from_dumps
+    from hangdoc.collect.flight_recorder import load_dumps, split_inputs
+    from hangdoc.errors import BadBundle
+    from hangdoc.report import build_report
+
+    bundle_paths, dump_paths = split_inputs(paths)
+    records, errors = load_dumps(dump_paths)
+    if dump_paths and not records:
+        raise BadBundle(errors[0] if errors else f"no Flight Recorder dump could be read in {dump_paths[0]}")
+    if bundle_paths:
+        return report_from_files(bundle_paths, hang_after, tuple(records), tuple(errors))
+    bundle = bundle_from_dumps(records, errors)
+    return bundle, verdict_from_dumps(build_report(bundle, hang_after))

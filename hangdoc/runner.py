@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, TextIO
 
-from hangdoc.analyze.report import build_report
+from hangdoc.report import build_report
 from hangdoc.collect.discover import find_job
 from hangdoc.errors import HangdocError, NotDistributed
 from hangdoc.model import BUNDLE_SCHEMA, Bundle, Finding, Job, LogTail, Options, Report, Severity

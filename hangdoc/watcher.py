@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from hangdoc.analyze.report import build_report
+from hangdoc.report import build_report
 from hangdoc.analyze.timeline import LiveTimelines
 from hangdoc.collect.discover import find_job
 from hangdoc.collect.datalists import copy_data_lists

@@ -34,7 +34,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hangdoc.analyze.report import build_report  # noqa: E402
+from hangdoc.report import build_report  # noqa: E402
 from hangdoc.bundle_io import load_bundle  # noqa: E402
 from hangdoc.model import Bundle, LogTail, Role  # noqa: E402
 from hangdoc.render.markdown import report_markdown  # noqa: E402

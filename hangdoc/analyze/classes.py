@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hangdoc.model import Bundle, Frame, Role
+from hangdoc.words import rank_set
 
 
 @dataclass(frozen=True)
@@ -22,28 +23,6 @@ class Node:
     label: str
     ranks: list[int] = field(default_factory=list)
     children: dict[str, "Node"] = field(default_factory=dict)
-
-
-def rank_ranges(ranks) -> str:
-    """[0,1,2,3,5,7,8] -> "0-3,5,7-8"."""
-    ordered = sorted(set(ranks))
-    parts, i = [], 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(parts)
-
-
-def expand_ranges(text: str) -> list[int]:
-    """"0-3,5" -> [0, 1, 2, 3, 5]: `rank_ranges` undone."""
-    ranks: list[int] = []
-    for part in filter(None, text.split(",")):
-        low, _, high = part.partition("-")
-        ranks.extend(range(int(low), int(high or low) + 1))
-    return ranks
 
 
 def _key(frames: tuple[Frame, ...]) -> tuple:
@@ -81,19 +60,6 @@ def prefix_tree(classes: list[StackClass]) -> Node:
             node = node.children.setdefault(label, Node(label))
             node.ranks.extend(cls.ranks)
     return root
-
-
-def rank_set(ranks, limit: int = 16) -> str:
-    """"rank 3" or "ranks 0-511,513-1023 (1023)"; past `limit` runs the rest is counted, not listed."""
-    ranks = [r for r in ranks if r is not None and r >= 0]
-    if not ranks:
-        return "ranks ?"
-    if len(ranks) == 1:
-        return f"rank {ranks[0]}"
-    parts = rank_ranges(ranks).split(",")
-    shown = ",".join(parts[:limit]) + (f",... (+{len(parts) - limit} runs)" if len(parts) > limit else "")
-    count = len(set(ranks))
-    return f"ranks {shown} ({count})" if count > 2 else f"ranks {shown}"
 
 
 def _chain_label(chain: list[Node]) -> str:

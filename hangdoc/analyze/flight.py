@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from hangdoc.analyze.classes import rank_ranges
+from hangdoc.words import rank_ranges
 from hangdoc.model import Bundle, FlightRecord, FrEntry, FrFrame, Verdict
 
 DEFAULT_GROUP = "0"
@@ -294,3 +294,15 @@ def verdict_from_dumps(report):
         return report
     culprits = tuple(sorted({r for f in fired for r in f.ranks}))
     return dataclasses.replace(report, verdict=Verdict.HANG, culprit_ranks=culprits)
+
+
+def fr_summary(configs) -> str:
+    """"on (2000 entries), pipe on 8 of 8 ranks" for `ps` and the live view."""
+    configs = list(configs)
+    if not configs:
+        return "-"
+    states = sorted({c.state for c in configs})
+    sizes = sorted({c.buffer_size for c in configs if c.buffer_size})
+    words = "/".join(states) + (f" ({'/'.join(map(str, sizes))} entries)" if sizes else "")
+    pipes = sum(c.pipe_exists for c in configs)
+    return words + (f", pipe on {pipes} of {len(configs)} ranks" if pipes else "")

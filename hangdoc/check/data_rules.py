@@ -6,9 +6,10 @@ from collections.abc import Sequence
 
 from hangdoc.check.compression import slow_kinds
 from hangdoc.check.datalist import short_names
-from hangdoc.check.findings import fmt_bytes, fmt_ranks, make, ordered, plural
+from hangdoc.check.findings import make, ordered
+from hangdoc.words import plural, rank_list, size
 from hangdoc.check.model import DataFacts, Partition, ShardInfo, Throughput
-from hangdoc.check.partition import owner
+from hangdoc.partition import owner
 from hangdoc.model import Finding, Severity
 
 MAX_RANK_LINES = 8
@@ -118,7 +119,7 @@ def uneven_shards(facts: DataFacts) -> list[Finding]:
     behind = [r for r, v in enumerate(values) if v < hi]
     ahead = values.index(hi)
     pct = 100.0 * (hi - lo) / hi
-    title = (f"{fmt_ranks(behind)} {'gets' if len(behind) == 1 else 'get'} as few as {lo:,} {metric}, rank {ahead} "
+    title = (f"{rank_list(behind)} {'gets' if len(behind) == 1 else 'get'} as few as {lo:,} {metric}, rank {ahead} "
              f"gets {hi:,} (spread {hi - lo:,}, {pct:.0f} %): ranks leave the epoch at different times")
     evidence = [_rank_line(facts, share.rank) for share in facts.classic.ranks[:MAX_RANK_LINES]]
     if len(facts.classic.ranks) > MAX_RANK_LINES:
@@ -139,7 +140,7 @@ def _rank_line(facts: DataFacts, rank: int) -> str:
     share = facts.classic.ranks[rank]
     word = "shard" if facts.kind == "shard" else "line"
     line = (f"rank {rank}: {plural(share.items, word)}, {plural(share.utterances, 'utterance')}, "
-            f"{fmt_bytes(share.bytes)}")
+            f"{size(share.bytes)}")
     if share.batches is not None:
         line += f", {plural(share.batches, 'batch', 'batches')} of {facts.batch_size}"
     return line
@@ -178,7 +179,7 @@ def slow_decompression(facts: DataFacts) -> list[Finding]:
     slow_items = [sum(r.compression_items.get(k, 0) for k in slow) for r in ranks]
     kinds = "/".join(sorted(slow))
     evidence = [_speed_line(kind, measured.get(kind)) for kind in sorted(slow)]
-    evidence += [f"rank {r.rank}: {plural(slow_items[r.rank], kinds + ' shard')} ({fmt_bytes(slow_bytes[r.rank])}) "
+    evidence += [f"rank {r.rank}: {plural(slow_items[r.rank], kinds + ' shard')} ({size(slow_bytes[r.rank])}) "
                  f"of {plural(r.items, 'shard')}" for r in ranks[:MAX_RANK_LINES]]
     evidence += _dataset_lines(facts)
     speed = _speed_phrase(slow, measured)
@@ -187,7 +188,7 @@ def slow_decompression(facts: DataFacts) -> list[Finding]:
         mean = sum(slow_bytes) / len(slow_bytes)
         heavy = [r for r, b in enumerate(slow_bytes) if b > mean]
         got = sum(slow_items[r] for r in heavy)
-        title = (f"{fmt_ranks(heavy)} {'reads' if len(heavy) == 1 else 'read'} {got} of {total} {kinds} shards "
+        title = (f"{rank_list(heavy)} {'reads' if len(heavy) == 1 else 'read'} {got} of {total} {kinds} shards "
                  f"({100.0 * got / total:.0f} %){speed}: {'its' if len(heavy) == 1 else 'their'} "
                  "workers fall behind and the others wait in all-reduce")
         return [make("slow-decompression", Severity.WARNING, heavy, title, evidence)]

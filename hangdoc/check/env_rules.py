@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import os
 
-from hangdoc.check.findings import fmt_bytes, make, ordered, plural
+from hangdoc.check.findings import make, ordered
+from hangdoc.words import plural, size
 from hangdoc.check.model import EnvFacts
 from hangdoc.errors import PTRACE_HELP, PY_SPY_HELP
 from hangdoc.model import Finding, Severity
@@ -68,19 +69,19 @@ def shm_too_small(facts: EnvFacts) -> list[Finding]:
         return []
     need = launch.nproc_per_node * launch.num_workers * launch.prefetch_factor * launch.batch_bytes
     evidence = [f"{launch.nproc_per_node} ranks x {launch.num_workers} workers x prefetch_factor "
-                f"{launch.prefetch_factor} x {fmt_bytes(launch.batch_bytes)} per batch = {fmt_bytes(need)}"]
+                f"{launch.prefetch_factor} x {size(launch.batch_bytes)} per batch = {size(need)}"]
     if shm.total_bytes is None:
         return [make("shm-too-small", Severity.WARNING, (), f"{shm.path} is not mounted: workers cannot "
                      "share batches with their rank", evidence)]
-    evidence.append(f"{shm.path}: {fmt_bytes(shm.total_bytes)}, {fmt_bytes(shm.free_bytes or 0)} free")
+    evidence.append(f"{shm.path}: {size(shm.total_bytes)}, {size(shm.free_bytes or 0)} free")
     if need > shm.total_bytes:
         return [make("shm-too-small", Severity.CRITICAL, (),
-                     f"prefetched batches need {fmt_bytes(need)} of shared memory, {shm.path} holds "
-                     f"{fmt_bytes(shm.total_bytes)}: workers die with a Bus error", evidence)]
+                     f"prefetched batches need {size(need)} of shared memory, {shm.path} holds "
+                     f"{size(shm.total_bytes)}: workers die with a Bus error", evidence)]
     if need > (shm.free_bytes or 0):
         return [make("shm-too-small", Severity.WARNING, (),
-                     f"prefetched batches need {fmt_bytes(need)} of shared memory, {shm.path} has "
-                     f"{fmt_bytes(shm.free_bytes or 0)} free", evidence)]
+                     f"prefetched batches need {size(need)} of shared memory, {shm.path} has "
+                     f"{size(shm.free_bytes or 0)} free", evidence)]
     return []
 
 

@@ -28,20 +28,3 @@ def exit_code(findings: Iterable[Finding], fail_on: Severity) -> int:
     """1 when any finding is at or above `fail_on`, else 0."""
     limit = RANK_OF[fail_on]
     return EXIT_FINDINGS if any(RANK_OF[f.severity] <= limit for f in findings) else EXIT_OK
-
-
-def plural(n: int, word: str, many: str | None = None) -> str:
-    return f"{n:,} {word if n == 1 else (many or word + 's')}"
-
-
-def fmt_bytes(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1000
-    return f"{n:,.1f} TB"
-
-
-def fmt_ranks(ranks: Sequence[int]) -> str:
-    ranks = sorted(ranks)
-    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))

@@ -10,7 +10,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from hangdoc.check.datalist import short_names
-from hangdoc.check.findings import RANK_OF, fmt_bytes, plural
+from hangdoc.check.findings import RANK_OF
+from hangdoc.words import plural, rank_ranges, size
 from hangdoc.check.model import CheckpointFacts, CheckResult, DataFacts, EnvFacts, Partition, ShardInfo
 from hangdoc.model import Finding, Severity
 
@@ -116,7 +117,7 @@ def _shards(facts: DataFacts) -> Table:
         rows.append((str(s.index), shown[s.index], s.compression or "-",
                      "-" if s.members is None else f"{s.members:,}",
                      "-" if s.utterances is None else f"{s.utterances:,}",
-                     "-" if s.size_bytes is None else fmt_bytes(s.size_bytes), status))
+                     "-" if s.size_bytes is None else size(s.size_bytes), status))
     if any(s.status == "ok" and s.members is None for s in facts.shards):
         notes += ("'-' members: compressed and not sampled, so not decompressed",)
     return Table("Shards", ("#", "shard", "compression", "members", "utterances", "size", "status"),
@@ -143,7 +144,7 @@ def _ranks(facts: DataFacts) -> Table:
     columns += [labels[d] for d in datasets] + kinds
     rows = []
     for r in part.ranks:
-        row = [str(r.rank), f"{r.items:,}", f"{r.utterances:,}", fmt_bytes(r.bytes)]
+        row = [str(r.rank), f"{r.items:,}", f"{r.utterances:,}", size(r.bytes)]
         row += [f"{r.batches:,}"] if facts.batch_size else []
         row += [f"{100.0 * r.dataset_utterances.get(d, 0) / totals[d]:.0f} %" if totals[d] else "-" for d in datasets]
         row += [str(r.compression_items.get(k, 0)) for k in kinds]
@@ -165,7 +166,7 @@ def _workers(part: Partition, kind: str) -> Table:
     for r in part.ranks:
         for w in r.workers:
             shards = ", ".join(map(str, w.indices)) if kind == "shard" else f"{w.items:,} lines"
-            rows.append((str(r.rank), str(w.worker), shards or "(none)", f"{w.utterances:,}", fmt_bytes(w.bytes)))
+            rows.append((str(r.rank), str(w.worker), shards or "(none)", f"{w.utterances:,}", size(w.bytes)))
     return Table("Per worker", ("rank", "worker", "shards" if kind == "shard" else "lines", "utterances", "size"),
                  tuple(rows))
 
@@ -180,7 +181,7 @@ def _env(f: EnvFacts) -> tuple[str, list[Table]]:
     quota = f", cgroup quota {f.cpu.quota:g}" if f.cpu.quota else ""
     spy = f"{f.py_spy.path} ({f.py_spy.version})" if f.py_spy.version else (f.py_spy.error or "not found")
     shm = ("not mounted" if f.shm.total_bytes is None
-           else f"{fmt_bytes(f.shm.total_bytes)}, {fmt_bytes(f.shm.free_bytes or 0)} free")
+           else f"{size(f.shm.total_bytes)}, {size(f.shm.free_bytes or 0)} free")
     nvml = (f"{plural(f.nvml.gpus, 'GPU')}, driver {f.nvml.driver_version}" if f.nvml.available
             else f"unavailable: {f.nvml.reason}")
     scope = "no Yama (same-user tracing allowed)" if f.ptrace.scope is None else str(f.ptrace.scope)
@@ -197,7 +198,7 @@ def _env(f: EnvFacts) -> tuple[str, list[Table]]:
         (f.shm.path, shm),
         ("launch", f"num_workers={workers}, nproc_per_node={launch.nproc_per_node}, "
                    f"prefetch_factor={launch.prefetch_factor}, batch_bytes="
-                   f"{'?' if launch.batch_bytes is None else fmt_bytes(launch.batch_bytes)}"),
+                   f"{'?' if launch.batch_bytes is None else size(launch.batch_bytes)}"),
     )
     notes = () if launch.num_workers is not None else ("pass --num-workers to check workers against CPUs "
                                                        "and /dev/shm",)
@@ -213,7 +214,7 @@ def _env(f: EnvFacts) -> tuple[str, list[Table]]:
 
 
 def _checkpoint(f: CheckpointFacts) -> tuple[str, list[Table]]:
-    heading = f"{f.path} ({fmt_bytes(f.size_bytes)})"
+    heading = f"{f.path} ({size(f.size_bytes)})"
     tables = [Table("A resume restores", ("what", "restored from"),
                     tuple((r.what, r.found or "NOT SAVED") for r in f.restores))]
     tables.append(Table("Checkpoint keys", ("key", "kind", "summary"),
@@ -233,7 +234,6 @@ def shown_evidence(finding: Finding, limit: int = MAX_EVIDENCE_LINES) -> list[st
 
 def shown_ranks(finding: Finding) -> str:
     """"rank 3" or "ranks 0-7, 9": ranges, not one number per rank."""
-    from hangdoc.analyze.classes import rank_ranges
 
     if not finding.ranks:
         return ""

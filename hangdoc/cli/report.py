@@ -30,7 +30,7 @@ def report(
     Exits like watch: 3 when the bundle shows a hang, 4 a crash, 0 otherwise; 2 for a
     missing, corrupt, truncated or newer-schema bundle, or dumps none of which can be read.
     """
-    from hangdoc.collect.flight_recorder import report_inputs
+    from hangdoc.pipeline import report_inputs
 
     bundle, rep = report_inputs(bundles, hang_after)
     for line in bundle.flight_errors:

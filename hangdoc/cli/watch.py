@@ -111,7 +111,7 @@ def interrupted(watcher, out: Path, fmt: Format, code: int) -> int:
     if not watcher.samples:
         print("hangdoc: interrupted before the first sample; nothing to save", file=sys.stderr)
         return code
-    from hangdoc.analyze.report import build_report
+    from hangdoc.report import build_report
 
     bundle = watcher.bundle()
     report = build_report(bundle, watcher.config.hang_after_s)

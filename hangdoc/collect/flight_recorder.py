@@ -75,18 +75,6 @@ def fr_configs(job: Job, exists: Callable[[str], bool] = os.path.exists) -> tupl
     return tuple(fr_config(p, exists) for p in job.ranks)
 
 
-def fr_summary(configs) -> str:
-    """"on (2000 entries), pipe on 8 of 8 ranks" for `ps` and the live view."""
-    configs = list(configs)
-    if not configs:
-        return "-"
-    states = sorted({c.state for c in configs})
-    sizes = sorted({c.buffer_size for c in configs if c.buffer_size})
-    words = "/".join(states) + (f" ({'/'.join(map(str, sizes))} entries)" if sizes else "")
-    pipes = sum(c.pipe_exists for c in configs)
-    return words + (f", pipe on {pipes} of {len(configs)} ranks" if pipes else "")
-
-
 # --- trigger and collect -------------------------------------------------------------------
 
 
@@ -418,25 +406,6 @@ def split_inputs(paths) -> tuple[list[Path], list[Path]]:
         else:
             bundles.append(path)
     return bundles, dumps
-
-
-def report_inputs(paths, hang_after: float | None = None):
-    """Bundles and FR dumps as `hangdoc report` takes them: (bundle, report). Dumps beside bundles
-    join the bundle's evidence; dumps alone make a bundle of their own, judged on them."""
-    from hangdoc.analyze.flight import bundle_from_dumps, verdict_from_dumps
-    from hangdoc.analyze.report import build_report
-    from hangdoc.errors import BadBundle
-
-    bundle_paths, dump_paths = split_inputs(paths)
-    records, errors = load_dumps(dump_paths)
-    if dump_paths and not records:
-        raise BadBundle(errors[0] if errors else f"no Flight Recorder dump could be read in {dump_paths[0]}")
-    if bundle_paths:
-        from hangdoc.pipeline import report_from_files
-
-        return report_from_files(bundle_paths, hang_after, tuple(records), tuple(errors))
-    bundle = bundle_from_dumps(records, errors)
-    return bundle, verdict_from_dumps(build_report(bundle, hang_after))
 
 
 def rank_flight_text(pid: int, rank: int | None, procfs=None) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
-from hangdoc.analyze.classes import rank_ranges
+from hangdoc.words import rank_ranges
 from hangdoc.collect.discover import (_Table, env_int, is_python, job_identity, launcher_of, local_rank_of, rank_identity,
                                      start_method)
 from hangdoc.collect.procfs import ProcDenied, ProcFS, ProcGone

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hangdoc.analyze.classes import StackClass, rank_ranges, rank_set, stack_classes, stack_tree
+from hangdoc.analyze.classes import StackClass, stack_classes, stack_tree
 from hangdoc.model import Bundle, Finding, RankReport, Report
 from hangdoc.render.words import (
-    class_members, crash_cause, duration, gpu_cell, headline, missing_stacks, rank_label, row_ranks, threshold_line,
-    timeout_line,
+    class_members, crash_cause, gpu_cell, headline, missing_stacks, row_ranks, threshold_line, timeout_line,
 )
+from hangdoc.words import duration, rank_label, rank_ranges, rank_set
 
 # Past this many ranks the table lists the culprits and groups the others by what they do.
 MAX_RANK_ROWS = 64

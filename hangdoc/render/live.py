@@ -13,7 +13,7 @@ from rich.text import Text
 from hangdoc.model import Bundle, Report
 from hangdoc.render.escape import terminal as esc
 from hangdoc.render.text import make_console
-from hangdoc.render.words import duration, rank_label
+from hangdoc.words import duration, rank_label
 
 _BARS = "▁▂▃▄▅▆▇█"
 
@@ -89,7 +89,7 @@ def status_line(bundle: Bundle, report: Report) -> str:
 
 def flight_note(bundle: Bundle) -> str:
     """" · FR on (2000 entries), 2 dumps" when the watcher knows the ranks' Flight Recorder settings."""
-    from hangdoc.collect.flight_recorder import fr_summary
+    from hangdoc.analyze.flight import fr_summary
 
     if not bundle.flight_config:
         return ""

@@ -1,7 +1,7 @@
 """Phrases every renderer shares, so text, Markdown and the live view say the same thing."""
 from __future__ import annotations
 
-from hangdoc.analyze.classes import expand_ranges, rank_ranges
+from hangdoc.words import expand_ranges, rank_label, rank_ranges
 from hangdoc.model import RankReport, Report
 
 
@@ -78,18 +78,6 @@ def timeout_line(report: Report) -> str | None:
     minutes = report.timeout_remaining_s / 60
     return (f"The process group's timeout (default {report.pg_timeout_s:.0f} s for this backend) "
             f"would kill the job and this evidence in about {minutes:.0f} min.")
-
-
-def rank_label(rank: int | None) -> str:
-    return "-" if rank is None else str(rank)
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 90:
-        return f"{seconds:.0f}s"
-    return f"{seconds / 60:.0f}m"
 
 
 def gpu_cell(gpu: dict | None) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from hangdoc.analyze.diagnose import RankView
 from hangdoc.analyze.logs import line_rank as log_rank  # noqa: F401  (re-exported for rules)
 from hangdoc.model import Bundle, Frame, LogTail, ProcSample
+from hangdoc.words import mb
 
 COMPRESSED_SUFFIXES = {".bz2": "bz2", ".tbz2": "bz2", ".tbz": "bz2", ".gz": "gzip", ".tgz": "gzip",
                        ".xz": "xz", ".lzma": "xz", ".txz": "xz", ".zst": "zstd", ".zstd": "zstd"}
@@ -67,11 +68,6 @@ def worker_lines(view: RankView) -> list[str]:
 
 
 # --- numbers -------------------------------------------------------------------------
-
-
-def mb(n: float) -> str:
-    """Bytes as decimal megabytes: "55.1 MB"."""
-    return f"{n / 1e6:.1f} MB"
 
 
 def rate(n: float) -> str:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from hangdoc.advice import ADVICE
-from hangdoc.analyze.classes import rank_ranges
+from hangdoc.words import rank_ranges
 from hangdoc.analyze.flight import (GroupFlight, flight_groups, frames_lines, mismatch_line, progress_lines,
                                     stuck_line)
 from hangdoc.model import Finding, Severity

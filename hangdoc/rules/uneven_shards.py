@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 from hangdoc.advice import ADVICE
-from hangdoc.check.partition import classic_split
+from hangdoc.partition import classic_split
 from hangdoc.cmdline import data_list
 from hangdoc.model import DataListCopy, Finding, Role, Severity
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import basename, frames_line, latest_frames, mb
+from hangdoc.rules.evidence import basename, frames_line, latest_frames
+from hangdoc.words import mb
 
 # Where a rank that left its data loop waits: the end-of-epoch sync, Join, the next epoch's start.
 LEFT_LOOP = ("barrier", "monitored_barrier", "Join.__exit__", "join hook", "DDP join hook",

@@ -4,7 +4,8 @@ from __future__ import annotations
 from hangdoc.advice import ADVICE
 from hangdoc.model import Finding, Severity
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import DeadWorker, dead_workers, mb, samples_of
+from hangdoc.rules.evidence import DeadWorker, dead_workers, samples_of
+from hangdoc.words import mb
 
 # What each way of dying usually means, said after the fix.
 _HINTS = {

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hangdoc.analyze.report import build_report
+from hangdoc.report import build_report
 from hangdoc.bench_merge import node_bundle
 from hangdoc.bundle_io import load_bundle, load_bundles, save_bundle
 from hangdoc.errors import EXIT_USAGE, BadBundle

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hangdoc.advice import ADVICE
-from hangdoc.analyze.report import build_report
+from hangdoc.report import build_report
 from hangdoc.bundle_io import load_bundle, save_bundle
 from hangdoc.cli import main
 from hangdoc.collect.stacks import PySpy, StackError

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from hangdoc.analyze.classes import rank_ranges
+from hangdoc.words import rank_ranges
 from hangdoc.analyze.classify import classify_rank, classify_worker
 from hangdoc.bundle_io import bundle_from_json, load_bundle, save_bundle
 from hangdoc.errors import BadBundle

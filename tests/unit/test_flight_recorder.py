@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from hangdoc.analyze.flight import flight_groups, fr_progress, stuck_line
-from hangdoc.analyze.report import build_report
+from hangdoc.report import build_report
 from hangdoc.bundle_io import bundle_from_json, load_bundle
-from hangdoc.collect.flight_recorder import (FlightCollector, collect_dumps, fr_config, load_dumps, read_dump,
-                                             report_inputs)
+from hangdoc.collect.flight_recorder import FlightCollector, collect_dumps, fr_config, load_dumps, read_dump
+from hangdoc.pipeline import report_inputs
 from hangdoc.model import ProcessInfo, Role
 from hangdoc.serde import to_dict
 
@@ -290,7 +290,8 @@ def test_a_bundle_named_like_a_dump_is_still_a_bundle(tmp_path):
 
 
 def test_ps_and_the_live_view_say_whether_fr_is_on(tmp_path):
-    from hangdoc.collect.flight_recorder import fr_summary, rank_flight_text
+    from hangdoc.analyze.flight import fr_summary
+    from hangdoc.collect.flight_recorder import rank_flight_text
     from hangdoc.collect.procfs import ProcFS
     from hangdoc.render.live import flight_note
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from hangdoc.analyze.report import build_report
+from hangdoc.report import build_report
 from hangdoc.analyze.timeline import LiveTimelines, timelines
 from hangdoc.bench_merge import node_bundle
 from hangdoc.serde import to_dict

@@ -4,7 +4,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from hangdoc.analyze.report import build_report
+from hangdoc.report import build_report
 from hangdoc.bench_merge import node_bundle
 from hangdoc.bundle_io import load_bundle
 from hangdoc.render.live import live_table, status_line

@@ -7,7 +7,7 @@ import io
 import pytest
 
 from hangdoc.analyze.classes import stack_tree
-from hangdoc.analyze.report import build_report
+from hangdoc.report import build_report
 from hangdoc.analyze.timeline import timelines
 from hangdoc.bench_merge import node_bundle
 from hangdoc.bundle_io import bundle_from_json

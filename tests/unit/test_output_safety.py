@@ -11,7 +11,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from hangdoc.analyze.report import build_report
+from hangdoc.report import build_report
 from hangdoc.bundle_io import load_bundle
 from hangdoc.model import Bundle, Finding, Severity
 from hangdoc.redact import filter_env, redact_cmdline, redact_lines, redact_text

@@ -139,7 +139,7 @@ def test_ncclras_on_path_is_used_when_the_port_is_closed(answer, tmp_path):
 def test_the_watcher_s_collector_asks_ras_once_a_rank_is_stuck_and_the_rule_cites_it():
     import dataclasses
 
-    from hangdoc.analyze.report import build_report
+    from hangdoc.report import build_report
     from hangdoc.bundle_io import load_bundle
     from hangdoc.collect.flight_recorder import FlightCollector
 

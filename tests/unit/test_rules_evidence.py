@@ -88,7 +88,7 @@ def test_uneven_shards_counts_what_each_rank_was_given_from_the_copied_list():
     import dataclasses
     from pathlib import Path
 
-    from hangdoc.analyze.report import build_report
+    from hangdoc.report import build_report
     from hangdoc.bundle_io import load_bundle
     from hangdoc.cmdline import data_list
     from hangdoc.model import DataListCopy

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hangdoc.analyze.report import build_report
+from hangdoc.report import build_report
 from hangdoc.bundle_io import load_bundle
 from hangdoc.model import Severity
 from hangdoc.render.markdown import report_markdown

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from hangdoc.analyze.report import build_report
+from hangdoc.report import build_report
 from hangdoc.bundle_io import load_bundle
 from hangdoc.model import Bundle, ProcSample, Role
 
