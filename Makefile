@@ -26,12 +26,12 @@ demo: install
 	$(PY) -m hangdoc demo
 
 bench: install
-	$(PY) -m hangdoc.bench
+	$(PY) -m benchmarks.bench
 
 # One size of the many-node benchmark: N ranks of node bundles, then `hangdoc report DIR`.
 RANKS ?= 4096
 bench-scale: install
-	nice -n 10 $(PY) -m hangdoc.bench_merge --scale $(RANKS)
+	nice -n 10 $(PY) -m benchmarks.bench_merge --scale $(RANKS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

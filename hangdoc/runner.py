@@ -20,7 +20,7 @@ from hangdoc.collect.discover import find_job
 from hangdoc.errors import HangdocError, NotDistributed
 from hangdoc.model import BUNDLE_SCHEMA, Bundle, Finding, Job, LogTail, Options, Report, Severity
 from hangdoc.redact import LineRedactor
-from hangdoc.scenarios.launch import RunningJob, stop_job
+from hangdoc.proc import RunningJob, stop_job
 from hangdoc.watcher import Outcome, WatchConfig, Watcher
 
 TAIL_LINES = 2000

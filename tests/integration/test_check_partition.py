@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hangdoc.check.shardgen import write_list, write_shard
+from factories import write_list, write_shard
 from hangdoc.cli import main
 from hangdoc.scenarios.launch import start_job, stop_job, torchrun_cmd, wait_for
 

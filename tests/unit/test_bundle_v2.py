@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hangdoc.report import build_report
-from hangdoc.bench_merge import node_bundle
+from factories import node_bundle
 from hangdoc.bundle_io import load_bundle, load_bundles, save_bundle
 from hangdoc.errors import EXIT_USAGE, BadBundle
 from hangdoc.render.json import report_json

@@ -5,7 +5,7 @@ import pytest
 
 from hangdoc.check.compression import classify, slow_kinds
 from hangdoc.check.pairing import pair_members
-from hangdoc.check.shardgen import write_shard
+from factories import write_shard
 
 
 @pytest.mark.parametrize("head, kind", [

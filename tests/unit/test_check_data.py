@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hangdoc.advice import ADVICE
-from hangdoc.check.shardgen import write_list, write_raw_list, write_shard
+from factories import write_list, write_raw_list, write_shard
 from hangdoc.check.throughput import can_read
 from hangdoc.cli import main
 

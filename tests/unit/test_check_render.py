@@ -14,7 +14,7 @@ from hangdoc.check.render_json import render_json
 from hangdoc.check.render_markdown import render_markdown
 from hangdoc.check.render_text import render_text
 from hangdoc.check.sections import layout
-from hangdoc.check.shardgen import write_list, write_shard
+from factories import write_list, write_shard
 from hangdoc.serde import from_dict
 
 

@@ -16,7 +16,7 @@ from hangdoc.check.render_json import render_json
 from hangdoc.check.render_markdown import render_markdown
 from hangdoc.check.render_text import render_text
 from hangdoc.check.sections import MAX_EVIDENCE_LINES, layout
-from hangdoc.check.shardgen import write_list, write_shard
+from factories import write_list, write_shard
 from hangdoc.check.tarscan import fast_members
 
 

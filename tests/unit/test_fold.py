@@ -11,7 +11,7 @@ import zstandard
 from hangdoc import bundle_v2
 from hangdoc.analyze.diagnose import node_digest
 from hangdoc.report import build_report
-from hangdoc.bench_merge import node_bundle
+from factories import node_bundle
 from hangdoc.bundle_io import load_bundles, save_bundle
 from hangdoc.errors import BadBundle, HangdocError
 from hangdoc.fold import FOLD_ABOVE_RANKS

@@ -74,3 +74,21 @@ def test_no_module_imports_a_layer_above_its_own(module, path):
 def test_every_layer_has_modules():
     present = {layer_of(m) for m, _ in MODULES}
     assert set(LAYERS) <= present
+
+
+def test_the_product_never_imports_its_harness_and_tests_never_import_benchmarks():
+    harness = ("benchmarks", "factories", "tests", "conftest")
+    for module, path in MODULES:
+        assert not {n for n in _all_imports(path) if n.split(".")[0] in harness}, f"{module} imports the harness"
+    for path in (ROOT.parent / "tests").rglob("*.py"):
+        assert not {n for n in _all_imports(path) if n.split(".")[0] == "benchmarks"}, f"{path} imports a benchmark"
+
+
+def _all_imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+    return found

@@ -5,7 +5,7 @@ import dataclasses
 
 from hangdoc.report import build_report
 from hangdoc.analyze.timeline import LiveTimelines, timelines
-from hangdoc.bench_merge import node_bundle
+from factories import node_bundle
 from hangdoc.serde import to_dict
 
 T0 = 1_700_000_000.0

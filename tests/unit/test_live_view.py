@@ -5,7 +5,7 @@ import io
 from pathlib import Path
 
 from hangdoc.report import build_report
-from hangdoc.bench_merge import node_bundle
+from factories import node_bundle
 from hangdoc.bundle_io import load_bundle
 from hangdoc.render.live import live_table, status_line
 from hangdoc.render.text import make_console

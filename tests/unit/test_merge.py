@@ -9,7 +9,7 @@ import pytest
 from hangdoc.analyze.classes import stack_tree
 from hangdoc.report import build_report
 from hangdoc.analyze.timeline import timelines
-from hangdoc.bench_merge import node_bundle
+from factories import node_bundle
 from hangdoc.bundle_io import bundle_from_json
 from hangdoc.errors import EXIT_USAGE, HangdocError
 from hangdoc.merge import merge_bundles

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from hangdoc.check.data import check_data
-from hangdoc.check.shardgen import write_list, write_shard
+from factories import write_list, write_shard
 
 METADATA_TARGET_S = 2.0
 

@@ -3,7 +3,7 @@ for hours must not slow down). A node of 8 ranks x 8 DataLoader workers, sampled
 (the watch's cap), is fed to the analysis one round at a time, as `hangdoc watch` does: kept
 timelines (`LiveTimelines`) against rebuilding them from the whole history each round.
 
-    python -m hangdoc.bench_analysis
+    python -m benchmarks.bench_analysis
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import time
 
 from hangdoc.report import build_report
 from hangdoc.analyze.timeline import LiveTimelines
-from hangdoc.bench_merge import node_bundle
+from factories import node_bundle
 
 AT = (30, 300, 600)
 TARGET_MS = 50.0     # per round at 600 samples

@@ -7,170 +7,22 @@ DataLoader while its workers decompress bz2. They are written as `hangdoc watch`
 (generating them is not timed), then `hangdoc report DIR --format json` runs in a fresh
 process (wall, peak RSS, verdict), and each stage is timed in another (`measure`).
 
-    python -m hangdoc.bench_merge [RANKS ...]     # the table (default 1024 4096 16384 65536)
-    python -m hangdoc.bench_merge --scale N       # one size; its last line is one JSON object
+    python -m benchmarks.bench_merge [RANKS ...]     # the table (default 1024 4096 16384 65536)
+    python -m benchmarks.bench_merge --scale N       # one size; its last line is one JSON object
 """
 from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from hangdoc.model import (
-    BUNDLE_SCHEMA, Bundle, Frame, GpuDevice, GpuProcess, GpuState, Host, IoCounters, Job, OpenFile,
-    Options, ProcessInfo, ProcSample, ProcStat, Role, Snapshot, Stack, Thread,
-)
+from factories import RANKS_PER_NODE, node_bundle   # tests/factories.py (see benchmarks/__init__.py)
 from hangdoc.bundle_io import save_bundle
 from hangdoc.serde import to_json
-
-RANKS_PER_NODE = 8
-WORKERS_PER_RANK = 8
-SAMPLES = 3
-INTERVAL_S = 2.0
-
-_SITE = "/opt/venv/lib/python3.11/site-packages/"
-_LIB = "/usr/lib/python3.11/"
-
-
-def _frame(name: str, path: str, line: int) -> Frame:
-    if "site-packages/" in path:
-        short = path.split("site-packages/", 1)[1]
-    elif path.startswith(_LIB):
-        short = path[len(_LIB):]
-    else:
-        short = path.rsplit("/", 1)[-1]
-    return Frame(name, path, short, line)
-
-
-def _frames(*spec: tuple[str, str, int]) -> tuple[Frame, ...]:
-    return tuple(_frame(*s) for s in spec)
-
-
-_TRAIN = (("train_step", "/work/train.py", 121), ("train", "/work/train.py", 203),
-          ("main", "/work/train.py", 251), ("<module>", "/work/train.py", 262))
-ALL_REDUCE = _frames(
-    ("all_reduce", _SITE + "torch/distributed/distributed_c10d.py", 2806),
-    ("_exception_logger.<locals>.wrapper", _SITE + "torch/distributed/c10d_logger.py", 81),
-    ("Reducer.finalize", _SITE + "torch/nn/parallel/distributed.py", 1410),
-    *_TRAIN)
-DATALOADER_WAIT = _frames(
-    ("wait", _LIB + "multiprocessing/connection.py", 947),
-    ("_poll", _LIB + "multiprocessing/connection.py", 440),
-    ("Connection.poll", _LIB + "multiprocessing/connection.py", 257),
-    ("Queue.get", _LIB + "multiprocessing/queues.py", 113),
-    ("_MultiProcessingDataLoaderIter._try_get_data", _SITE + "torch/utils/data/dataloader.py", 1251),
-    ("_MultiProcessingDataLoaderIter._get_data", _SITE + "torch/utils/data/dataloader.py", 1412),
-    ("_MultiProcessingDataLoaderIter._next_data", _SITE + "torch/utils/data/dataloader.py", 1448),
-    ("_BaseDataLoaderIter.__next__", _SITE + "torch/utils/data/dataloader.py", 733),
-    ("train", "/work/train.py", 198), ("main", "/work/train.py", 251), ("<module>", "/work/train.py", 262))
-_WORKER_BASE = (
-    ("_worker_loop", _SITE + "torch/utils/data/_utils/worker.py", 349),
-    ("BaseProcess.run", _LIB + "multiprocessing/process.py", 108),
-    ("BaseProcess._bootstrap", _LIB + "multiprocessing/process.py", 314),
-    ("Popen._launch", _LIB + "multiprocessing/popen_fork.py", 71),
-    ("Popen.__init__", _LIB + "multiprocessing/popen_fork.py", 19),
-    ("Process._Popen", _LIB + "multiprocessing/context.py", 282),
-    ("BaseProcess.start", _LIB + "multiprocessing/process.py", 121),
-    ("_MultiProcessingDataLoaderIter.__init__", _SITE + "torch/utils/data/dataloader.py", 1042),
-    ("DataLoader._get_iterator", _SITE + "torch/utils/data/dataloader.py", 424),
-    ("DataLoader.__iter__", _SITE + "torch/utils/data/dataloader.py", 479),
-    ("train", "/work/train.py", 190), ("main", "/work/train.py", 251), ("<module>", "/work/train.py", 262))
-WORKER_IDLE = _frames(
-    ("wait", _LIB + "multiprocessing/connection.py", 947),
-    ("_poll", _LIB + "multiprocessing/connection.py", 440),
-    ("Connection.poll", _LIB + "multiprocessing/connection.py", 257),
-    ("Queue.get", _LIB + "multiprocessing/queues.py", 113),
-    *_WORKER_BASE)
-WORKER_BZ2 = _frames(
-    ("BZ2Decompressor.decompress", _LIB + "bz2.py", 340),
-    ("decompress", _LIB + "bz2.py", 343),
-    ("ShardDataset.__iter__", "/work/data.py", 77),
-    ("_IterableDatasetFetcher.fetch", _SITE + "torch/utils/data/_utils/fetch.py", 33),
-    *_WORKER_BASE)
-
-
-_PIN_MEMORY = _frames(("wait", _LIB + "threading.py", 331),
-                      ("_pin_memory_loop", _SITE + "torch/utils/data/_utils/pin_memory.py", 59))
-
-
-def _stack(frames: tuple[Frame, ...], tid: int, active: bool, rank: bool) -> Stack:
-    main = Thread(tid, "MainThread", active, active, frames)
-    if not rank:
-        return Stack((main,))
-    return Stack((main, Thread(tid + 1, "Thread-2 (_pin_memory_loop)", False, False, _PIN_MEMORY)))
-
-
-def _stat(cpu: float, io: int, files: tuple[OpenFile, ...] = ()) -> ProcStat:
-    return ProcStat(state="S", wchan="futex_wait_queue", syscall="202", utime_s=cpu, stime_s=cpu / 10,
-                    rss_bytes=2 << 30, num_threads=24, io=IoCounters(io, io // 2, 0, 0, 1000, 500),
-                    open_files=files)
-
-
-def node_bundle(node: int, nodes: int, culprit_rank: int, t0: float, seed: int = 0,
-                ranks_per_node: int = RANKS_PER_NODE, workers: int = WORKERS_PER_RANK,
-                samples: int = SAMPLES, run_id: str = "bench-run", pid_base: int = 100,
-                interval_s: float = INTERVAL_S) -> Bundle:
-    """One node's bundle: its ranks (culprit_rank waits on data, the others in all_reduce).
-
-    Pids start at `pid_base` on every node (alike, as in containers, unless told otherwise);
-    the node samples every `interval_s` from t0 plus a random phase of up to 0.5 s.
-    """
-    rng = random.Random(seed * 7919 + node)
-    world = nodes * ranks_per_node
-    phase = rng.uniform(0.0, 0.5)                       # each node's own clock and rhythm
-    launcher = pid_base - 1
-    env_common = {"MASTER_ADDR": "node0000", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": run_id,
-                  "WORLD_SIZE": str(world), "GROUP_RANK": str(node), "GROUP_WORLD_SIZE": str(nodes),
-                  "LOCAL_WORLD_SIZE": str(ranks_per_node), "OMP_NUM_THREADS": "1"}
-    procs = [ProcessInfo(launcher, 1, Role.LAUNCHER, ("/opt/venv/bin/python", "-m", "torch.distributed.run",
-                                                      f"--nnodes={nodes}", "train.py"), "/usr/bin/python3.11", 1.7e9)]
-    ranks = []
-    for local in range(ranks_per_node):
-        rank = node * ranks_per_node + local
-        pid = pid_base + local * (workers + 1)
-        env = dict(env_common, RANK=str(rank), LOCAL_RANK=str(local), CUDA_VISIBLE_DEVICES=str(local))
-        info = ProcessInfo(pid, launcher, Role.RANK, ("/opt/venv/bin/python", "-u", "train.py", "--config", "big.yaml"),
-                           "/usr/bin/python3.11", 1.7e9 + 5, env, rank, local, node, world, pid,
-                           libs=("/usr/lib/libnccl.so.2", "/usr/lib/libcuda.so.1", "/opt/venv/lib/libgomp.so.1"))
-        procs.append(info)
-        kids = []
-        for w in range(workers):
-            kid = ProcessInfo(pid + 1 + w, pid, Role.WORKER, info.cmdline, info.exe, 1.7e9 + 9, env, rank, local,
-                              node, world, pid, w, workers, "fork", info.libs)
-            procs.append(kid)
-            kids.append(kid)
-        ranks.append((info, kids))
-    snapshots = []
-    for k in range(samples):
-        time_k = t0 + phase + k * interval_s
-        rows = []
-        for info, kids in ranks:
-            culprit = info.rank == culprit_rank
-            rows.append(ProcSample(info.pid, True, _stat(100.0 + rng.random() * 0.01, 10 << 20),
-                                   _stack(DATALOADER_WAIT if culprit else ALL_REDUCE, info.pid, False, True)))
-            for kid in kids:
-                shard = OpenFile(40, f"/data/shards/shard_{kid.pid % 997:06d}.tar.bz2", (k + 1) << 20, 512 << 20)
-                if culprit:
-                    rows.append(ProcSample(kid.pid, True, _stat(50.0 + 1.9 * k, (k + 1) << 22, (shard,)),
-                                           _stack(WORKER_BZ2, kid.pid, True, False)))
-                else:
-                    rows.append(ProcSample(kid.pid, True, _stat(20.0, 4 << 20, (shard,)),
-                                           _stack(WORKER_IDLE, kid.pid, False, False)))
-        devices = tuple(GpuDevice(i, f"GPU-{node:04d}-{i}", "NVIDIA H100 80GB HBM3", 0, 0, 30 << 30, 80 << 30,
-                                  70.0, 700.0, 1980, 1980, (GpuProcess(info.pid, 30 << 30),))
-                        for i, (info, _) in enumerate(ranks))
-        rows.append(ProcSample(launcher, True, _stat(3.0, 1 << 20), None))
-        snapshots.append(Snapshot(time_k, 0.4, tuple(rows), GpuState("ok", None, "550.54", devices)))
-    job = Job(run_id, "node0000", 29500, world, launcher, tuple(procs))
-    host = Host(f"node{node:04d}", "x86_64", "5.15.0", 96, "3.11", "2.13.0")
-    return Bundle(BUNDLE_SCHEMA, "0.1.0", t0 + 10, host, job, tuple(snapshots),
-                  options=Options(interval_s=interval_s, hang_after_s=max(1, samples - 1) * interval_s))
-
 
 def write_bundles(folder: Path, ranks: int, seed: int = 0, fmt: str = "v2") -> list[Path]:
     """The node bundles of a job of `ranks` ranks in `folder`: "v2" as `hangdoc watch` saves

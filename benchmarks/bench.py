@@ -1,6 +1,6 @@
 """`make bench`: the speed, overhead and accuracy figures, as tables and as JSON.
 
-    python -m hangdoc.bench [--only snapshot,latency,engines,overhead,zoo,check,merge] [--out DIR]
+    python -m benchmarks.bench [--only snapshot,latency,engines,overhead,zoo,check,merge] [--out DIR]
 
 Every figure comes from real torchrun jobs on this machine; ratios are measured within one
 run (alternating the two arms) because a shared machine is noisy. Absolute times are
@@ -182,7 +182,7 @@ def bench_zoo(hang_after: float | None = 10.0) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hangdoc.bench")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench")
     parser.add_argument("--only", default=",".join(SECTIONS))
     parser.add_argument("--out", default="bench-results")
     args = parser.parse_args(argv)
@@ -201,11 +201,11 @@ def main(argv=None) -> int:
                     ["processes", "median s", "ms / process"],
                     [[r["processes"], r["median_s"], r["per_process_ms"]] for r in rows]) + "\n")
     if "engines" in wanted:
-        from hangdoc.bench_engines import bench_engines, print_engines
+        from benchmarks.bench_engines import bench_engines, print_engines
 
         print_engines(results.setdefault("engines", bench_engines()), table)
     if "analysis" in wanted:
-        from hangdoc.bench_analysis import TARGET_MS, bench_analysis
+        from benchmarks.bench_analysis import TARGET_MS, bench_analysis
 
         rows = results["analysis"] = bench_analysis()
         print(table("The watch's analysis per round as its history grows (8 ranks x 8 workers, one rank "
@@ -214,7 +214,7 @@ def main(argv=None) -> int:
                     [[r["samples"], r["kept_ms"], r["rebuilt_ms"], r["verdict"], f"<= {TARGET_MS:.0f} ms at 600"]
                      for r in rows]) + "\n")
     if "locals" in wanted:
-        from hangdoc.bench_rhythm import bench_locals
+        from benchmarks.bench_rhythm import bench_locals
 
         r = results["locals"] = bench_locals()
         print(table(f"One capture of {r['job']}, with and without --locals (median of {r['runs']} alternated)",
@@ -222,7 +222,7 @@ def main(argv=None) -> int:
                     [[r["wall_s_without"], r["wall_s_with"], r["cpu_s_without"], r["cpu_s_with"],
                       f"{r['cpu_ratio']}x"]]) + "\n")
     if "false-alarms" in wanted:
-        from hangdoc.bench_rhythm import bench_false_alarms
+        from benchmarks.bench_rhythm import bench_false_alarms
 
         r = results["false_alarms"] = bench_false_alarms()
         print(table("False alarms: healthy scenarios under hangdoc run, no --hang-after (learned threshold)",
@@ -231,7 +231,7 @@ def main(argv=None) -> int:
                      for x in r["rows"]]))
         print(f"hang verdicts in all: {r['hang_verdicts']} (goal: {r['goal']})\n")
     if "detection" in wanted:
-        from hangdoc.bench_rhythm import bench_detection
+        from benchmarks.bench_rhythm import bench_detection
 
         r = results["detection"] = bench_detection()
         print(table(f"Detection with no --hang-after (interval {r['interval_s']:g} s)",
@@ -259,7 +259,7 @@ def main(argv=None) -> int:
               f"median {r['median_s_to_verdict']} s, worst {r['worst_s_to_verdict']} s to diagnosis "
               f"(goal: {r['goal']})\n")
     if "check" in wanted:
-        from hangdoc.check.bench import bench_check
+        from benchmarks.bench_check import bench_check
 
         r = results["check"] = bench_check()
         rates = ", ".join(f"{kind} {v['mb_per_s']} MB/s" for kind, v in r["throughput"].items())
@@ -267,7 +267,7 @@ def main(argv=None) -> int:
                     ["shards", "metadata pass s", "goal", "sampled pass s", "sampled throughput"],
                     [[r["n_shards"], r["metadata_s"], f"<= {r['metadata_target_s']} s", r["sample_s"], rates]]) + "\n")
     if "merge" in wanted:
-        from hangdoc.bench_merge import bench_many_nodes, stages_table
+        from benchmarks.bench_merge import bench_many_nodes, stages_table
 
         rows = results["many_nodes"] = bench_many_nodes()
         print(table("`hangdoc report DIR` in a fresh process, v1 (JSON) vs v2 (interned, zstd, digested) node bundles",

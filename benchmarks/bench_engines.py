@@ -82,7 +82,7 @@ def _one(job, reader, parallel, stack_pids) -> float:
 
 
 def bench_shape(nproc: int, workers: int, rounds: int) -> list[dict]:
-    from hangdoc.bench import Job
+    from benchmarks.bench import Job
     from hangdoc.collect.discover import find_job
     from hangdoc.collect.procfs import ProcFS
 
@@ -112,7 +112,7 @@ def bench_shape(nproc: int, workers: int, rounds: int) -> list[dict]:
 
 def bench_once(runs: int = 5) -> dict:
     """`hangdoc watch PID --once` wall time (a fresh interpreter each run) on a 2 x 4 job."""
-    from hangdoc.bench import Job
+    from benchmarks.bench import Job
 
     walls, cpus = [], []
     with Job("healthy", nproc=2, num_workers=4) as j, tempfile.TemporaryDirectory() as tmp:

@@ -1,0 +1,121 @@
+"""Jobs hangdoc starts and must end: in a session of their own, and ended whole.
+
+torchrun gives every rank a session (and process group) of its own, so killing the
+launcher's group leaves the ranks running as orphans. `stop_job` signals the launcher
+(which forwards SIGTERM to the ranks), then hunts down every process of the job: those in
+the tree it recorded while the job was alive, and any other process in the ranks' sessions
+(a DataLoader worker forked after the last look), and SIGKILLs what is left. `hangdoc run`
+and the scenarios (tests, demo, bench) end their jobs with it.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+
+@dataclass
+class RunningJob:
+    popen: subprocess.Popen
+    log_path: Path | None = None
+    seen: set[int] = field(default_factory=set)
+    # The processes behind `seen` (psutil checks their start time, so a pid the kernel has
+    # reused since is never signalled) and the sessions they ran in (each rank's own).
+    procs: dict[int, psutil.Process] = field(default_factory=dict, repr=False)
+    sessions: set[int] = field(default_factory=set, repr=False)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def refresh_tree(self) -> set[int]:
+        """Remember every descendant now alive, so `stop_job` can find orphans later."""
+        try:
+            children = psutil.Process(self.pid).children(recursive=True)
+        except psutil.Error:
+            return self.seen
+        for proc in children:
+            known = self.procs.get(proc.pid)
+            if known is None or not known.is_running():
+                self.procs[proc.pid] = proc
+            try:
+                self.sessions.add(os.getsid(proc.pid))
+            except OSError:
+                pass
+        self.seen.update(p.pid for p in children)
+        return self.seen
+
+    def rank_pids(self) -> list[int]:
+        try:
+            return [p.pid for p in psutil.Process(self.pid).children()]
+        except psutil.Error:
+            return []
+
+
+def start_job(cmd: list[str], *, cwd: str | Path | None = None, env: dict[str, str] | None = None,
+              log_path: str | Path | None = None) -> RunningJob:
+    """Start `cmd` in a session of its own; its output goes to `log_path` (or is discarded)."""
+    full_env = dict(os.environ)
+    full_env.setdefault("OMP_NUM_THREADS", "1")
+    full_env["PYTHONUNBUFFERED"] = "1"
+    if env:
+        full_env.update(env)
+    out = open(log_path, "wb") if log_path else subprocess.DEVNULL
+    try:
+        popen = subprocess.Popen(cmd, cwd=cwd, env=full_env, stdout=out, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+    finally:
+        if log_path:
+            out.close()
+    return RunningJob(popen, Path(log_path) if log_path else None)
+
+
+def _job_processes(job: RunningJob) -> list[psutil.Process]:
+    """Every live process we know is the job's: those seen, and any in the ranks' sessions."""
+    found = {pid: proc for pid, proc in job.procs.items() if proc.is_running()}
+    sessions = (job.sessions | {job.pid}) - {os.getsid(0)}
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid not in found and os.getsid(proc.pid) in sessions:
+                found[proc.pid] = proc
+        except (OSError, psutil.Error):
+            continue
+    return [proc for proc in found.values() if _alive(proc)]
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def stop_job(job: RunningJob, grace: float = 3.0) -> None:
+    """End the launcher, every rank and every worker it ever had; never anything else."""
+    job.refresh_tree()
+    if job.popen.poll() is None:
+        try:
+            os.killpg(job.pid, signal.SIGTERM)      # torchrun forwards it to the ranks
+        except ProcessLookupError:
+            pass
+        try:
+            job.popen.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+    for _ in range(5):          # a rank may fork a worker while we kill: look again
+        victims = _job_processes(job)
+        if not victims:
+            break
+        for proc in victims:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(victims, timeout=grace)
+    if job.popen.poll() is None:
+        job.popen.kill()
+    job.popen.wait(timeout=grace)
