@@ -588,6 +588,11 @@ class Severity(str, enum.Enum):
     WARNING = "warning"
     INFO = "info"
 
+    @property
+    def rank(self) -> int:
+        """0 for the worst: findings are listed, and --fail-on compared, in this order."""
+        return ("critical", "warning", "info").index(self.value)
+
 
 @dataclass(frozen=True)
 class Finding:

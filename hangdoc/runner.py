@@ -20,6 +20,7 @@ from hangdoc.collect.discover import find_job
 from hangdoc.errors import HangdocError, NotDistributed
 from hangdoc.model import BUNDLE_SCHEMA, Bundle, Finding, Job, LogTail, Options, Report, Severity
 from hangdoc.redact import LineRedactor
+from hangdoc.rules.base import Rule, finding
 from hangdoc.proc import RunningJob, stop_job
 from hangdoc.watcher import Outcome, WatchConfig, Watcher
 
@@ -168,21 +169,39 @@ def _ended_before_attach(popen, tail: OutputTail, config: WatchConfig) -> Outcom
     tail.join()
     bundle = _empty_bundle(popen, tail, config)
     verdict = "healthy" if popen.returncode == 0 else "crash"
-    findings = () if verdict == "healthy" else (Finding(
-        rule="command-failed", severity=Severity.CRITICAL, ranks=(),
-        title=f"The command exited with code {popen.returncode} before any rank could be watched",
-        evidence=tuple(list(tail.lines)[-10:]), fix="Read the command's output above; it failed at start-up."),)
+    findings = () if verdict == "healthy" else (finding(
+        COMMAND_FAILED, (), f"The command exited with code {popen.returncode} before any rank could be watched",
+        list(tail.lines)[-10:]),)
     report = Report(schema="hangdoc/report-v1", verdict=verdict, detected_after_s=None, culprit_ranks=(),
                     findings=findings, ranks=())
     return Outcome(report, bundle, "ended")
 
 
 def _timeout_finding(config: WatchConfig) -> Finding:
-    return Finding(
-        rule="run-timeout", severity=Severity.CRITICAL, ranks=(),
-        title=f"The run did not finish within --timeout {config.timeout_s:g} s",
-        evidence=("no rank was blocked long enough for a hang verdict, but the run overstayed its budget",),
-        fix="Lower --max-steps for the smoke run, or raise --timeout if the run is simply long.")
+    return finding(RUN_TIMEOUT, (), f"The run did not finish within --timeout {config.timeout_s:g} s",
+                   ["no rank was blocked long enough for a hang verdict, but the run overstayed its budget"])
+
+
+COMMAND_FAILED = Rule(
+    slug="command-failed",
+    title="The command failed before any rank could be watched",
+    severity=Severity.CRITICAL,
+    summary="Raised by `hangdoc run` when the command it starts exits non-zero before hangdoc could "
+            "find a rank to watch (a typo, an import error, a bad argument): its last output lines are the evidence.",
+    fix="Read the command's output above; it failed at start-up.",
+    commands=("run",),
+)
+RUN_TIMEOUT = Rule(
+    slug="run-timeout",
+    title="The run overstayed its --timeout",
+    severity=Severity.CRITICAL,
+    summary="Raised by `hangdoc run` when the smoke run is still going at --timeout without a hang "
+            "verdict: CI must not wait forever, so it fails like a hang.",
+    fix="Lower --max-steps for the smoke run, or raise --timeout if the run is simply long.",
+    commands=("run",),
+)
+# The slugs `hangdoc run` raises itself (the registry, hangdoc/registry.py, lists them).
+RECORDS = (COMMAND_FAILED, RUN_TIMEOUT)
 
 
 def _timed_out(outcome: Outcome, config: WatchConfig) -> Outcome:

@@ -3,7 +3,7 @@
     .venv/bin/python tests/golden_record.py                  # record every case
     .venv/bin/python tests/golden_record.py bz2-shards ...   # record these cases
     .venv/bin/python tests/golden_record.py --markdown-only  # rewrite expected.md and expected.txt from the stored bundles
-    .venv/bin/python tests/golden_record.py --docs           # rewrite the examples in docs/rules/*.md
+    .venv/bin/python tests/golden_record.py --docs           # rewrite the examples in hangdoc/rules/pages/*.md
     .venv/bin/python tests/golden_record.py --list
 
 Each case starts a real 2-rank gloo job (a scenario of hangdoc/scenarios/, a mode of
@@ -261,7 +261,7 @@ def write_markdown(case: Case) -> str:
     return f"{case.name}: fired {fired}" + (f"  MISMATCH: {'; '.join(problems)}" if problems else "")
 
 
-DOCS = ROOT / "docs" / "rules"
+DOCS = ROOT / "hangdoc" / "rules" / "pages"
 _EXAMPLE = re.compile(r"<!-- example: (\S+) (\S+) -->\n(?:\n```text\n.*?\n```\n)?", re.S)
 
 
@@ -277,7 +277,7 @@ def finding_block(case: str, slug: str) -> str:
 
 
 def write_doc_examples() -> None:
-    """Fill every `<!-- example: CASE SLUG -->` in docs/rules/*.md with that golden finding."""
+    """Fill every `<!-- example: CASE SLUG -->` in hangdoc/rules/pages/*.md with that golden finding."""
     for page in sorted(DOCS.glob("*.md")):
         text = page.read_text()
         new = _EXAMPLE.sub(lambda m: f"<!-- example: {m[1]} {m[2]} -->\n\n```text\n"
@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cases", nargs="*", help="case names (default: all)")
     parser.add_argument("--markdown-only", action="store_true", help="rewrite expected.md and expected.txt from stored bundles")
-    parser.add_argument("--docs", action="store_true", help="rewrite the examples in docs/rules/*.md")
+    parser.add_argument("--docs", action="store_true", help="rewrite the examples in hangdoc/rules/pages/*.md")
     parser.add_argument("--list", action="store_true")
     args = parser.parse_args(argv)
     chosen = [BY_NAME[name] for name in args.cases] if args.cases else CASES

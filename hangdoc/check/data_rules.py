@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from hangdoc.check.compression import slow_kinds
 from hangdoc.check.datalist import short_names
+from hangdoc.rules.base import Rule
 from hangdoc.check.findings import make, ordered
 from hangdoc.words import plural, rank_list, size
 from hangdoc.check.model import DataFacts, Partition, ShardInfo, Throughput
@@ -225,3 +226,90 @@ def _dataset_lines(facts: DataFacts) -> list[str]:
                            for r in facts.classic.ranks[:MAX_RANK_LINES])
         lines.append(f"{labels[summary.path]} utterances: {shares}")
     return lines
+
+
+# The slugs this checker raises, declared once: `hangdoc rules` lists them, `hangdoc explain` shows
+# their pages, and every finding takes its fix from here (the registry is hangdoc/registry.py).
+RECORDS = (
+    Rule(
+        slug="missing-shard",
+        title='A file named in the data list does not exist',
+        severity=Severity.CRITICAL,
+        summary='A shard the data list names does not exist. The rank and DataLoader worker that would read '
+                "it (by the classic split) fail or skip it, so that rank's epoch ends early or raises in the "
+                'middle of training.',
+        fix="Fix the path in the list (relative paths resolve against the list's directory) or remove the"
+            ' line; the worker that reaches it raises and stops the job.',
+        commands=("check",),
+    ),
+    Rule(
+        slug="unreadable-shard",
+        title='A shard cannot be read as a tar archive',
+        severity=Severity.CRITICAL,
+        summary='A shard is not a readable tar archive: truncated, not a tar at all, a directory, without '
+                'read permission, or a compressed stream that fails to decompress. A worker that meets it '
+                'raises, or loops on the error, mid-epoch.',
+        fix='Re-create or re-download the shard (check permissions and truncated copies), or remove it '
+            'from the list.',
+        commands=("check",),
+    ),
+    Rule(
+        slug="unpaired-member",
+        title="A shard's members do not pair up as key.wav + key.txt",
+        severity=Severity.CRITICAL,
+        summary='An utterance in a shard has audio without a transcript or a transcript without audio '
+                '(critical: the sample cannot be built), or a shard holds stray members only (warning). '
+                'Pipelines that pair `key.wav` with `key.txt` drop or crash on them.',
+        fix='Re-pack the shard so that every utterance is two adjacent members key.<audio> and key.txt, '
+            'with no other members.',
+        commands=("check",),
+    ),
+    Rule(
+        slug="empty-shard",
+        title='A shard holds no members',
+        severity=Severity.WARNING,
+        summary='A tar shard has no members: the worker that reads it delivers nothing for that shard, and '
+                'its rank runs out of data before the others.',
+        fix="Remove empty shards from the list; they make their worker's share smaller.",
+        commands=("check",),
+    ),
+    Rule(
+        slug="empty-worker",
+        title='Some DataLoader workers get no shard',
+        severity=Severity.INFO,
+        summary='A DataLoader worker gets no shard under the split (more world_size x num_workers readers '
+                "than shards): it ends at once and its rank's batches come from fewer workers.",
+        fix='Nothing breaks, but those workers idle; use fewer workers or more, smaller shards (at least '
+            'world_size x num_workers).',
+        commands=("check",),
+    ),
+    Rule(
+        slug="remote-shard",
+        title='A shard is a URL and was not checked',
+        severity=Severity.INFO,
+        summary='A list entry is a URL (s3://, http://): `check` does not fetch it, so its size, members and '
+                'compression are not checked.',
+        fix='Run `hangdoc check data` where the shards are mounted to check them.',
+        commands=("check",),
+    ),
+    Rule(
+        slug="bad-list-entry",
+        title='A line of the data list cannot be parsed',
+        severity=Severity.CRITICAL,
+        summary="A line of the data list cannot be parsed (a raw list's JSON line without `key`/`wav`/`txt`, "
+                'a blank or garbled path): the dataset raises on it, or skips it silently, depending on the '
+                'pipeline.',
+        fix='Fix the line: a shard list holds one tar path per line; a raw list one JSON object with key,'
+            ' wav and txt per line.',
+        commands=("check",),
+    ),
+    Rule(
+        slug="missing-audio",
+        title='A raw list names an audio file that does not exist',
+        severity=Severity.CRITICAL,
+        summary='A raw list names a wav file that does not exist: the worker that reaches it raises '
+                'mid-epoch.',
+        fix='Fix the wav path in the list or remove the line.',
+        commands=("check",),
+    ),
+)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 
+from hangdoc.rules.base import Rule
 from hangdoc.check.findings import make, ordered
 from hangdoc.words import plural, size
 from hangdoc.check.model import EnvFacts
@@ -122,3 +123,70 @@ def collective_timeout_disabled(facts: EnvFacts) -> list[Finding]:
     return [make("collective-timeout-disabled", Severity.WARNING, (),
                  f"{off[0]}=0: a hung NCCL collective never times out",
                  [f"{k}=0" for k in off])]
+
+
+# The slugs this checker raises, declared once: `hangdoc rules` lists them, `hangdoc explain` shows
+# their pages, and every finding takes its fix from here (the registry is hangdoc/registry.py).
+RECORDS = (
+    Rule(
+        slug="cpu-oversubscribed",
+        title='More DataLoader workers than CPU cores on the node',
+        severity=Severity.WARNING,
+        summary='`nproc_per_node x num_workers` (plus the ranks themselves) is more than the CPUs the job may'
+                ' use (cgroup quota and affinity): DataLoader workers fight for cores, batches arrive late, '
+                'and the GPUs wait.',
+        fix='Use at most cores / ranks-per-node workers per rank and set OMP_NUM_THREADS=1 in workers; '
+            'oversubscribed workers deliver less, not more.',
+        commands=("check",),
+    ),
+    Rule(
+        slug="ptrace-denied",
+        title="py-spy will not be allowed to read the job's stacks",
+        severity=Severity.WARNING,
+        summary='py-spy could not attach to a process hangdoc did not start: `kernel.yama.ptrace_scope` or a '
+                'container without SYS_PTRACE forbids it, so `hangdoc watch` would read no stacks on this '
+                'machine.',
+        fix="Run hangdoc as the job's user or root, set kernel.yama.ptrace_scope=0, or start the "
+            'container with --cap-add=SYS_PTRACE.',
+        commands=("check",),
+    ),
+    Rule(
+        slug="py-spy-missing",
+        title='py-spy is not installed',
+        severity=Severity.WARNING,
+        summary='py-spy is not on PATH (or does not run here): `hangdoc watch` cannot read any stack, and '
+                'diagnoses would rest on /proc alone.',
+        fix='pip install py-spy (the wheel carries the binary).',
+        commands=("check",),
+    ),
+    Rule(
+        slug="nvml-unavailable",
+        title='NVML cannot be read: GPU utilisation will be missing from diagnoses',
+        severity=Severity.INFO,
+        summary='NVML cannot be read (no driver, no GPU, a container without the NVIDIA libraries), with the '
+                'reason: diagnoses carry no GPU utilisation, power or clocks.',
+        fix='Install the NVIDIA driver (libnvidia-ml.so.1) or run where the GPUs are visible.',
+        commands=("check",),
+    ),
+    Rule(
+        slug="shm-too-small",
+        title='/dev/shm cannot hold the batches the DataLoader workers prefetch',
+        severity=Severity.CRITICAL,
+        summary='The batches DataLoader workers prefetch (`num_workers x prefetch_factor x batch bytes` per '
+                "rank) exceed `/dev/shm`'s size (critical: workers die with a bus error) or its free space "
+                '(warning), or `/dev/shm` is not mounted (warning).',
+        fix='Enlarge /dev/shm (docker --shm-size=16g, Kubernetes: an emptyDir with medium: Memory) or '
+            'lower num_workers / prefetch_factor.',
+        commands=("check",),
+    ),
+    Rule(
+        slug="collective-timeout-disabled",
+        title='A hung collective will never time out',
+        severity=Severity.WARNING,
+        summary='`TORCH_NCCL_ASYNC_ERROR_HANDLING=0` (or an equivalent) is set: a hung collective never times'
+                ' out, so a hang holds the GPUs until someone notices.',
+        fix='Unset TORCH_NCCL_ASYNC_ERROR_HANDLING=0 (and NCCL_ASYNC_ERROR_HANDLING=0) so the '
+            'process-group timeout ends a hung job with an error.',
+        commands=("check",),
+    ),
+)

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from hangdoc.advice import ADVICE
 from hangdoc.check.sections import Document, Table, shown_evidence, shown_ranks
 from hangdoc.render.escape import md_cell, md_text
 from hangdoc.model import Finding
+from hangdoc.registry import records
 
 
 def _cell(text: str) -> str:
@@ -26,7 +26,7 @@ def _finding(f: Finding) -> str:
     lines = [f"\n### {f.severity.value.upper()} `{f.rule}`{ranks}\n", f"{md_text(f.title)}\n"]
     lines += [f"- {md_text(e)}" for e in shown_evidence(f)]
     lines.append(f"\n**Fix:** {md_text(f.fix)}")
-    snippet = ADVICE[f.rule].snippet if f.rule in ADVICE else None
+    snippet = records()[f.rule].snippet if f.rule in records() else None
     if snippet:
         lines.append(f"\n```\n{snippet}\n```")
     return "\n".join(lines) + "\n"

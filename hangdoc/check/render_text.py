@@ -9,10 +9,10 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from hangdoc.advice import ADVICE
 from hangdoc.check.sections import Document, Table, shown_evidence, shown_ranks
 from hangdoc.render.escape import terminal as esc
 from hangdoc.model import Finding, Severity
+from hangdoc.registry import records
 
 STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "cyan"}
 
@@ -40,7 +40,7 @@ def _finding(console: Console, f: Finding) -> None:
     for line in shown_evidence(f):
         console.print(Text(f"  - {esc(line)}", style="dim"))
     console.print(Text(f"  fix: {esc(f.fix)}", style="green"))
-    snippet = ADVICE[f.rule].snippet if f.rule in ADVICE else None
+    snippet = records()[f.rule].snippet if f.rule in records() else None
     if snippet and f.severity is not Severity.INFO:
         for line in snippet.splitlines():
             console.print(Text(f"      {line}", style="green"))

@@ -10,7 +10,6 @@ from collections import Counter
 from dataclasses import dataclass
 
 from hangdoc.check.datalist import short_names
-from hangdoc.check.findings import RANK_OF
 from hangdoc.words import plural, rank_ranges, size
 from hangdoc.check.model import CheckpointFacts, CheckResult, DataFacts, EnvFacts, Partition, ShardInfo
 from hangdoc.model import Finding, Severity
@@ -53,7 +52,7 @@ def _summary(findings: tuple[Finding, ...]) -> str:
         return "no findings"
     counts = Counter(f.severity for f in findings)
     parts = [f"{counts[s]} {s.value}{'s' if s is Severity.WARNING and counts[s] != 1 else ''}"
-             for s in sorted(counts, key=RANK_OF.get)]
+             for s in sorted(counts, key=lambda s: s.rank)]
     return f"{plural(len(findings), 'finding')}: {', '.join(parts)}"
 
 

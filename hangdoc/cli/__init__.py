@@ -49,7 +49,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("hangdoc.cli.demo", "Run a scenario under watch with a short hang-after, show the live view, then the report."),
     "report": ("hangdoc.cli.report", "Diagnose saved bundles offline: the same report the live watch printed."),
-    "rules": ("hangdoc.cli.report", "List the rules: slug, severity and what each one looks for."),
+    "rules": ("hangdoc.cli.report", "List every slug hangdoc can print: severity, the commands that raise it, and its title."),
     "explain": ("hangdoc.cli.report", "Print the documentation page of a rule or of any finding's slug."),
     "watch": ("hangdoc.cli.watch", "Attach to a running torchrun / DDP job (any of its pids, or --job: the one on this "
                                    "node) and diagnose it."),

@@ -11,7 +11,6 @@ from hangdoc.cli import app
 from hangdoc.cli.common import Format, emit_report, quiet_broken_pipe, seconds, verdict_exit_code
 from hangdoc.errors import EXIT_OK, BadOutput, HangdocError
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "rules"
 
 
 @app.command()
@@ -48,53 +47,30 @@ def report(
 
 @app.command()
 def rules() -> None:
-    """List the rules: slug, severity and what each one looks for."""
-    from hangdoc.rules import all_rules
+    """List every slug hangdoc can print: severity, the commands that raise it, and its title."""
+    from hangdoc.registry import records
 
     try:
-        for rule in all_rules():
-            print(f"{rule.slug:<24} {rule.severity.value:<9} {rule.title}")
+        for rule in records().values():
+            print(f"{rule.slug:<28} {rule.severity.value:<9} {','.join(rule.commands):<22} {rule.title}")
         sys.stdout.flush()
     except BrokenPipeError:
         quiet_broken_pipe()
-    print("hangdoc: severities are those of a live job; `hangdoc check` raises some of these slugs, and its own, "
-          "at the severities docs/check.md lists (a risk before the run, not a hang); `hangdoc explain SLUG` "
-          "explains any of them", file=sys.stderr)
+    print("hangdoc: `hangdoc explain SLUG` prints any slug's page", file=sys.stderr)
     raise typer.Exit(EXIT_OK)
 
 
 @app.command()
 def explain(slug: str = typer.Argument(..., help="A slug that `hangdoc rules`, `check`, `run` or a report prints.")) -> None:
     """Print the documentation page of a rule or of any finding's slug."""
-    from hangdoc.advice import ADVICE
-    from hangdoc.rules import get_rule
+    from hangdoc.registry import page, topics
 
-    rule = get_rule(slug)
-    page = DOCS / f"{slug}.md"
-    if page.is_file() and page.resolve().parent == DOCS:
-        text = page.read_text()
-    elif rule is not None:
-        text = f"# {rule.slug}\n\n{rule.title}\n\n{rule.summary}\n"
-    elif slug in ADVICE:
-        advice = ADVICE[slug]
-        text = f"# {slug}\n\n{advice.title}\n\nFix: {advice.fix}\n"
-        if advice.snippet:
-            text += f"\n```python\n{advice.snippet}\n```\n"
-        text += "\nSee docs/check.md for when `hangdoc check` raises it.\n"
-    else:
-        raise HangdocError(f"no rule or finding named {slug!r}; the slugs are: {', '.join(known_slugs())}")
+    text = page(slug)
+    if text is None:
+        raise HangdocError(f"no rule or finding named {slug!r}; the slugs are: {', '.join(topics())}")
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
     except BrokenPipeError:
         quiet_broken_pipe()
     raise typer.Exit(EXIT_OK)
-
-
-def known_slugs() -> list[str]:
-    """Every slug `explain` knows: the rules, `check`'s findings, and the pages in docs/rules/."""
-    from hangdoc.advice import ADVICE
-    from hangdoc.rules import all_rules
-
-    pages = [p.stem for p in DOCS.glob("*.md")] if DOCS.is_dir() else []
-    return sorted(set([r.slug for r in all_rules()] + list(ADVICE) + pages))

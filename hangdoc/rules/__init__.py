@@ -1,9 +1,12 @@
-"""The rule registry: every rule module exposes `RULE`; `run_rules` applies them all."""
+"""The live rules: every rule module exposes `RULE`; `run_rules` applies them all to a bundle.
+
+Every slug hangdoc prints (these, `hangdoc check`'s, `hangdoc run`'s) is in one registry,
+`hangdoc/registry.py`, which `hangdoc rules` and `hangdoc explain` read."""
 from __future__ import annotations
 
 import importlib
 
-from hangdoc.model import Finding, Severity
+from hangdoc.model import Finding
 from hangdoc.rules.base import Context, Rule
 
 # Order matters only for display: root causes first, the generic findings after them.
@@ -24,8 +27,6 @@ RULE_MODULES = (
     "missing_ranks",
 )
 
-_SEVERITY_ORDER = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
-
 
 def all_rules() -> list[Rule]:
     return [importlib.import_module(f"hangdoc.rules.{name}").RULE for name in RULE_MODULES]
@@ -39,4 +40,4 @@ def run_rules(ctx: Context) -> tuple[Finding, ...]:
     findings: list[Finding] = []
     for rule in all_rules():
         findings.extend(rule.check(ctx))
-    return tuple(sorted(findings, key=lambda f: _SEVERITY_ORDER[f.severity]))
+    return tuple(sorted(findings, key=lambda f: f.severity.rank))

@@ -38,14 +38,26 @@ class Context:
 
 @dataclass(frozen=True)
 class Rule:
+    """One slug hangdoc can print, said once: what it is called, how bad it is, what it looks at,
+    the fix it proposes, and (for the live rules) the pure function that finds it. Its page is
+    `hangdoc/rules/pages/<slug>.md`, shipped in the package (`hangdoc explain SLUG`)."""
+
     slug: str
     title: str
     severity: Severity
-    check: Callable[[Context], list[Finding]]
+    check: Callable[[Context], list[Finding]] | None = None   # None: raised by `check` or `run`, not a live rule
     summary: str = ""     # one paragraph: what the rule looks at
+    fix: str = ""
+    snippet: str | None = None                  # code the fix shows
+    commands: tuple[str, ...] = ("watch", "report", "run")   # the commands that print it
+
+    @property
+    def page(self) -> str:
+        return f"{self.slug}.md"
 
 
-def finding(rule: Rule, ranks, title: str, evidence, fix: str, severity: Severity | None = None) -> Finding:
+def finding(rule: Rule, ranks, title: str, evidence, fix: str | None = None, severity: Severity | None = None) -> Finding:
+    """A finding of `rule`: its fix unless the finding words its own (with figures of this job)."""
     return Finding(rule=rule.slug, severity=severity or rule.severity,
                    ranks=tuple(sorted(r for r in ranks if r is not None)),
-                   title=title, evidence=tuple(evidence), fix=fix)
+                   title=title, evidence=tuple(evidence), fix=fix if fix is not None else rule.fix)

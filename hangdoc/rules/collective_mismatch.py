@@ -1,8 +1,8 @@
 """collective-mismatch: ranks blocked in different collectives can never meet."""
 from __future__ import annotations
 
-from hangdoc.advice import ADVICE
 from hangdoc.model import Finding, Severity
+from hangdoc.rules.snippets import JOIN_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import frames_line
 
@@ -22,7 +22,7 @@ def check(ctx: Context) -> list[Finding]:
     return [finding(
         RULE, all_ranks,
         f"Collective mismatch: rank(s) {left} left the common path ({groups})",
-        evidence, ADVICE["collective-mismatch"].fix,
+        evidence, RULE.fix,
     )]
 
 
@@ -33,4 +33,7 @@ RULE = Rule(
     check=check,
     summary="Fires on a hang where every rank is blocked in a collective but not the same one "
             "(all_reduce vs barrier): the ranks outside the training step's collective left the common path.",
+    fix='Make every rank run the same collectives in the same order: give every rank the same number of '
+        'batches and stop the epoch together (Join, or a monitored_barrier on a gloo group).',
+    snippet=JOIN_SNIPPET,
 )

@@ -1,7 +1,6 @@
 """collective-straggler: most ranks wait in a collective for one that is elsewhere."""
 from __future__ import annotations
 
-from hangdoc.advice import ADVICE
 from hangdoc.model import Finding, Severity
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import frames_line, rank_line, waiting_line, worker_lines
@@ -32,7 +31,7 @@ def check(ctx: Context) -> list[Finding]:
         findings.append(finding(
             RULE, [view.info.rank],
             f"Rank {view.info.rank} is the straggler: the others wait in {collective} while it is in {doing}",
-            evidence, ADVICE["collective-straggler"].fix,
+            evidence, RULE.fix,
         ))
     return findings
 
@@ -44,4 +43,10 @@ RULE = Rule(
     check=check,
     summary="Fires on a hang where the majority of ranks are blocked in one collective and a "
             "minority is elsewhere (data loader, compute, I/O); names the minority and what it does.",
+    fix='Look at what the late rank is doing and balance its data or work. To name the exact collective '
+        "next time, keep PyTorch's Flight Recorder on (TORCH_FR_BUFFER_SIZE=2000; "
+        'TORCH_NCCL_TRACE_BUFFER_SIZE is its legacy alias), let NCCL dump it on a timeout '
+        "(TORCH_NCCL_DUMP_ON_TIMEOUT=1) or on hangdoc's request "
+        '(TORCH_NCCL_DEBUG_INFO_PIPE_FILE=/tmp/fr_pipe_), and set a shorter '
+        'init_process_group(timeout=...).',
 )

@@ -1,7 +1,6 @@
 """dataloader-stall: the culprit waits on its DataLoader and no more specific rule explains why."""
 from __future__ import annotations
 
-from hangdoc.advice import ADVICE
 from hangdoc.model import Finding, Severity
 from hangdoc.rules import fork_unsafe_arm, slow_decompression, tar_member_decode, worker_deadlock, worker_died
 from hangdoc.rules import worker_error
@@ -35,7 +34,7 @@ def check(ctx: Context) -> list[Finding]:
         findings.append(finding(
             RULE, [view.info.rank],
             f"Rank {view.info.rank} waits on its DataLoader and no worker delivers: {summary}",
-            evidence, ADVICE["dataloader-stall"].fix,
+            evidence, RULE.fix,
         ))
     return findings
 
@@ -74,4 +73,6 @@ RULE = Rule(
     summary="Fires on a hang when the culprit waits in DataLoader.__next__ and no more specific rule "
             "(decompression, tar decode, deadlock, dead or failing worker) explains its workers; shows "
             "what every worker is doing: stack, kernel wait, CPU, open files.",
+    fix='Set DataLoader(timeout=...) so a stuck worker raises instead of hanging, and look at the worker '
+        'stacks for the I/O or decode frame they sit in.',
 )

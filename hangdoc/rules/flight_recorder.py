@@ -1,11 +1,11 @@
 """flight-recorder: the job's own collective record names the stuck collective and who never issued it."""
 from __future__ import annotations
 
-from hangdoc.advice import ADVICE
 from hangdoc.words import rank_ranges
 from hangdoc.analyze.flight import (GroupFlight, flight_groups, frames_lines, mismatch_line, progress_lines,
                                     stuck_line)
 from hangdoc.model import Finding, Severity
+from hangdoc.rules.collective_mismatch import RULE as MISMATCH
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import frames_line
 
@@ -72,7 +72,7 @@ def check(ctx: Context) -> list[Finding]:
             evidence += ras_lines(bundle.ras)
         ranks = culprits(group) or group.entered
         mismatch = any(m.seq == group.stuck_seq for m in group.mismatches)
-        fix = ADVICE["collective-mismatch" if mismatch else "flight-recorder"].fix
+        fix = MISMATCH.fix if mismatch else RULE.fix
         findings.append(finding(RULE, ranks, title(group), evidence, fix))
     return findings
 
@@ -117,4 +117,8 @@ RULE = Rule(
             "anything): per process group, each rank's last enqueued and completed collective, the first "
             "collective not every rank completed, the ranks that never issued it, and collectives that "
             "differ between ranks at one sequence number (op, sizes, dtypes).",
+    fix='Find out why the ranks named never reached that collective (their live stack says where they '
+        "are; the others' FR frames say where it is issued): a rank still computing or loading data, a "
+        'data-dependent branch, or an epoch that ends early on one rank; every rank must issue the same '
+        'collectives in the same order with the same shapes and dtypes.',
 )

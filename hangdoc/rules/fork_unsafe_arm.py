@@ -1,8 +1,8 @@
 """fork-unsafe-arm: forked DataLoader workers on aarch64 segfault in inherited thread pools."""
 from __future__ import annotations
 
-from hangdoc.advice import ADVICE
 from hangdoc.model import Finding, Role, Severity
+from hangdoc.rules.snippets import SPAWN_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import basename, dead_workers, samples_of
 
@@ -49,7 +49,7 @@ def check(ctx: Context) -> list[Finding]:
             RULE, [rank],
             f"A forked DataLoader worker of {who} segfaulted on {bundle.host.arch}: OpenMP / Arm Compute "
             f"Library state does not survive fork",
-            evidence, ADVICE["fork-unsafe-arm"].fix,
+            evidence, RULE.fix,
         ))
     return findings
 
@@ -62,4 +62,8 @@ RULE = Rule(
     summary="Fires on an aarch64 host when a DataLoader worker died of a segmentation fault, the "
             "workers were forked, and OpenMP / Arm Compute Library is mapped (or workers run several "
             "threads): the fork-inherited thread pools crash.",
+    fix='Start DataLoader workers with spawn: DataLoader(..., '
+        "multiprocessing_context=mp.get_context('spawn')); the dataset and collate_fn must be picklable.",
+    snippet=SPAWN_SNIPPET,
+    commands=("watch", "report", "run", "check"),
 )

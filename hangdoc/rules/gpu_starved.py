@@ -1,7 +1,6 @@
 """gpu-starved: no hang, but the ranks spend most of their time waiting for data."""
 from __future__ import annotations
 
-from hangdoc.advice import ADVICE
 from hangdoc.model import Finding, Severity
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import cpu_use, worker_name
@@ -85,7 +84,7 @@ def check(ctx: Context) -> list[Finding]:
     return [finding(
         RULE, ranks,
         f"Not a hang, but starved: rank(s) {', '.join(map(str, ranks))} wait for data in {span} of samples",
-        evidence, ADVICE["gpu-starved"].fix + here,
+        evidence, RULE.fix + here,
     )]
 
 
@@ -97,4 +96,7 @@ RULE = Rule(
     summary="Fires on a job that is not hung when ranks spend at least half their samples waiting "
             "in DataLoader.__next__ (and the GPUs, when NVML was read, are not busy); gives the share per "
             "rank, GPU utilisation, and the worker count against the cores.",
+    fix='Raise num_workers (up to the cores per rank), use larger batches and prefetch_factor, pack small'
+        ' clips into tar shards, or cache features.',
+    commands=("watch", "report", "run", "check"),
 )

@@ -66,7 +66,7 @@ def check(ctx: Context) -> list[Finding]:
         title += ": every rank here waits in a collective, so the culprit is on another node"
         evidence.append(f"{d.count(d.waiting)} of {d.count(d.ranks)} captured ranks wait in "
                         f"{d.waiting[0].reading.detail or 'a collective'}: the rank they wait for is not here")
-    return [finding(RULE, absent, title, evidence, FIX, severity=severity)]
+    return [finding(RULE, absent, title, evidence, severity=severity)]
 
 
 RULE = Rule(
@@ -77,4 +77,5 @@ RULE = Rule(
     summary="Fires when the bundle has fewer ranks than the job's world size: a multi-node job "
             "captured on some nodes only. Names the missing ranks and nodes (group ranks); when every "
             "captured rank waits in a collective, the culprit is among the missing ones.",
+    fix=FIX,
 )

@@ -20,10 +20,7 @@ def check(ctx: Context) -> list[Finding]:
         evidence.extend(worker_lines(view))
     who = "The process" if d.count(d.ranks) == 1 else "Every rank"
     return [finding(RULE, [r for v in d.ranks for r in v.ranks],
-                    f"{who} is frozen outside any collective (a deadlock or an endless wait)", evidence,
-                    "Look at the frame each process sleeps in: a lock taken twice, a queue nobody fills, "
-                    "a subprocess or socket that never answers. Run `hangdoc watch --native` to see the "
-                    "C frames (futex, poll) under the Python line.")]
+                    f"{who} is frozen outside any collective (a deadlock or an endless wait)", evidence)]
 
 
 RULE = Rule(
@@ -33,4 +30,7 @@ RULE = Rule(
     check=check,
     summary="Fires on a hang where no rank is in a collective but no process moved for hang-after seconds: "
             "same frames, no CPU, no I/O (a deadlock, a wait on something that never comes).",
+    fix="Look at the frame each process sleeps in: a lock taken twice, a queue nobody fills, "
+        "a subprocess or socket that never answers. Run `hangdoc watch --native` to see the "
+        "C frames (futex, poll) under the Python line.",
 )

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hangdoc.advice import ADVICE
 from hangdoc.model import Finding, ProcessInfo, Severity
+from hangdoc.rules.snippets import REPACK_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import (FileRead, above_worker_loop, basename, chain, compression_of_frames,
                                     compression_of_path, cpu_use, file_read_line, file_reads, latest_frames,
@@ -76,11 +76,11 @@ def _finding(ctx: Context, view, busy: list[_Worker]) -> Finding:
         title = (f"Rank {rank}'s DataLoader workers are decompressing {basename(read.path)} at {rate(speed)}"
                  f"{more}; {kind} shards starve this rank")
         measured = ", ".join(f"{basename(r.path)} {rate(s)}" for r, s in rates)
-        fix = (f"{ADVICE['slow-decompression'].fix} Observed on rank {rank}: {measured} of compressed input "
+        fix = (f"{RULE.fix} Observed on rank {rank}: {measured} of compressed input "
                f"with {len(busy)} of its workers decompressing; an uncompressed .tar is read at disk speed.")
     else:
         title = f"Rank {rank}'s DataLoader workers are decompressing {kind} data; it starves this rank"
-        fix = ADVICE["slow-decompression"].fix
+        fix = RULE.fix
     return finding(RULE, [rank], title, evidence, fix)
 
 
@@ -92,4 +92,8 @@ RULE = Rule(
     summary="Fires on a hang when the culprit waits on its DataLoader and its workers sit in "
             "bz2/lzma/gzip/zlib frames or read .bz2/.gz/.xz/.zst files; cites each shard, the rate its "
             "read offset moves (compressed MB/s) and the frames.",
+    fix='Re-pack the shards as uncompressed .tar (bz2 decompresses at tens of MB/s per core) or spread '
+        'the compressed shards evenly over ranks and add DataLoader workers.',
+    snippet=REPACK_SNIPPET,
+    commands=("watch", "report", "run", "check"),
 )

@@ -1,8 +1,8 @@
 """tar-member-decode: audio decoded straight from a tar member's file object, not from its bytes."""
 from __future__ import annotations
 
-from hangdoc.advice import ADVICE
 from hangdoc.model import Finding, Severity
+from hangdoc.rules.snippets import BYTES_FIRST_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import (basename, chain, compression_of_path, file_read_line,
                                     file_reads, find_lines, is_decoder_library, log_rank,
@@ -53,7 +53,7 @@ def _from_stacks(ctx: Context) -> list[Finding]:
                 RULE, [view.info.rank],
                 f"Rank {view.info.rank}'s DataLoader workers decode audio ({by}) straight from tar members"
                 f"{where}; {seeks}",
-                evidence, ADVICE["tar-member-decode"].fix,
+                evidence, RULE.fix,
             ))
     return findings
 
@@ -75,7 +75,7 @@ def _from_logs(ctx: Context) -> list[Finding]:
         findings.append(finding(
             RULE, [rank],
             f"{who} decodes from a tar member stream that cannot seek: {message}",
-            evidence, ADVICE["tar-member-decode"].fix,
+            evidence, RULE.fix,
         ))
     return findings
 
@@ -88,4 +88,7 @@ RULE = Rule(
     summary="Fires when a culprit's worker stack has a decoder (wave, soundfile, torchaudio, a "
             "decode function) directly above tarfile's member reads (_FileInFile, _Stream), or when "
             "the logs say '_Stream' object has no attribute 'seekable' / Illegal seek.",
+    fix="Read the member's bytes first and decode from memory: "
+        'torchaudio.load(io.BytesIO(tar.extractfile(member).read())).',
+    snippet=BYTES_FIRST_SNIPPET,
 )

@@ -1,10 +1,10 @@
 """uneven-shards: a rank ran out of data and left the epoch while the others still step."""
 from __future__ import annotations
 
-from hangdoc.advice import ADVICE
 from hangdoc.partition import classic_split
 from hangdoc.cmdline import data_list
 from hangdoc.model import DataListCopy, Finding, Role, Severity
+from hangdoc.rules.snippets import JOIN_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import basename, frames_line, latest_frames
 from hangdoc.words import mb
@@ -104,7 +104,7 @@ def check(ctx: Context) -> list[Finding]:
         elif listing:
             evidence.append(f"the job's data list is {listing} (it could not be read at capture time); "
                             f"shards are split over {split}")
-        fix = f"{ADVICE['uneven-shards'].fix} Here: {split} readers"
+        fix = f"{RULE.fix} Here: {split} readers"
         if workers:
             target = listing or "DATA_LIST"
             fix += (f"; check the list with `hangdoc check data {target} --world-size {world} "
@@ -128,4 +128,9 @@ RULE = Rule(
     summary="Fires on a collective mismatch where the ranks that left wait in a barrier, Join, or the "
             "next epoch's DataLoader seed broadcast while the others wait in the training step's "
             "collective; cites the shards each rank's workers still hold and the data list.",
+    fix='Make the shard count a multiple of world_size x num_workers with equal-sized shards, or make the'
+        " ranks stop together: WeNet's join (a monitored_barrier on a gloo group with a short timeout) or"
+        ' torch.distributed.algorithms.Join around the epoch loop.',
+    snippet=JOIN_SNIPPET,
+    commands=("watch", "report", "run", "check"),
 )

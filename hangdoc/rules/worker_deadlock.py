@@ -1,9 +1,9 @@
 """worker-deadlock: a DataLoader worker sleeps on a lock forever while its rank waits for data."""
 from __future__ import annotations
 
-from hangdoc.advice import ADVICE
 from hangdoc.analyze.timeline import CPU_NOISE_S
 from hangdoc.model import Finding, Severity
+from hangdoc.rules.snippets import SPAWN_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import (above_worker_loop, chain, in_futex, kernel_wait, latest_frames, rank_line,
                                     samples_of, worker_name)
@@ -58,7 +58,7 @@ def check(ctx: Context) -> list[Finding]:
             RULE, [view.info.rank],
             f"DataLoader worker {index} of rank {view.info.rank} is deadlocked on a lock at {top}; "
             f"rank {view.info.rank} waits for its data",
-            evidence, ADVICE["worker-deadlock"].fix,
+            evidence, RULE.fix,
         ))
     return findings
 
@@ -85,4 +85,7 @@ RULE = Rule(
     summary="Fires on a hang when the culprit waits on its DataLoader and one of its workers is "
             "alive but asleep in a futex (syscall 202 / 98, wchan futex_*) with no CPU used across "
             "samples, not on its index queue: a lock held across fork.",
+    fix='Start workers with spawn or forkserver (multiprocessing_context=...) and create threads, locks '
+        'and clients in worker_init_fn, not before the DataLoader forks.',
+    snippet=SPAWN_SNIPPET,
 )

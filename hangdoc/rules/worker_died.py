@@ -1,7 +1,6 @@
 """worker-died: a DataLoader worker was killed by a signal or vanished under its rank."""
 from __future__ import annotations
 
-from hangdoc.advice import ADVICE
 from hangdoc.model import Finding, Severity
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import DeadWorker, dead_workers, samples_of
@@ -84,7 +83,7 @@ def check(ctx: Context) -> list[Finding]:
             evidence.append(memory)
         how = "vanished while its rank waits for data" if dead.how == "vanished" else (
             dead.how if dead.how == "exited unexpectedly" else f"was killed by signal: {dead.how}")
-        fix = ADVICE["worker-died"].fix
+        fix = RULE.fix
         if (hint := _hint(dead.how)):
             fix = f"{fix} {hint}"
         if dead.how in ("Killed", "vanished"):
@@ -101,4 +100,6 @@ RULE = Rule(
     summary="Fires on `DataLoader worker (pid N) is killed by signal: X` / `exited unexpectedly` in the "
             "log tails, or when a worker seen alive is gone while its rank still waits for data and no "
             "new worker replaced it; SIGKILL points at the OOM killer (with the memory seen).",
+    fix='Read the signal: Segmentation fault on aarch64 -> spawn start method; Bus error -> /dev/shm too '
+        'small (docker --shm-size); Killed -> out of memory (fewer workers, smaller prefetch_factor).',
 )

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import re
 
-from hangdoc.advice import ADVICE
 from hangdoc.analyze.logs import caught_in_worker
 from hangdoc.model import Finding, LogTail, Severity
 from hangdoc.rules.base import Context, Rule, finding
@@ -42,7 +41,7 @@ def check(ctx: Context) -> list[Finding]:
         frames = traceback_frames(tail.lines, end, limit=5) if end is not None else []
         evidence += [f"  at {frame}" for frame in frames]
         evidence.append(raised)
-        fix = ADVICE["worker-error"].fix
+        fix = RULE.fix
         key = _KEY.match(raised)
         if key and key.group(1) in SAMPLE_KEYS:
             where = frames[-1].split(" (")[0] if frames else "the consumer"
@@ -64,4 +63,6 @@ RULE = Rule(
     summary="Fires on `Caught X in DataLoader worker process N` in the job's log tails; cites the "
             "exception and the frames of the worker's original traceback, and names the decode step "
             "when a sample key (sample_rate, wav) is missing.",
+    fix="Fix the exception in the worker's traceback; check that every sample gets every key (a decode "
+        "function that sets sample['wav'] in only one branch).",
 )

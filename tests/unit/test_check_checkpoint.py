@@ -12,7 +12,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")   # torch's "Failed to initialize NumPy" on a numpy-less venv
     torch = pytest.importorskip("torch")
 
-from hangdoc.advice import ADVICE  # noqa: E402
+from hangdoc.registry import record  # noqa: E402
 from hangdoc.check.ckpt_load import parse_top_level  # noqa: E402
 from hangdoc.cli import main  # noqa: E402
 
@@ -57,7 +57,7 @@ def test_wenet_checkpoint_without_in_epoch_position_restarts_the_epoch(tmp_path,
     assert finding["title"].startswith("resuming restarts epoch 3 at batch 0")
     assert "missing: optimizer, scheduler, in-epoch position, data-loader/sampler state, RNG states" \
         in finding["evidence"]
-    assert finding["fix"] == ADVICE["resume-restarts-epoch"].fix
+    assert finding["fix"] == record("resume-restarts-epoch").fix
     found = restores(report)
     assert found["model"] == "checkpoint <root>: 2 tensors, 15 values"
     assert found["epoch"] == "side-car epoch: 3"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hangdoc.advice import ADVICE
+from hangdoc.registry import record
 from factories import write_list, write_raw_list, write_shard
 from hangdoc.check.throughput import can_read
 from hangdoc.cli import main
@@ -89,7 +89,7 @@ def test_seven_shards_over_2x2_flag_uneven_shards_with_the_spread(tmp_path, caps
     assert uneven["ranks"] == [1]
     assert "as few as 30 utterances, rank 0 gets 40 (spread 10, 25 %)" in uneven["title"]
     assert "7 shards over 2 ranks x 2 workers: 7 is not a multiple of 4" in uneven["evidence"]
-    assert uneven["fix"] == ADVICE["uneven-shards"].fix
+    assert uneven["fix"] == record("uneven-shards").fix
     # AND the per-worker shards are the classic split shards[rank::2][worker::2]
     ranks = report["facts"]["classic"]["ranks"]
     assert [[w["indices"] for w in r["workers"]] for r in ranks] == [[[0, 4], [2, 6]], [[1, 5], [3]]]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hangdoc.advice import ADVICE
+from hangdoc.registry import record
 from hangdoc.check.env import check_env
 from hangdoc.check.host import Probes
 from hangdoc.check.model import NvmlFacts
@@ -64,7 +64,7 @@ def test_aarch64_fork_with_arm_compute_library_is_fork_unsafe_arm_with_the_spawn
     assert "aarch64 host forks DataLoader workers" in finding.title
     assert "multiprocessing start method: fork (DataLoader's default)" in finding.evidence
     assert "libarm_compute-c0ffee.so" in " ".join(finding.evidence)
-    assert "spawn" in finding.fix and finding.fix == ADVICE["fork-unsafe-arm"].fix
+    assert "spawn" in finding.fix and finding.fix == record("fork-unsafe-arm").fix
 
 
 @pytest.mark.parametrize("change", [{"arch": "x86_64"}, {"start_method": "spawn"}, {"libs": ()}])

@@ -10,7 +10,7 @@ from hangdoc.cli import main
 from hangdoc.rules import all_rules, get_rule
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = ROOT / "docs" / "rules"
+DOCS = ROOT / "hangdoc" / "rules" / "pages"
 GOLDEN = ROOT / "tests" / "golden"
 DOCUMENTED = tuple(r.slug for r in all_rules())
 SECTIONS = ("## What it detects", "## Evidence it cites", "## Example", "## Fix", "## False positives and limits")
@@ -19,7 +19,7 @@ _EXAMPLE = re.compile(r"<!-- example: (\S+) (\S+) -->\n\n```text\n(.*?)\n```", r
 
 @pytest.mark.parametrize("slug", DOCUMENTED)
 def test_every_rule_has_a_page_with_every_section(slug):
-    # GIVEN a registered rule THEN docs/rules/<slug>.md exists and has every section, a code fix
+    # GIVEN a registered rule THEN its page (hangdoc/rules/pages/<slug>.md) exists and has every section, a code fix
     assert get_rule(slug) is not None
     page = (DOCS / f"{slug}.md").read_text()
     assert page.startswith(f"# {slug}\n")

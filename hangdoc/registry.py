@@ -1,0 +1,49 @@
+"""Every slug hangdoc prints, in one registry: the live rules, `hangdoc check`'s and `hangdoc run`'s.
+
+Each module declares its records once, as pylint's checkers declare their messages: a live
+rule module its `RULE` (hangdoc/rules/), a checker its `RECORDS` (hangdoc/check/*_rules.py),
+the runner its `RECORDS`. `hangdoc rules` lists them, `hangdoc explain` shows their pages (shipped
+in the package, hangdoc/rules/pages/), every finding takes its fix from its record.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+from importlib import resources
+
+from hangdoc.rules import all_rules
+from hangdoc.rules.base import Rule
+
+DECLARING = ("hangdoc.check.env_rules", "hangdoc.check.data_rules", "hangdoc.check.ckpt_rules", "hangdoc.runner")
+PAGES = ("rules", "pages")     # inside the hangdoc package
+
+
+@functools.lru_cache(maxsize=None)
+def records() -> dict[str, Rule]:
+    """slug -> record, the live rules first; a slug declared twice is a bug, said at once."""
+    found: dict[str, Rule] = {}
+    for rule in [*all_rules(), *(r for name in DECLARING for r in importlib.import_module(name).RECORDS)]:
+        if rule.slug in found:
+            raise RuntimeError(f"slug {rule.slug} is declared twice")
+        found[rule.slug] = rule
+    return found
+
+
+def record(slug: str) -> Rule:
+    """The record of `slug`; a KeyError names a slug no module declares."""
+    return records()[slug]
+
+
+def page(slug: str) -> str | None:
+    """The documentation page of `slug` (or of a verdict word such as `interrupted`), from the package."""
+    if not slug or "/" in slug or slug.startswith("."):
+        return None
+    path = resources.files("hangdoc").joinpath(*PAGES, f"{slug}.md")
+    return path.read_text() if path.is_file() else None
+
+
+def topics() -> list[str]:
+    """Every name `explain` knows: the records' slugs and the other pages (verdicts such as `ended-unknown`)."""
+    folder = resources.files("hangdoc").joinpath(*PAGES)
+    pages = [p.name[:-3] for p in folder.iterdir() if p.name.endswith(".md")] if folder.is_dir() else []
+    return sorted(set(records()) | set(pages))

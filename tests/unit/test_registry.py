@@ -1,0 +1,66 @@
+"""One registry of every slug hangdoc prints: each has one record (title, severity, fix) and a page."""
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+import hangdoc.check
+from hangdoc.cli import main
+from hangdoc.registry import page, record, records
+from hangdoc.rules import all_rules
+
+SLUGS = sorted(records())
+
+
+def test_the_registry_holds_the_live_rules_check_and_run():
+    commands = {c for r in records().values() for c in r.commands}
+    assert {"watch", "report", "run", "check"} <= commands
+    assert {r.slug for r in all_rules()} <= set(SLUGS)
+    assert {"shm-too-small", "resume-restarts-epoch", "run-timeout", "command-failed"} <= set(SLUGS)
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_each_record_has_a_one_line_title_a_fix_and_a_page_explain_prints(slug, capsys):
+    rule = record(slug)
+    assert rule.title and "\n" not in rule.title
+    assert rule.fix and "\n" not in rule.fix
+    assert rule.summary
+    # WHEN `hangdoc explain SLUG` runs THEN it prints the page shipped in the package, exit 0
+    assert main(["explain", slug]) == 0
+    out = capsys.readouterr().out
+    assert out == page(slug) and out.startswith(f"# {slug}\n")
+
+
+def test_records_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record("uneven-shards").fix = "something else"
+
+
+def test_code_fixes_carry_a_snippet():
+    assert "multiprocessing_context" in record("fork-unsafe-arm").snippet
+    assert "io.BytesIO" in record("tar-member-decode").snippet
+    assert "state_dict()" in record("resume-restarts-epoch").snippet
+
+
+def test_every_slug_the_check_rules_raise_is_registered_for_check():
+    # the checkers name their slugs as string literals passed to make(...)
+    source = "".join(p.read_text() for p in Path(hangdoc.check.__file__).parent.glob("*_rules.py"))
+    raised = set(re.findall(r'make\("([a-z0-9-]+)"', source))
+    raised |= set(re.findall(r'"([a-z]+(?:-[a-z]+)+)": \(', source))  # data_rules' per-status titles
+    assert raised and all("check" in record(slug).commands for slug in raised)
+
+
+def test_hangdoc_rules_lists_every_slug(capsys):
+    assert main(["rules"]) == 0
+    listed = {line.split()[0] for line in capsys.readouterr().out.splitlines()}
+    assert listed == set(SLUGS)
+
+
+def test_explain_refuses_an_unknown_slug_in_one_line(capsys):
+    assert main(["explain", "no-such-slug"]) == 2
+    err = capsys.readouterr().err
+    assert "no rule or finding named 'no-such-slug'" in err and "shm-too-small" in err
+    assert main(["explain", "../../etc/passwd"]) == 2

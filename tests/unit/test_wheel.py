@@ -1,0 +1,52 @@
+"""`hangdoc explain` from an installed wheel: the pages ship in the package, not only in the source tree."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PROBE = r"""
+import sys
+sys.path.insert(0, sys.argv[1])          # the installed wheel, ahead of any other hangdoc
+import hangdoc
+assert hangdoc.__file__.startswith(sys.argv[1]), hangdoc.__file__
+from hangdoc.cli import main
+sys.exit(main(["explain", sys.argv[2]]))
+"""
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """GIVEN the wheel built from a copy of the project and installed into a fresh directory"""
+    work = tmp_path_factory.mktemp("wheel")
+    src = work / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    shutil.copytree(ROOT / "hangdoc", src / "hangdoc", ignore=shutil.ignore_patterns("__pycache__"))
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                            str(src), "-w", str(work / "dist")], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    wheel = next((work / "dist").glob("hangdoc-*.whl"))
+    target = work / "site"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                           "--target", str(target), str(wheel)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return target
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("slug", ["collective-straggler", "shm-too-small", "run-timeout", "interrupted"])
+def test_explain_prints_every_kind_of_page_from_the_installed_wheel(installed, slug, tmp_path):
+    # WHEN `hangdoc explain SLUG` runs from the wheel's files, outside the source tree
+    run = subprocess.run([sys.executable, "-c", PROBE, str(installed), slug], capture_output=True, text=True,
+                         cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, timeout=120)
+    # THEN it prints the page shipped in the wheel and exits 0
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith(f"# {slug}\n")
+    assert run.stdout == (installed / "hangdoc" / "rules" / "pages" / f"{slug}.md").read_text()
