@@ -20,6 +20,7 @@ from typing import Callable
 from hangdoc.report import build_report
 from hangdoc.analyze.timeline import LiveTimelines
 from hangdoc.collect.discover import find_job
+from hangdoc.defaults import INTERVAL_S
 from hangdoc.collect.datalists import copy_data_lists
 from hangdoc.collect.logs import log_sources, read_tails
 from hangdoc.collect.snapshot import Probes, capture
@@ -32,7 +33,7 @@ MAX_SAMPLES = 600   # about 20 minutes at the default interval; older samples ar
 
 @dataclass
 class WatchConfig:
-    interval_s: float = 2.0
+    interval_s: float = INTERVAL_S
     hang_after_s: float | None = None      # None: learned from the job's step rhythm
     timeout_s: float | None = None
     native: bool = False

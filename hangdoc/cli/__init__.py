@@ -12,6 +12,11 @@ import typer
 
 from hangdoc.errors import EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, HangdocError, Interrupted
 
+# click's exception classes, reached through typer's public BadParameter: typer vendors click
+# privately, so these are the classes its parser raises, whichever click it carries.
+CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+CLICK_ABORT = typer.Abort
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
@@ -137,14 +142,12 @@ def main(argv: list[str] | None = None) -> int:
 
         quiet_broken_pipe()
         return EXIT_OK
-    except Exception as exc:
-        # click's usage errors (vendored inside newer typer releases): one line, as documented.
-        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
-            print(usage_line(exc), file=sys.stderr)
-            return EXIT_USAGE
-        if type(exc).__name__ == "Abort":
-            return EXIT_SIGINT
-        raise
+    except CLICK_ERROR as exc:
+        # click's usage errors (bad option, bad value, missing argument): one line, as documented.
+        print(usage_line(exc), file=sys.stderr)
+        return EXIT_USAGE
+    except CLICK_ABORT:
+        return EXIT_SIGINT
     finally:
         if saved is not None:
             app.registered_commands[:] = saved

@@ -20,35 +20,29 @@ from hangdoc.check.render_markdown import render_markdown
 from hangdoc.check.render_text import render_text
 from hangdoc.check.sections import layout
 from hangdoc.cli import app
-from hangdoc.errors import HangdocError
+from hangdoc.cli.common import Format
 from hangdoc.model import Severity
 
 check_app = typer.Typer(no_args_is_help=True,
                         help="Preflight: find tomorrow's hang in the data, the host or the checkpoint.")
 app.add_typer(check_app, name="check")
 
-FORMATS = ("text", "markdown", "json")
 FAIL_ON_HELP = "Exit 1 when a finding is at least this severe: critical, warning or info."
 FORMAT_HELP = "text (rich; plain when not a TTY or NO_COLOR), markdown or json."
 
 
-def _fail_on(value: str) -> Severity:
-    try:
-        return Severity(value.lower())
-    except ValueError:
-        raise HangdocError(f"--fail-on must be critical, warning or info, not {value!r}") from None
+def fail_on_option():
+    return typer.Option(Severity.WARNING, "--fail-on", case_sensitive=False, help=FAIL_ON_HELP)
 
 
-def _format(value: str) -> str:
-    if value.lower() not in FORMATS:
-        raise HangdocError(f"--format must be text, markdown or json, not {value!r}")
-    return value.lower()
+def format_option():
+    return typer.Option(Format.text, "--format", case_sensitive=False, help=FORMAT_HELP)
 
 
-def _finish(result: CheckResult, fmt: str, fail_on: Severity) -> None:
-    if fmt == "json":
+def _finish(result: CheckResult, fmt: Format, fail_on: Severity) -> None:
+    if fmt is Format.json:
         render_json(result, sys.stdout)
-    elif fmt == "markdown":
+    elif fmt is Format.markdown:
         render_markdown(layout(result), sys.stdout)
     else:
         render_text(layout(result), sys.stdout)
@@ -62,14 +56,13 @@ def data(
                                        help="WeNet shard lists (tar paths) or raw lists (JSON lines)."),
     world_size: int = typer.Option(..., "--world-size", "-w", help="Ranks in the job (W)."),
     num_workers: int = typer.Option(..., "--num-workers", "-k", help="DataLoader workers per rank (K)."),
-    sample: int = typer.Option(DEFAULT_SAMPLE, "--sample", help="Shards to read in full and time."),
-    batch_size: int | None = typer.Option(None, "--batch-size",
+    sample: int = typer.Option(DEFAULT_SAMPLE, "--sample", min=0, help="Shards to read in full and time."),
+    batch_size: int | None = typer.Option(None, "--batch-size", min=1,
                                           help="Utterances per batch: compare ranks in batches."),
-    fail_on: str = typer.Option("warning", "--fail-on", help=FAIL_ON_HELP),
-    fmt: str = typer.Option("text", "--format", help=FORMAT_HELP),
+    fail_on: Severity = fail_on_option(),
+    fmt: Format = format_option(),
 ) -> None:
     """Check data lists: missing, broken or compressed shards, and what each rank and worker gets."""
-    severity, fmt = _fail_on(fail_on), _format(fmt)
     from hangdoc.check.progress import Progress
 
     progress = Progress("check data: reading shard headers")
@@ -78,31 +71,30 @@ def data(
                             progress=progress)
     finally:
         progress.close()
-    _finish(result, fmt, severity)
+    _finish(result, fmt, fail_on)
 
 
 @check_app.command("env")
 def env(
     num_workers: int | None = typer.Option(None, "--num-workers", "-k", help="DataLoader workers per rank."),
-    nproc_per_node: int = typer.Option(1, "--nproc-per-node", help="Ranks on this node."),
-    prefetch_factor: int = typer.Option(DEFAULT_PREFETCH, "--prefetch-factor", help="Batches each worker prefetches."),
-    batch_bytes: int | None = typer.Option(None, "--batch-bytes", help="Bytes of one batch in shared memory."),
-    fail_on: str = typer.Option("warning", "--fail-on", help=FAIL_ON_HELP),
-    fmt: str = typer.Option("text", "--format", help=FORMAT_HELP),
+    nproc_per_node: int = typer.Option(1, "--nproc-per-node", min=1, help="Ranks on this node."),
+    prefetch_factor: int = typer.Option(DEFAULT_PREFETCH, "--prefetch-factor", min=1,
+                                        help="Batches each worker prefetches."),
+    batch_bytes: int | None = typer.Option(None, "--batch-bytes", min=1, help="Bytes of one batch in shared memory."),
+    fail_on: Severity = fail_on_option(),
+    fmt: Format = format_option(),
 ) -> None:
     """Check this host and the launch settings: fork on ARM, CPUs, ptrace, py-spy, NVML, /dev/shm, timeouts."""
-    severity, fmt = _fail_on(fail_on), _format(fmt)
     result = check_env(num_workers, nproc_per_node, prefetch_factor, batch_bytes)
-    _finish(result, fmt, severity)
+    _finish(result, fmt, fail_on)
 
 
 @check_app.command("checkpoint")
 def checkpoint(
     path: Path = typer.Argument(..., metavar="CKPT", show_default=False, help="A torch.save'd checkpoint (.pt)."),
-    fail_on: str = typer.Option("warning", "--fail-on", help=FAIL_ON_HELP),
-    fmt: str = typer.Option("text", "--format", help=FORMAT_HELP),
+    fail_on: Severity = fail_on_option(),
+    fmt: Format = format_option(),
 ) -> None:
     """Check what resuming from a checkpoint restores (loaded with weights_only=True: no code runs)."""
-    severity, fmt = _fail_on(fail_on), _format(fmt)
     result = check_checkpoint(path)
-    _finish(result, fmt, severity)
+    _finish(result, fmt, fail_on)

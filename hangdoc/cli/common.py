@@ -9,6 +9,7 @@ from typing import Callable, TextIO
 
 import typer
 
+from hangdoc.defaults import INTERVAL_S, MIN_INTERVAL_S
 from hangdoc.errors import EXIT_CRASH, EXIT_ENDED_UNKNOWN, EXIT_HANG, EXIT_OK, EXIT_SIGINT, EXIT_SUSPECT
 from hangdoc.model import Bundle, Report
 
@@ -22,6 +23,27 @@ class Format(str, Enum):
 def verdict_exit_code(verdict: str) -> int:
     return {"hang": EXIT_HANG, "crash": EXIT_CRASH, "ended": EXIT_ENDED_UNKNOWN,
             "interrupted": EXIT_SIGINT, "suspect": EXIT_SUSPECT}.get(verdict, EXIT_OK)
+
+
+HANG_AFTER_HELP = ("Seconds without a step before the verdict is hang. Default: learned, 3x the longest step "
+                   "seen (at least 10 s; 60 s until a step has been seen).")
+
+
+def interval_option(default: float = INTERVAL_S):
+    return typer.Option(default, "--interval", min=MIN_INTERVAL_S, callback=seconds(MIN_INTERVAL_S),
+                        help="Seconds between samples.")
+
+
+def hang_after_option(help: str = HANG_AFTER_HELP):
+    return typer.Option(None, "--hang-after", min=0.0, callback=seconds(0.0), help=help)
+
+
+def timeout_option(help: str):
+    return typer.Option(None, "--timeout", min=0.0, callback=seconds(0.0), help=help)
+
+
+def format_option(help: str = "Report format."):
+    return typer.Option(Format.text, "--format", "-f", case_sensitive=False, help=help)
 
 
 def seconds(low: float = 0.0, strict: bool = False) -> Callable:

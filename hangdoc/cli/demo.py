@@ -7,7 +7,8 @@ from typing import Optional
 import typer
 
 from hangdoc.cli import app
-from hangdoc.cli.common import Format, emit_report, seconds
+from hangdoc.cli.common import Format, emit_report, format_option, hang_after_option, interval_option
+from hangdoc.defaults import DEMO_INTERVAL_S
 from hangdoc.errors import EXIT_FINDINGS, EXIT_OK, HangdocError
 
 
@@ -15,11 +16,9 @@ from hangdoc.errors import EXIT_FINDINGS, EXIT_OK, HangdocError
 def demo(
     scenario: str = typer.Argument("bz2-shards", help="A scenario from `hangdoc demo --list`."),
     list_: bool = typer.Option(False, "--list", help="List the scenarios and exit."),
-    hang_after: Optional[float] = typer.Option(
-        None, "--hang-after", callback=seconds(0.0),
-        help="Seconds without a step before the verdict (default: learned from the job's steps)."),
-    interval: float = typer.Option(1.0, "--interval", callback=seconds(0.1), help="Seconds between samples."),
-    fmt: Format = typer.Option(Format.text, "--format", "-f", help="Report format."),
+    hang_after: Optional[float] = hang_after_option(),
+    interval: float = interval_option(DEMO_INTERVAL_S),
+    fmt: Format = format_option(),
 ) -> None:
     """Run a scenario under watch with a short hang-after, show the live view, then the report.
 

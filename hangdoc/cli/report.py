@@ -8,7 +8,9 @@ from typing import List, Optional
 import typer
 
 from hangdoc.cli import app
-from hangdoc.cli.common import Format, emit_report, quiet_broken_pipe, seconds, verdict_exit_code
+from hangdoc.cli.common import (
+    Format, emit_report, format_option, hang_after_option, quiet_broken_pipe, verdict_exit_code,
+)
 from hangdoc.errors import EXIT_OK, BadOutput, HangdocError
 
 
@@ -17,9 +19,9 @@ from hangdoc.errors import EXIT_OK, BadOutput, HangdocError
 def report(
     bundles: List[Path] = typer.Argument(..., help="Bundle files (or a directory of them) of one job, and/or "
                                          "its ranks' Flight Recorder dumps (files or directories)."),
-    fmt: Format = typer.Option(Format.text, "--format", "-f", help="text, markdown (for a GitHub issue) or json."),
+    fmt: Format = format_option("text, markdown (for a GitHub issue) or json."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of stdout."),
-    hang_after: Optional[float] = typer.Option(None, "--hang-after", callback=seconds(0.0), help="Override the threshold the bundle was taken with."),
+    hang_after: Optional[float] = hang_after_option("Override the threshold the bundle was taken with."),
 ) -> None:
     """Diagnose saved bundles offline: the same report the live watch printed.
 

@@ -10,7 +10,9 @@ import typer
 
 from hangdoc.bundle_io import check_writable
 from hangdoc.cli import app
-from hangdoc.cli.common import Format, emit_report, seconds
+from hangdoc.cli.common import (
+    Format, emit_report, format_option, hang_after_option, interval_option, timeout_option,
+)
 from hangdoc.cli.watch import default_out, save_or_say
 from hangdoc.errors import EXIT_CRASH, EXIT_HANG, EXIT_NOT_SAVED, EXIT_USAGE, HangdocError
 
@@ -18,12 +20,10 @@ from hangdoc.errors import EXIT_CRASH, EXIT_HANG, EXIT_NOT_SAVED, EXIT_USAGE, Ha
 @app.command(context_settings={"allow_interspersed_args": False})
 def run(
     cmd: List[str] = typer.Argument(..., help="The command to run, after --: e.g. -- torchrun ... train.py --max-steps 20"),
-    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.0, callback=seconds(0.0), help="Fail (exit 3) if the whole run takes longer."),
-    hang_after: Optional[float] = typer.Option(
-        None, "--hang-after", min=0.0, callback=seconds(0.0),
-        help="Seconds without a step before the verdict is hang (default: learned from the job's steps)."),
-    interval: float = typer.Option(2.0, "--interval", min=0.1, callback=seconds(0.1), help="Seconds between samples."),
-    fmt: Format = typer.Option(Format.text, "--format", "-f", help="Report format."),
+    timeout: Optional[float] = timeout_option("Fail (exit 3) if the whole run takes longer."),
+    hang_after: Optional[float] = hang_after_option(),
+    interval: float = interval_option(),
+    fmt: Format = format_option(),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to save the bundle on a hang or crash."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML result here."),
     no_live: bool = typer.Option(True, "--no-live/--live", help="A live table instead of status lines (TTY only)."),

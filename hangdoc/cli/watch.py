@@ -12,11 +12,12 @@ import typer
 
 from hangdoc.bundle_io import check_writable, save_bundle
 from hangdoc.cli import app
-from hangdoc.cli.common import Format, emit_report, seconds, verdict_exit_code
+from hangdoc.cli.common import (
+    Format, emit_report, format_option, hang_after_option, interval_option, timeout_option, verdict_exit_code,
+)
 from hangdoc.errors import EXIT_NOT_SAVED, EXIT_OK, EXIT_SIGINT, HangdocError
 from hangdoc.model import Role
 
-DEFAULT_INTERVAL_S = 2.0
 
 
 def default_out() -> Path:
@@ -33,13 +34,10 @@ def watch(
                              "launcher runs on every node); with several jobs here, name one: --job RUN_ID."),
     once: bool = typer.Option(False, "--once", help="Capture one snapshot, write the bundle and exit."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to save the bundle (default ./hangdoc-<time>.json.zst; a name ending in .json writes plain JSON)."),
-    interval: float = typer.Option(DEFAULT_INTERVAL_S, "--interval", min=0.1, callback=seconds(0.1), help="Seconds between samples."),
-    hang_after: Optional[float] = typer.Option(
-        None, "--hang-after", min=0.0, callback=seconds(0.0),
-        help="Seconds without a step before the verdict is hang. Default: learned, 3x the longest step "
-             "seen (at least 10 s; 60 s until a step has been seen)."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.0, callback=seconds(0.0), help="Stop watching after this many seconds (exit 0 if nothing was found)."),
-    fmt: Format = typer.Option(Format.text, "--format", "-f", help="Report format on stdout."),
+    interval: float = interval_option(),
+    hang_after: Optional[float] = hang_after_option(),
+    timeout: Optional[float] = timeout_option("Stop watching after this many seconds (exit 0 if nothing was found)."),
+    fmt: Format = format_option("Report format on stdout."),
     no_live: bool = typer.Option(False, "--no-live", help="No live table; a status line on stderr every few samples."),
     native: bool = typer.Option(False, "--native", help="Also capture native (C/C++) frames; about 1 s a process."),
     nonblocking: bool = typer.Option(False, "--nonblocking", help="Do not pause processes while reading stacks (less exact)."),

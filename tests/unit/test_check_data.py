@@ -293,7 +293,8 @@ def test_a_raw_line_that_is_not_json_is_a_bad_list_entry(tmp_path, capsys):
     (["LIST", "-w", "2", "-k", "0"], "hangdoc: error: --num-workers must be at least 1, got 0"),
     (["DIR", "-w", "2", "-k", "2"], "is a directory, not a data list"),
     (["LIST", "RAW", "-w", "2", "-k", "2"], "the lists mix shard and raw lists"),
-    (["LIST", "-w", "2", "-k", "2", "--format", "yaml"], "--format must be text, markdown or json"),
+    (["LIST", "-w", "2", "-k", "2", "--format", "yaml"], "'yaml' is not one of 'text', 'json', 'markdown'"),
+    (["LIST", "-w", "2", "-k", "2", "--fail-on", "loud"], "'loud' is not one of 'critical', 'warning', 'info'"),
 ])
 def test_bad_input_is_one_clear_line_and_exit_2(tmp_path, capsys, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)
