@@ -46,7 +46,7 @@ def snapshot_once(pid: int, probes: Probes, *, single: bool = False, native: boo
     job = find_job(pid, probes.procfs, single=single)
     snapshot, job = capture(job, probes, native=native, nonblocking=nonblocking)
     require_stacks(snapshot, job)
-    bundle = make_bundle(job, (snapshot,), probes, Options(native=native, nonblocking=nonblocking),
+    bundle = make_bundle(job, (snapshot,), probes.procfs, Options(native=native, nonblocking=nonblocking),
                          logs=read_tails(log_sources(job, probes.procfs.root)))
     return dataclasses.replace(bundle, data_lists=copy_data_lists(job, probes.procfs.root))
 
@@ -72,17 +72,19 @@ def report_from_files(paths, hang_after: float | None = None, records: tuple = (
     return bundle, build_report(bundle, hang_after)
 
 
-def make_bundle(job: Job, samples: tuple[Snapshot, ...], probes: Probes, options: Options,
-                logs: tuple = ()) -> Bundle:
+def make_bundle(job: Job, samples: tuple[Snapshot, ...], procfs: ProcFS, options: Options,
+                logs: tuple = (), exit_code: int | None = None) -> Bundle:
+    """The one place a bundle is built from a capture: `watch --once`, `watch`, `run`."""
     return Bundle(
         schema=BUNDLE_SCHEMA,
         hangdoc_version=__version__,
         created=time.time(),
-        host=host_facts(job, probes.procfs),
+        host=host_facts(job, procfs),
         job=job,
         samples=samples,
         logs=logs,
         options=options,
+        exit_code=exit_code,
     )
 
 

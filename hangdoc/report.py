@@ -4,7 +4,7 @@ from __future__ import annotations
 from hangdoc.words import rank_ranges
 from hangdoc.analyze.diagnose import Diagnosis, RankView, diagnose
 from hangdoc.analyze.timeline import LiveTimelines, Timeline, timelines
-from hangdoc.model import REPORT_SCHEMA, Bundle, RankReport, Report, Threshold, Verdict, WorkerReport, WorkerState
+from hangdoc.model import REPORT_SCHEMA, Bundle, Finding, RankReport, Report, Threshold, Verdict, WorkerReport, WorkerState
 from hangdoc.rules import run_rules
 from hangdoc.rules.base import Context
 
@@ -39,6 +39,12 @@ def report_of(bundle: Bundle, diagnosis: Diagnosis, lines: dict[int, Timeline] |
         host=bundle.host.hostname,
         threshold=_threshold(diagnosis),
     )
+
+
+def report_without_ranks(verdict: Verdict, findings: tuple[Finding, ...]) -> Report:
+    """A verdict reached before any rank was seen (a command that failed at start, a run out of time)."""
+    return Report(schema=REPORT_SCHEMA, verdict=verdict, detected_after_s=None, culprit_ranks=(),
+                  findings=findings, ranks=())
 
 
 def _threshold(diagnosis: Diagnosis) -> Threshold | None:

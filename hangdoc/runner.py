@@ -15,10 +15,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, TextIO
 
-from hangdoc.report import build_report
+from hangdoc.report import build_report, report_without_ranks
 from hangdoc.collect.discover import find_job
 from hangdoc.errors import HangdocError, NotDistributed
-from hangdoc.model import BUNDLE_SCHEMA, Bundle, Finding, Job, LogTail, Options, Report, Severity
+from hangdoc.collect.procfs import ProcFS
+from hangdoc.model import Bundle, Finding, Job, LogTail, Options, Severity, Verdict
+from hangdoc.pipeline import make_bundle
 from hangdoc.redact import LineRedactor
 from hangdoc.rules.base import Rule, finding
 from hangdoc.proc import RunningJob, stop_job
@@ -146,34 +148,27 @@ def _start(pid: int, probes, config: WatchConfig, popen, tail: OutputTail, singl
 
 
 def _empty_bundle(popen, tail: OutputTail, config: WatchConfig) -> Bundle:
-    from hangdoc import __version__
-    from hangdoc.collect.host import host_facts
-    from hangdoc.collect.procfs import ProcFS
-
+    """The bundle of a command that ended (or ran out of time) before any rank could be watched."""
     job = Job(run_id=None, master_addr=None, master_port=None, world_size=None, launcher_pid=popen.pid,
               processes=())
-    return Bundle(schema=BUNDLE_SCHEMA, hangdoc_version=__version__, created=time.time(),
-                  host=host_facts(job, ProcFS()), job=job, samples=(), logs=tail.logs(),
-                  options=Options(interval_s=config.interval_s, hang_after_s=config.hang_after_s),
-                  exit_code=popen.returncode)
+    return make_bundle(job, (), ProcFS(), Options(interval_s=config.interval_s, hang_after_s=config.hang_after_s),
+                       logs=tail.logs(), exit_code=popen.returncode)
 
 
 def _ended_before_attach(popen, tail: OutputTail, config: WatchConfig) -> Outcome:
     """The command ended (or --timeout passed) before any process could be watched."""
     if popen.poll() is None:
         bundle = _empty_bundle(popen, tail, config)
-        report = Report(schema="hangdoc/report-v1", verdict="hang", detected_after_s=None, culprit_ranks=(),
-                        findings=(_timeout_finding(config),), ranks=())
+        report = report_without_ranks(Verdict.HANG, (_timeout_finding(config),))
         return Outcome(report, bundle, "timeout")
     popen.wait()
     tail.join()
     bundle = _empty_bundle(popen, tail, config)
-    verdict = "healthy" if popen.returncode == 0 else "crash"
+    verdict = Verdict.HEALTHY if popen.returncode == 0 else Verdict.CRASH
     findings = () if verdict == "healthy" else (finding(
         COMMAND_FAILED, (), f"The command exited with code {popen.returncode} before any rank could be watched",
         list(tail.lines)[-10:]),)
-    report = Report(schema="hangdoc/report-v1", verdict=verdict, detected_after_s=None, culprit_ranks=(),
-                    findings=findings, ranks=())
+    report = report_without_ranks(verdict, findings)
     return Outcome(report, bundle, "ended")
 
 

@@ -84,7 +84,7 @@ class Watcher:
     def bundle(self) -> Bundle:
         logs = self.extra_logs() + (read_tails(self.sources) if self.sources else ())
         return dataclasses.replace(
-            make_bundle(self.job, tuple(self.samples), self.probes,
+            make_bundle(self.job, tuple(self.samples), self.probes.procfs,
                         Options(interval_s=self.config.interval_s, hang_after_s=self.config.hang_after_s,
                                 native=self.config.native, nonblocking=self.config.nonblocking),
                         logs=logs),
