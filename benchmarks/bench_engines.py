@@ -2,8 +2,9 @@
 
 On a healthy job of 8 ranks x 8 DataLoader workers (a node's shape, 73 processes with the
 launcher) and of 2 x 4: CPU seconds (this process and its children, from getrusage) of one
-full sample (every process) and of one steady-state sample (ranks and launcher every round,
-workers every 5th, as the watcher does), for each engine, the engines alternated round by
+full sample (every process) and of one steady-state sample (ranks every round, the launcher
+and the workers every WORKER_EVERY-th round, as the watcher does on a job whose ranks do not
+wait on their data), for each engine, the engines alternated round by
 round. Engines: py-spy, one `py-spy dump` process per pid in a thread pool (what hangdoc
 uses) or one after another; pystack (bloomberg, read in-process through its Python API,
 locals included) when it is installed. Also `hangdoc watch --once` wall time on the 2 x 4 job.
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from hangdoc.model import Role
 
-WORKER_EVERY = 5          # the watcher's default `worker_every`
+from hangdoc.watcher import WORKER_EVERY   # the watcher's full rounds: launcher and every worker
 ONCE_TARGET_S = 0.5
 STEADY_TARGET_S = 0.15
 
@@ -89,7 +90,7 @@ def bench_shape(nproc: int, workers: int, rounds: int) -> list[dict]:
     arms = engines()
     with Job("healthy", nproc=nproc, num_workers=workers) as j:
         job = find_job(j.job.pid, ProcFS())
-        ranks = {p.pid for p in job.processes if p.role in (Role.RANK, Role.LAUNCHER)}
+        ranks = {p.pid for p in job.processes if p.role is Role.RANK}
         full = {name: [] for name in arms}
         light = {name: [] for name in arms}
         for _ in range(rounds):          # alternate the engines so drift hits all of them
@@ -137,7 +138,7 @@ def print_engines(r: dict, table) -> None:
                  "steady / py-spy"],
                 [[x["shape"], x["processes"], x["engine"], x["full_cpu_s"], x["steady_cpu_s"],
                   f"{x['full_vs_pyspy']}x", f"{x['steady_vs_pyspy']}x"] for x in r["rows"]]))
-    print(f"steady state: ranks and launcher every round, workers every {WORKER_EVERY}th; "
+    print(f"steady state: ranks every round, launcher and workers every {WORKER_EVERY}th; "
           f"target for 8 x 8: <= {r['steady_target_s']} s")
     o = r["once"]
     print(f"hangdoc watch --once on 2 x 4: {o['wall_s']} s wall, {o['cpu_s']} s CPU "

@@ -1,9 +1,10 @@
 """The watch loop: sample the job every interval until it hangs, crashes, ends or time runs out.
 
 Each round re-discovers the job (new DataLoader workers appear every epoch), captures
-it, and re-runs the (pure) analysis over the samples so far. Workers' stacks are taken
-where they matter: at the first round, every `worker_every` rounds, and every round for
-the workers of a rank that waits on its DataLoader.
+it, and updates the (pure) analysis with the new sample. Workers' stacks are taken where
+they matter: at the first round, every `worker_every` rounds, and every round for the
+workers of a rank that waits on its DataLoader, unless a worker's main thread has not run
+since its last stack. The launcher's stack is read on the full rounds only.
 
 Sampling is gentle: a rank that stepped at the last sample (and its workers) is read with
 `py-spy --nonblocking`, which does not pause its threads; a rank that looks stuck, and
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from hangdoc.report import build_report
+from hangdoc.analyze.progress import WAKEUPS_PER_DUMP
 from hangdoc.analyze.timeline import LiveTimelines
 from hangdoc.collect.discover import find_job
 from hangdoc.defaults import INTERVAL_S
@@ -29,6 +31,10 @@ from hangdoc.model import Bundle, Job, Options, Report, Role, Snapshot
 from hangdoc.pipeline import make_bundle, require_stacks
 
 MAX_SAMPLES = 600   # about 20 minutes at the default interval; older samples are dropped
+# Every py-spy dump costs ~16 ms of CPU (a process start, reading the interpreter's symbols):
+# the workers of ranks that do not wait on their data, and the launcher, are read every
+# WORKER_EVERY-th round only (30 s at the default interval).
+WORKER_EVERY = 15
 
 
 @dataclass
@@ -38,7 +44,7 @@ class WatchConfig:
     timeout_s: float | None = None
     native: bool = False
     nonblocking: bool = False
-    worker_every: int = 5
+    worker_every: int = WORKER_EVERY
     single: bool = False
 
 
@@ -146,15 +152,34 @@ class Watcher:
                 if p.pid in self.stepping or (p.role is not Role.RANK and p.rank_pid in self.stepping)}
 
     def _stack_pids(self, all_workers: bool) -> set[int]:
+        """Whose stacks this round: every rank; the launcher and every worker on the full rounds;
+        new workers, and the workers of a rank waiting on its data, every round, except a worker
+        whose main thread has not run since its last stack (its stack is where it was)."""
         assert self.job is not None
         alive = self._alive_pids()
-        wanted = {p.pid for p in self.job.processes if p.role in (Role.RANK, Role.LAUNCHER)}
+        wanted = {p.pid for p in self.job.processes
+                  if p.role is Role.RANK or (all_workers and p.role is Role.LAUNCHER)}
         waiting_on_data = self._ranks_waiting_on_data()
         for proc in self.job.processes:
-            if proc.role is Role.WORKER and (all_workers or proc.worker_index is None
-                                             or proc.rank_pid in waiting_on_data):
+            if proc.role is not Role.WORKER:
+                continue
+            if proc.worker_index is None or ((all_workers or proc.rank_pid in waiting_on_data)
+                                             and not self._parked(proc.pid)):
                 wanted.add(proc.pid)
         return wanted & alive
+
+    def _parked(self, pid: int) -> bool:
+        """The process's main thread did not run since the last sample: no CPU, no involuntary
+        switch, no wake-up but the ones a blocking py-spy dump itself causes. (A worker's index is
+        known only from a stack, so a parked worker always has one to carry on.)"""
+        last = self.samples[-1].sample_of(pid) if self.samples else None
+        before = last.proc.main_thread if last is not None and last.proc is not None else None
+        if before is None:
+            return False
+        now = self.probes.procfs.thread_counters(pid)
+        return (now is not None and now.cpu_s == before.cpu_s
+                and now.involuntary_switches == before.involuntary_switches
+                and 0 <= now.voluntary_switches - before.voluntary_switches <= WAKEUPS_PER_DUMP)
 
     def _alive_pids(self) -> set[int]:
         if not self.samples:
