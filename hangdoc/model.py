@@ -614,6 +614,17 @@ class WorkerReport:
 
 
 @dataclass(frozen=True)
+class RankGpu:
+    """A rank's GPU at the last sample, as the report shows it."""
+
+    index: int
+    utilization_pct: int | None = None
+    power_w: float | None = None
+    sm_clock_mhz: int | None = None
+    memory_used_bytes: int | None = None
+
+
+@dataclass(frozen=True)
 class RankReport:
     rank: int | None
     pid: int
@@ -621,7 +632,7 @@ class RankReport:
     state: str
     waiting_s: float
     progress: Progress
-    gpu: dict[str, float | int | str | None] | None
+    gpu: RankGpu | None
     top_frame: str | None
     workers: tuple[WorkerReport, ...] = ()
     group_rank: int | None = None  # torchrun's node (agent) index: which node the rank runs on

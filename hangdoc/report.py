@@ -4,7 +4,7 @@ from __future__ import annotations
 from hangdoc.words import rank_ranges
 from hangdoc.analyze.diagnose import Diagnosis, RankView, diagnose
 from hangdoc.analyze.timeline import LiveTimelines, Timeline, timelines
-from hangdoc.model import REPORT_SCHEMA, Bundle, Finding, RankReport, Report, Threshold, Verdict, WorkerReport, WorkerState
+from hangdoc.model import REPORT_SCHEMA, Bundle, Finding, RankGpu, RankReport, Report, Threshold, Verdict, WorkerReport, WorkerState
 from hangdoc.rules import run_rules
 from hangdoc.rules.base import Context
 
@@ -66,9 +66,8 @@ def _rank_report(bundle: Bundle, diagnosis: Diagnosis, view: RankView) -> RankRe
     device = bundle.last.gpu.device_of(view.info.pid) if bundle.last.gpu.available else None
     gpu = None
     if device is not None:
-        gpu = {"index": device.index, "utilization_pct": device.utilization_pct,
-               "power_w": device.power_w, "sm_clock_mhz": device.sm_clock_mhz,
-               "memory_used_bytes": device.memory_used_bytes}
+        gpu = RankGpu(device.index, device.utilization_pct, device.power_w, device.sm_clock_mhz,
+                      device.memory_used_bytes)
     return RankReport(
         rank=view.info.rank,
         pid=view.info.node_pid,

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from hangdoc.words import expand_ranges, rank_label, rank_ranges
-from hangdoc.model import RankReport, Report
+from hangdoc.model import RankGpu, RankReport, Report
 
 
 def row_ranks(row: RankReport) -> list[int]:
@@ -80,12 +80,11 @@ def timeout_line(report: Report) -> str | None:
             f"would kill the job and this evidence in about {minutes:.0f} min.")
 
 
-def gpu_cell(gpu: dict | None) -> str:
-    if not gpu:
+def gpu_cell(gpu: RankGpu | None) -> str:
+    if gpu is None:
         return "-"
-    util = gpu.get("utilization_pct")
-    power = gpu.get("power_w")
-    parts = [f"GPU{gpu.get('index')}", f"{util}%" if util is not None else "?%"]
+    util, power = gpu.utilization_pct, gpu.power_w
+    parts = [f"GPU{gpu.index}", f"{util}%" if util is not None else "?%"]
     if power is not None:
         parts.append(f"{power:.0f}W")
     return " ".join(parts)
