@@ -72,13 +72,13 @@ def engines() -> dict:
     return found
 
 
-def _one(job, reader, parallel, stack_pids) -> float:
+def _one(job, reader, parallel, stack_pids, light=frozenset()) -> float:
     from hangdoc.collect.procfs import ProcFS
     from hangdoc.collect.snapshot import Probes, capture
 
     probes = Probes(procfs=ProcFS(), pyspy=reader, max_parallel=parallel)
     before = cpu_s()
-    capture(job, probes, stack_pids=stack_pids)
+    capture(job, probes, stack_pids=stack_pids, light=light)
     return cpu_s() - before
 
 
@@ -91,12 +91,13 @@ def bench_shape(nproc: int, workers: int, rounds: int) -> list[dict]:
     with Job("healthy", nproc=nproc, num_workers=workers) as j:
         job = find_job(j.job.pid, ProcFS())
         ranks = {p.pid for p in job.processes if p.role is Role.RANK}
+        workers = {p.pid for p in job.processes if p.role is Role.WORKER}   # read light between full rounds
         full = {name: [] for name in arms}
         light = {name: [] for name in arms}
         for _ in range(rounds):          # alternate the engines so drift hits all of them
             for name, (reader, parallel) in arms.items():
                 full[name].append(_one(job, reader, parallel, None))
-                light[name].append(_one(job, reader, parallel, ranks))
+                light[name].append(_one(job, reader, parallel, ranks, workers))
     rows = []
     base = None
     for name in arms:

@@ -200,6 +200,9 @@ class ProcStat:
     io: IoCounters | None
     open_files: tuple[OpenFile, ...] = ()
     main_thread: ThreadCounters | None = None   # the main thread alone (tid == pid)
+    # False: a light read (state, CPU, memory, I/O, the main thread's counters) of a process
+    # the round did not look at closely; wchan, syscall and open files were not read.
+    full: bool = True
 
     @property
     def cpu_s(self) -> float:

@@ -73,6 +73,7 @@ class Watcher:
     stepping: set = field(default_factory=set)   # ranks that stepped at the last sample
     flight: object = None                                # a FlightCollector, made on first use
     live: LiveTimelines = field(default_factory=LiveTimelines)   # the analysis's timelines, round to round
+    stacked_at: dict = field(default_factory=dict)   # pid -> its main thread's counters when its stack was read
 
     def start(self) -> Bundle:
         """Find the job and take the first full capture; attach errors surface here."""
@@ -136,9 +137,16 @@ class Watcher:
     def _capture(self, all_workers: bool) -> Snapshot:
         assert self.job is not None
         wanted = self._stack_pids(all_workers)
+        waiting_on_data = self._ranks_waiting_on_data()
+        # Workers nobody looks at this round get the cheap /proc read (no open files, no kernel wait).
+        light = {p.pid for p in self.job.processes if p.role is Role.WORKER and p.pid not in wanted
+                 and p.rank_pid not in waiting_on_data}
         snapshot, self.job = capture(self.job, self.probes, stack_pids=wanted,
-                                     native=self.config.native, nonblocking=self._gentle_pids())
+                                     native=self.config.native, nonblocking=self._gentle_pids(), light=light)
         self.samples.append(snapshot)
+        for sample in snapshot.processes:
+            if sample.stack is not None and sample.proc is not None:
+                self.stacked_at[sample.pid] = sample.proc.main_thread
         self.rounds += 1
         if not self.sources or self.rounds % 10 == 1:
             self.sources = tuple(dict.fromkeys(self.sources + log_sources(self.job, self.probes.procfs.root)))
@@ -169,11 +177,10 @@ class Watcher:
         return wanted & alive
 
     def _parked(self, pid: int) -> bool:
-        """The process's main thread did not run since the last sample: no CPU, no involuntary
-        switch, no wake-up but the ones a blocking py-spy dump itself causes. (A worker's index is
-        known only from a stack, so a parked worker always has one to carry on.)"""
-        last = self.samples[-1].sample_of(pid) if self.samples else None
-        before = last.proc.main_thread if last is not None and last.proc is not None else None
+        """The process's main thread has not run since its stack was last read: no CPU, no
+        involuntary switch, no wake-up but the ones a blocking py-spy dump itself causes. Its
+        last stack is then where it still is (a worker blocked on a lock since that read)."""
+        before = self.stacked_at.get(pid)
         if before is None:
             return False
         now = self.probes.procfs.thread_counters(pid)

@@ -207,13 +207,14 @@ class ProcFS:
             involuntary_switches=switches.get("nonvoluntary_ctxt_switches", 0),
         )
 
-    def proc_stat(self, pid: int) -> ProcStat:
-        """Everything a sample needs from /proc for one process."""
+    def proc_stat(self, pid: int, full: bool = True) -> ProcStat:
+        """Everything a sample needs from /proc for one process; `full=False` leaves out the
+        kernel wait (wchan, syscall) and the open files, the costly part (about 0.5 ms a process)."""
         st = self.stat(pid)
-        wchan = self._optional(pid, "wchan")
-        syscall = self._optional(pid, "syscall")
+        wchan = self._optional(pid, "wchan") if full else None
+        syscall = self._optional(pid, "syscall") if full else None
         try:
-            open_files = self.open_files(pid)
+            open_files = self.open_files(pid) if full else ()
         except ProcDenied:
             open_files = ()
         return ProcStat(
@@ -227,6 +228,7 @@ class ProcFS:
             io=self.io(pid),
             open_files=open_files,
             main_thread=self.thread_counters(pid),
+            full=full,
         )
 
     def _optional(self, pid: int, name: str) -> str | None:

@@ -33,11 +33,12 @@ class Probes:
 
 def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
             native: bool = False, nonblocking: bool | set[int] = False,
-            loop_locals: bool = True) -> tuple[Snapshot, Job]:
+            loop_locals: bool = True, light: set[int] = frozenset()) -> tuple[Snapshot, Job]:
     """Sample every process of `job`; stacks only for `stack_pids` (all when None).
 
     `nonblocking` is a flag for every process or the set of pids to read without pausing.
     With `loop_locals` the ranks' dumps read locals for their LoopMark (see loopmark.py).
+    `light`: pids whose /proc read leaves out the kernel wait and the open files (ProcStat.full).
     Returns the snapshot and the job refined by what the stacks told (which children
     are DataLoader workers, and their worker index).
     """
@@ -57,7 +58,7 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
         stacks_future = (side.submit(dump_many, probes.pyspy, requests, probes.max_parallel)
                          if probes.pyspy is not None and requests else None)
         gpu_future = side.submit(probes.gpu)
-        procs = {pid: _read_proc(probes.procfs, pid) for pid in pids}
+        procs = {pid: _read_proc(probes.procfs, pid, pid not in light) for pid in pids}
         if stacks_future is not None:
             dumps = stacks_future.result()
         gpu = gpu_future.result()
@@ -79,9 +80,9 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
     return snapshot, refine_job(job, dumps)
 
 
-def _read_proc(procfs: ProcFS, pid: int):
+def _read_proc(procfs: ProcFS, pid: int, full: bool = True):
     try:
-        stat = procfs.proc_stat(pid)
+        stat = procfs.proc_stat(pid, full)
     except ProcGone:
         return None, ("proc: could not collect: the process has exited",), False
     except ProcDenied as exc:

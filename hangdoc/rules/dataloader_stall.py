@@ -55,7 +55,7 @@ def _worker_evidence(ctx: Context, worker, reading, alive: bool) -> list[str]:
     frames = above_worker_loop(latest_frames(ctx.bundle, worker.pid))
     if frames:
         lines.append(f"{name} stack: {chain(frames)}")
-    last = next((s for _, s in reversed(samples_of(ctx.bundle, worker.pid)) if s.proc), None)
+    last = next((s for _, s in reversed(samples_of(ctx.bundle, worker.pid)) if s.proc and s.proc.full), None)
     used = cpu_use(ctx.bundle, worker.pid)
     if last is not None:
         cpu = f"; {used[0]:.2f} s CPU in {used[1]:.1f} s" if used else ""

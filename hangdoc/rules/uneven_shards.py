@@ -6,7 +6,7 @@ from hangdoc.cmdline import data_list
 from hangdoc.model import DataListCopy, Finding, Role, Severity
 from hangdoc.rules.snippets import JOIN_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import basename, frames_line, latest_frames
+from hangdoc.rules.evidence import basename, frames_line, latest_frames, samples_of
 from hangdoc.words import mb
 
 # Where a rank that left its data loop waits: the end-of-epoch sync, Join, the next epoch's start.
@@ -24,11 +24,11 @@ def _left(view, frames) -> bool:
 
 
 def _open_shards(ctx: Context, rank_pid: int) -> list[str]:
-    """The data files the rank's workers hold open in the last sample (logs and pipes aside)."""
+    """The data files the rank's workers hold open in their last full read (logs and pipes aside)."""
     lines = []
     for worker in ctx.workers_of(rank_pid):
-        sample = ctx.bundle.last.sample_of(worker.pid)
-        if sample is None or sample.proc is None:
+        sample = next((s for _, s in reversed(samples_of(ctx.bundle, worker.pid)) if s.proc and s.proc.full), None)
+        if sample is None:
             continue
         for f in sample.proc.open_files:
             if f.mode == "r":

@@ -17,7 +17,7 @@ QUEUE_WAIT = "waiting for work on its index queue"
 
 def asleep_in_futex(ctx: Context, pid: int) -> tuple[float, float, str] | None:
     """(seconds, CPU seconds, kernel wait) of the trailing run of samples spent in a futex, CPU flat."""
-    seen = [(t, s) for t, s in samples_of(ctx.bundle, pid) if s.alive and s.proc is not None]
+    seen = [(t, s) for t, s in samples_of(ctx.bundle, pid) if s.alive and s.proc is not None and s.proc.full]
     if not seen or not in_futex(seen[-1][1]):
         return None
     end_t, end = seen[-1]

@@ -40,3 +40,21 @@ def test_the_report_of_a_live_watch_equals_the_report_of_its_bundle_every_round(
         assert to_dict(report) == to_dict(build_report(bundle))
         verdicts.add(report.verdict)
     assert "hang" in verdicts
+
+
+def test_a_light_proc_read_leaves_out_the_kernel_wait_and_the_open_files(tmp_path):
+    import os
+
+    from hangdoc.collect.procfs import ProcFS
+
+    # GIVEN this process, holding a regular file open
+    with open(tmp_path / "held.bin", "wb") as held:
+        held.write(b"x" * 10)
+        held.flush()
+        fs = ProcFS()
+        # WHEN read fully and lightly
+        full, light = fs.proc_stat(os.getpid()), fs.proc_stat(os.getpid(), full=False)
+    # THEN the light read keeps what progress needs (CPU, I/O, the main thread) and says what it left out
+    assert full.full and any(f.path.endswith("held.bin") for f in full.open_files)
+    assert not light.full and light.open_files == () and light.wchan is None and light.syscall is None
+    assert light.io is not None and light.main_thread is not None and light.cpu_s >= 0
