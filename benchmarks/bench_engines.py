@@ -91,13 +91,13 @@ def bench_shape(nproc: int, workers: int, rounds: int) -> list[dict]:
     with Job("healthy", nproc=nproc, num_workers=workers) as j:
         job = find_job(j.job.pid, ProcFS())
         ranks = {p.pid for p in job.processes if p.role is Role.RANK}
-        workers = {p.pid for p in job.processes if p.role is Role.WORKER}   # read light between full rounds
+        worker_pids = {p.pid for p in job.processes if p.role is Role.WORKER}   # read light between full rounds
         full = {name: [] for name in arms}
         light = {name: [] for name in arms}
         for _ in range(rounds):          # alternate the engines so drift hits all of them
             for name, (reader, parallel) in arms.items():
                 full[name].append(_one(job, reader, parallel, None))
-                light[name].append(_one(job, reader, parallel, ranks, workers))
+                light[name].append(_one(job, reader, parallel, ranks, worker_pids))
     rows = []
     base = None
     for name in arms:
