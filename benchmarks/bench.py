@@ -147,7 +147,7 @@ def _one_overhead_run(watched: bool, steps: int, interval: float) -> float:
 
 def bench_overhead(pairs: int = 3, steps: int = 1500, interval: float | None = None) -> dict:
     """Steps/s of the healthy job with and without `hangdoc watch` at the default interval."""
-    from hangdoc.cli.watch import DEFAULT_INTERVAL_S
+    from hangdoc.defaults import INTERVAL_S as DEFAULT_INTERVAL_S
 
     interval = interval or DEFAULT_INTERVAL_S
     bare, watched = [], []
