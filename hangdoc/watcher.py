@@ -136,8 +136,8 @@ class Watcher:
 
     def _capture(self, all_workers: bool) -> Snapshot:
         assert self.job is not None
-        wanted = self._stack_pids(all_workers)
         waiting_on_data = self._ranks_waiting_on_data()
+        wanted = self._stack_pids(all_workers, waiting_on_data)
         # Workers nobody looks at this round get the cheap /proc read (no open files, no kernel wait).
         light = {p.pid for p in self.job.processes if p.role is Role.WORKER and p.pid not in wanted
                  and p.rank_pid not in waiting_on_data}
@@ -159,7 +159,7 @@ class Watcher:
         return {p.pid for p in self.job.processes
                 if p.pid in self.stepping or (p.role is not Role.RANK and p.rank_pid in self.stepping)}
 
-    def _stack_pids(self, all_workers: bool) -> set[int]:
+    def _stack_pids(self, all_workers: bool, waiting_on_data: set[int]) -> set[int]:
         """Whose stacks this round: every rank; the launcher and every worker on the full rounds;
         new workers, and the workers of a rank waiting on its data, every round, except a worker
         whose main thread has not run since its last stack (its stack is where it was)."""
@@ -167,7 +167,6 @@ class Watcher:
         alive = self._alive_pids()
         wanted = {p.pid for p in self.job.processes
                   if p.role is Role.RANK or (all_workers and p.role is Role.LAUNCHER)}
-        waiting_on_data = self._ranks_waiting_on_data()
         for proc in self.job.processes:
             if proc.role is not Role.WORKER:
                 continue
