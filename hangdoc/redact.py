@@ -5,6 +5,7 @@ like a credential is replaced. Command lines and log lines get the same value te
 """
 from __future__ import annotations
 
+import functools
 import re
 
 REDACTED = "<redacted>"
@@ -79,6 +80,10 @@ def redact_text(text: str) -> str:
     return _LONG_RANDOM.sub(lambda m: REDACTED if _looks_random(m.group(0)) else m.group(0), text)
 
 
+# Log tails are read again every watch round and mostly hold the lines of the round before.
+_redact_line = functools.lru_cache(maxsize=8192)(redact_text)
+
+
 class LineRedactor:
     """Redacts output one line at a time; the body of a PEM block (a private key) is dropped whole."""
 
@@ -96,7 +101,7 @@ class LineRedactor:
         if begin and not _PEM_END.search(line, begin.end()):
             self.in_pem = True
             return redact_text(line[:begin.start()]) + begin.group(0) + f" {REDACTED}"
-        return redact_text(line)
+        return _redact_line(line)
 
 
 def redact_lines(lines) -> tuple[str, ...]:

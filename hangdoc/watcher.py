@@ -3,7 +3,7 @@
 Each round re-discovers the job (new DataLoader workers appear every epoch), captures
 it, and updates the (pure) analysis with the new sample. Workers' stacks are taken where
 they matter: at the first round, every `worker_every` rounds, and every round for the
-workers of a rank that waits on its DataLoader, unless a worker's main thread has not run
+workers of a rank that waits on its DataLoader (two samples running), unless a worker's main thread has not run
 since its last stack. The launcher's stack is read on the full rounds only.
 
 Sampling is gentle: a rank that stepped at the last sample (and its workers) is read with
@@ -196,13 +196,20 @@ class Watcher:
                 if p.pid not in known or (last.sample_of(p.pid) and last.sample_of(p.pid).alive)}
 
     def _ranks_waiting_on_data(self) -> set[int]:
+        """Ranks caught waiting on their DataLoader in the last two samples running. One sample is
+        not enough: a healthy rank is caught between batches now and then (on a busy 8 x 8 node a
+        rank in ten, every round), and its workers' stacks would be read for nothing."""
         from hangdoc.analyze.classify import classify_rank
 
-        if not self.samples:
+        if len(self.samples) < 2:
             return set()
-        last = self.samples[-1]
+        last, before = self.samples[-1], self.samples[-2]
+
+        def waits(sample) -> bool:
+            return sample is not None and classify_rank(sample).state == "dataloader-wait"
+
         return {r.pid for r in self.job.by_role(Role.RANK)
-                if classify_rank(last.sample_of(r.pid)).state == "dataloader-wait"}
+                if waits(last.sample_of(r.pid)) and waits(before.sample_of(r.pid))}
 
     def _rediscover(self) -> None:
         """Merge what runs now into the job: new workers join, the dead stay on record."""

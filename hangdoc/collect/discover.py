@@ -8,6 +8,7 @@ mpirun, a Slurm step): whoever started them.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from hangdoc.collect.procfs import ProcDenied, ProcFS, ProcGone
@@ -58,18 +59,24 @@ class _Table:
     """ppid links of every process on the node, read once per discovery."""
 
     procfs: ProcFS
+    known: dict[int, ProcessInfo] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.parent: dict[int, int] = {}
         self.children: dict[int, list[int]] = {}
+        self._env: dict[int, dict[str, str]] = {}
         for pid in self.procfs.pids():
             try:
-                ppid = self.procfs.stat(pid).ppid
+                st = self.procfs.stat(pid)
             except (ProcGone, ProcDenied, ValueError, IndexError):
                 continue
-            self.parent[pid] = ppid
-            self.children.setdefault(ppid, []).append(pid)
-        self._env: dict[int, dict[str, str]] = {}
+            self.parent[pid] = st.ppid
+            self.children.setdefault(st.ppid, []).append(pid)
+            seen = self.known.get(pid)
+            if seen is not None and seen.start_time == st.start_time:
+                # Found before (the same process, not a reused pid): its kept environment still
+                # names its rank, so a re-discovery reads no environment it has read already.
+                self._env[pid] = dict(seen.env)
 
     def env(self, pid: int) -> dict[str, str]:
         if pid not in self._env:
@@ -104,7 +111,7 @@ def find_job(pid: int, procfs: ProcFS | None = None, single: bool = False,
     procfs = procfs or ProcFS()
     if not procfs.exists(pid):
         raise NoSuchProcess(pid)
-    table = _Table(procfs)
+    table = _Table(procfs, known)
     if pid not in table.parent:
         raise NoSuchProcess(pid)
     try:

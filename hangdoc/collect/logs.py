@@ -2,6 +2,7 @@
 torchrun's --log-dir, and TORCHELASTIC_ERROR_FILE. Tails are bounded and redacted."""
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -45,6 +46,16 @@ def _log_dir(cmdline: tuple[str, ...]) -> str | None:
 
 
 def read_tail(path: str, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LINES) -> LogTail | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    # A watch reads the same logs every round: an unchanged file is not read (nor redacted) again.
+    return _tail(path, st.st_size, st.st_mtime_ns, st.st_ino, max_bytes, max_lines)
+
+
+@functools.lru_cache(maxsize=256)
+def _tail(path: str, _size: int, _mtime_ns: int, _ino: int, max_bytes: int, max_lines: int) -> LogTail | None:
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)

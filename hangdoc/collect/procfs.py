@@ -49,31 +49,44 @@ class ProcFS:
 
     def __init__(self, root: str | Path = "/proc"):
         self.root = Path(root)
+        self._root = str(root).rstrip("/") or "/"   # string paths: a watch reads hundreds a round
         self._ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self._boot: float | None = None
 
     # -- raw access ---------------------------------------------------------------
-    def path(self, pid: int, *parts: str) -> Path:
-        return self.root.joinpath(str(pid), *parts)
+    def path(self, pid: int, *parts: str) -> str:
+        return "/".join((self._root, str(pid)) + parts)
 
     def read_bytes(self, pid: int, name: str) -> bytes:
         try:
-            return self.path(pid, name).read_bytes()
+            fd = os.open(f"{self._root}/{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
-            raise ProcGone(f"process {pid} has exited") from None
-        except ProcessLookupError:
             raise ProcGone(f"process {pid} has exited") from None
         except PermissionError:
             raise ProcDenied(f"/proc/{pid}/{name}: permission denied") from None
+        try:
+            chunks = []
+            while True:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            return b"".join(chunks)
+        except ProcessLookupError:   # the process exited between open and read
+            raise ProcGone(f"process {pid} has exited") from None
+        except PermissionError:
+            raise ProcDenied(f"/proc/{pid}/{name}: permission denied") from None
+        finally:
+            os.close(fd)
 
     def read_text(self, pid: int, name: str) -> str:
         return self.read_bytes(pid, name).decode("utf-8", "replace")
 
     def exists(self, pid: int) -> bool:
-        return self.path(pid).is_dir()
+        return os.path.isdir(f"{self._root}/{pid}")
 
     def pids(self) -> list[int]:
-        return [int(p.name) for p in self.root.iterdir() if p.name.isdigit()]
+        return [int(name) for name in os.listdir(self._root) if name.isdigit()]
 
     @property
     def boot_time(self) -> float:
@@ -151,10 +164,7 @@ class ProcFS:
         )
 
     def rss_bytes(self, pid: int) -> int:
-        for line in self.read_text(pid, "status").splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        return 0
+        return _rss_bytes(self.read_text(pid, "status"))
 
     def open_files(self, pid: int) -> tuple[OpenFile, ...]:
         """Regular files the process holds open, with the offset it reads or writes at."""
@@ -168,14 +178,14 @@ class ProcFS:
         files = []
         for fd in fds:
             try:
-                target = os.readlink(fd_dir / str(fd))
+                target = os.readlink(f"{fd_dir}/{fd}")
                 if not target.startswith("/") or target.startswith(("/dev/", "/proc/", "/sys/")):
                     continue
-                st = os.stat(fd_dir / str(fd))
+                st = os.stat(f"{fd_dir}/{fd}")
                 if not stat_mod.S_ISREG(st.st_mode):
                     continue
-                info = self.path(pid, "fdinfo", str(fd)).read_text()
-            except OSError:
+                info = self.read_text(pid, f"fdinfo/{fd}")
+            except (OSError, ProcGone, ProcDenied):
                 continue  # the fd closed between listdir and readlink: normal churn
             pos, flags = 0, 0
             for line in info.splitlines():
@@ -191,26 +201,29 @@ class ProcFS:
         """One thread's CPU time and context switches (the main thread by default: tid == pid)."""
         tid = pid if tid is None else tid
         try:
+            return self._thread_counters(pid, tid, self.read_text(pid, f"task/{tid}/status"))
+        except (ProcGone, ProcDenied):
+            return None
+
+    def _thread_counters(self, pid: int, tid: int, status: str) -> ThreadCounters | None:
+        """`status` is the thread's: /proc/PID/status is the main thread's own (its switches are
+        not summed over the threads, unlike /proc/PID/stat's CPU times)."""
+        try:
             raw = self.read_text(pid, f"task/{tid}/stat")
-            status = self.read_text(pid, f"task/{tid}/status")
         except (ProcGone, ProcDenied):
             return None
         fields = raw[raw.rindex(")") + 2:].split()
-        switches = {}
-        for line in status.splitlines():
-            key, _, value = line.partition(":")
-            if key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
-                switches[key] = int(value.strip() or 0)
         return ThreadCounters(
             cpu_s=(int(fields[11]) + int(fields[12])) / self._ticks,
-            voluntary_switches=switches.get("voluntary_ctxt_switches", 0),
-            involuntary_switches=switches.get("nonvoluntary_ctxt_switches", 0),
+            voluntary_switches=_status_field(status, "voluntary_ctxt_switches") or 0,
+            involuntary_switches=_status_field(status, "nonvoluntary_ctxt_switches") or 0,
         )
 
     def proc_stat(self, pid: int, full: bool = True) -> ProcStat:
         """Everything a sample needs from /proc for one process; `full=False` leaves out the
         kernel wait (wchan, syscall) and the open files, the costly part (about 0.5 ms a process)."""
         st = self.stat(pid)
+        status = self.read_text(pid, "status")
         wchan = self._optional(pid, "wchan") if full else None
         syscall = self._optional(pid, "syscall") if full else None
         try:
@@ -223,11 +236,11 @@ class ProcFS:
             syscall=syscall.split()[0] if syscall else None,
             utime_s=st.utime_s,
             stime_s=st.stime_s,
-            rss_bytes=self.rss_bytes(pid),
+            rss_bytes=_rss_bytes(status),
             num_threads=st.num_threads,
             io=self.io(pid),
             open_files=open_files,
-            main_thread=self.thread_counters(pid),
+            main_thread=self._thread_counters(pid, pid, status),
             full=full,
         )
 
@@ -236,6 +249,23 @@ class ProcFS:
             return self.read_text(pid, name).strip()
         except ProcDenied:
             return None
+
+
+def _status_field(status: str, key: str) -> int | None:
+    """The first number of one line of a /proc status file ("VmRSS:\t 1234 kB" -> 1234)."""
+    at = status.find(f"\n{key}:")
+    if at < 0:
+        return None
+    end = status.find("\n", at + 1)
+    words = status[at + len(key) + 2:end if end >= 0 else None].split()
+    try:
+        return int(words[0]) if words else 0
+    except ValueError:
+        return None
+
+
+def _rss_bytes(status: str) -> int:
+    return (_status_field(status, "VmRSS") or 0) * 1024
 
 
 def python_version_from_paths(paths: set[str] | tuple[str, ...]) -> str | None:

@@ -1,0 +1,55 @@
+"""Whose stacks a watch round reads: every rank, and the workers of a rank that keeps waiting on data."""
+from __future__ import annotations
+
+from collections import deque
+
+from hangdoc.collect.snapshot import Probes
+from hangdoc.model import Role
+from hangdoc.watcher import WatchConfig, Watcher
+from tests.factories import node_bundle
+
+T0 = 1_700_000_000.0
+
+
+def watcher_after(*culprits: int) -> tuple[Watcher, dict]:
+    """A watcher whose samples so far had rank `c` waiting on its DataLoader, one sample per entry
+    (-1: nobody waited), the others in all_reduce. Pids are alike in every sample."""
+    samples = [node_bundle(0, 1, culprit, T0 + 2 * i, samples=1, workers=2, ranks_per_node=2).samples[0]
+               for i, culprit in enumerate(culprits)]
+    job = node_bundle(0, 1, 0, T0, samples=1, workers=2, ranks_per_node=2).job
+    watcher = Watcher(job.launcher_pid, Probes(), WatchConfig(), job=job, samples=deque(samples))
+    workers = {r.rank: {p.pid for p in job.processes if p.role is Role.WORKER and p.rank_pid == r.pid}
+               for r in job.ranks}
+    return watcher, workers
+
+
+def plan(watcher: Watcher, full: bool = False) -> set[int]:
+    return watcher._stack_pids(full, watcher._ranks_waiting_on_data())
+
+
+def test_workers_of_a_rank_that_keeps_waiting_on_data_are_read_every_round():
+    # GIVEN rank 1 caught waiting on its DataLoader in the last two samples
+    watcher, workers = watcher_after(-1, 1, 1)
+    # WHEN the next round is planned (not a full round)
+    wanted = plan(watcher)
+    # THEN every rank and rank 1's workers are read, rank 0's workers and the launcher are not
+    ranks = {p.pid for p in watcher.job.ranks}
+    assert wanted == ranks | workers[1]
+
+
+def test_a_rank_caught_between_batches_once_does_not_cost_its_workers_stacks():
+    # GIVEN rank 1 waiting on data in the last sample only (a healthy rank between two batches)
+    watcher, workers = watcher_after(1, -1, 1)
+    # WHEN the next round is planned
+    wanted = plan(watcher)
+    # THEN only the ranks are read
+    assert wanted == {p.pid for p in watcher.job.ranks}
+
+
+def test_a_full_round_reads_the_launcher_and_every_worker():
+    # GIVEN a job with nobody waiting on data
+    watcher, workers = watcher_after(-1, -1)
+    # WHEN a full round is planned
+    wanted = plan(watcher, full=True)
+    # THEN everyone is read
+    assert wanted == {p.pid for p in watcher.job.processes}
