@@ -6,9 +6,11 @@ full sample (every process, a bare capture) and of a steady-state watch round: t
 watcher's rounds (re-discovery, capture, analysis, the job's own records) averaged over whole
 cycles of WORKER_EVERY rounds, so the full round each cycle holds is counted; ranks every
 round, the launcher and the workers every WORKER_EVERY-th round, and the workers of a rank
-that keeps waiting on its data every round. Engines alternated. Engines: py-spy, one `py-spy dump` process per pid in a thread pool (what hangdoc
-uses) or one after another; pystack (bloomberg, read in-process through its Python API,
-locals included) when it is installed. Also `hangdoc watch --once` wall time on the 2 x 4 job.
+that keeps waiting on its data every round. Engines, alternated: py-spy, one `py-spy dump`
+process per pid in a thread pool (hangdoc's default) or one after another; pystack
+(bloomberg's, read in-process through its Python API, locals included: hangdoc's fallback,
+hangdoc/collect/pystack_engine.py) when it is installed. Also `hangdoc watch --once` wall time
+on the 2 x 4 job.
 """
 from __future__ import annotations
 
@@ -20,9 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from hangdoc.model import Role
-
 from hangdoc.watcher import WORKER_EVERY   # the watcher's full rounds: launcher and every worker
+
 ONCE_TARGET_S = 0.5
 STEADY_TARGET_S = 0.15
 
@@ -33,34 +34,6 @@ def cpu_s() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-class PyStackReader:
-    """pystack's `get_process_threads` behind the `PySpy.dump` signature, for measuring only:
-    its threads become py-spy-shaped frames (innermost first, locals as name/repr) and go
-    through the same parser, so the cost of building the model is counted too."""
-
-    def dump(self, pid: int, native: bool = False, nonblocking: bool = False,
-             worker_locals: bool = False, loop_locals: bool = False):
-        from pystack.engine import get_process_threads
-
-        from hangdoc.collect.stacks import StackError, parse_dump
-
-        started = time.monotonic()
-        try:
-            threads = get_process_threads(pid, stop_process=not nonblocking,
-                                          locals=worker_locals or loop_locals)
-        except Exception as exc:   # pystack raises its own error classes
-            raise StackError("failed", f"pystack: {exc}") from None
-        data = [{
-            "thread_name": "MainThread" if t.tid == pid else "",
-            "os_thread_id": t.tid,
-            "owns_gil": t.holds_the_gil > 0,
-            "frames": [{"name": f.code.scope, "filename": f.code.filename, "line": f.code.location.lineno,
-                        "locals": [{"name": k, "repr": v} for k, v in {**f.arguments, **f.locals}.items()]}
-                       for f in reversed(list(t.frames))],
-        } for t in threads]
-        return parse_dump(data, took_s=time.monotonic() - started, loop_locals=loop_locals)
-
-
 SLOW = {"pystack (in-process)"}
 
 
@@ -68,11 +41,10 @@ def engines() -> dict:
     from hangdoc.collect.stacks import PySpy, find_py_spy
 
     found = {"py-spy (pool)": (PySpy(find_py_spy()), None), "py-spy (sequential)": (PySpy(find_py_spy()), 1)}
-    try:
-        import pystack.engine  # noqa: F401
-    except ImportError:
-        return found
-    found[next(iter(SLOW))] = (PyStackReader(), 1)
+    from hangdoc.collect import pystack_engine
+
+    if pystack_engine.available():   # `make bench` installs it (the bench extra)
+        found[next(iter(SLOW))] = (pystack_engine.PyStack(), 1)
     return found
 
 

@@ -42,7 +42,12 @@ PTRACE_HELP = (
 
 PY_SPY_HELP = (
     "py-spy was not found next to this Python nor on PATH; install it with "
-    "`pip install py-spy` (the wheel carries the binary) or pass --py-spy PATH."
+    "`pip install py-spy` (the wheel carries the binary) or pass --py-spy PATH "
+    "(where py-spy does not run, `pip install pystack` and pass --engine pystack)."
+)
+PYSTACK_HELP = (
+    "--engine pystack needs bloomberg's pystack in hangdoc's Python: `pip install pystack` "
+    "(Linux wheels for x86_64 and aarch64), or use the default engine, py-spy."
 )
 
 
@@ -86,6 +91,11 @@ class ProcessNotReadable(HangdocError):
 class PySpyMissing(HangdocError):
     def __init__(self):
         super().__init__(PY_SPY_HELP)
+
+
+class PyStackMissing(HangdocError):
+    def __init__(self):
+        super().__init__(PYSTACK_HELP)
 
 
 class BadBundle(HangdocError):

@@ -287,7 +287,8 @@ def options_of(options: list[Options]) -> Options:
     return Options(interval_s=max(interval) if interval else None,
                    hang_after_s=min(hang_after) if hang_after else None,
                    native=any(o.native for o in options),
-                   nonblocking=any(o.nonblocking for o in options))
+                   nonblocking=any(o.nonblocking for o in options),
+                   engine="+".join(sorted({o.engine for o in options})) or "py-spy")
 
 
 def exit_code_of(codes: list[int | None]) -> int | None:

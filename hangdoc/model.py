@@ -503,6 +503,7 @@ class Options:
     hang_after_s: float | None = None
     native: bool = False
     nonblocking: bool = False
+    engine: str = "py-spy"         # the stack engine: "py-spy" or "pystack" (older bundles: py-spy)
 
 
 @dataclass(frozen=True)

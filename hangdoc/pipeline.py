@@ -15,19 +15,46 @@ from hangdoc.collect.host import host_facts
 from hangdoc.collect.procfs import ProcFS
 from hangdoc.collect.snapshot import Probes, capture
 from hangdoc.collect.stacks import PySpy, find_py_spy
-from hangdoc.errors import PtraceDenied
+from hangdoc.errors import PtraceDenied, PyStackMissing, PySpyMissing
 from hangdoc.model import BUNDLE_SCHEMA, Bundle, Job, Options, Role, Snapshot
 
 
 def make_probes(py_spy: str | None = None, gpu: bool = True, proc_root: str = "/proc",
-                timeout_s: float = 5.0) -> Probes:
-    """The real probes: /proc, py-spy (found or named), NVML when asked for."""
-    probes = Probes(procfs=ProcFS(proc_root), pyspy=PySpy(find_py_spy(py_spy), timeout_s=timeout_s))
+                timeout_s: float = 5.0, engine: str = "auto") -> Probes:
+    """The real probes: /proc, a stack engine, NVML when asked for.
+
+    `engine`: "py-spy" (found, or the binary named), "pystack" (in-process, the fallback),
+    "auto": py-spy when it is installed, else pystack when that is."""
+    probes = Probes(procfs=ProcFS(proc_root), pyspy=stack_engine(engine, py_spy, timeout_s))
     if gpu:
         from hangdoc.collect.gpu import open_nvml
 
         probes.gpu = open_nvml().sample
     return probes
+
+
+def stack_engine(engine: str, py_spy: str | None = None, timeout_s: float = 5.0):
+    from hangdoc.collect import pystack_engine
+
+    if engine == "pystack" or (engine == "auto" and not py_spy and not _py_spy_found()
+                               and pystack_engine.available()):
+        if not pystack_engine.available():
+            raise PyStackMissing()
+        return pystack_engine.PyStack()
+    return PySpy(find_py_spy(py_spy), timeout_s=timeout_s)
+
+
+def engine_name(reader) -> str:
+    """What a bundle's options record of the stack engine."""
+    return getattr(reader, "name", "py-spy")
+
+
+def _py_spy_found() -> bool:
+    try:
+        find_py_spy()
+    except PySpyMissing:
+        return False
+    return True
 
 
 def require_stacks(snapshot: Snapshot, job: Job) -> None:
@@ -46,7 +73,8 @@ def snapshot_once(pid: int, probes: Probes, *, single: bool = False, native: boo
     job = find_job(pid, probes.procfs, single=single)
     snapshot, job = capture(job, probes, native=native, nonblocking=nonblocking)
     require_stacks(snapshot, job)
-    bundle = make_bundle(job, (snapshot,), probes.procfs, Options(native=native, nonblocking=nonblocking),
+    bundle = make_bundle(job, (snapshot,), probes.procfs, Options(native=native, nonblocking=nonblocking,
+                                                                          engine=engine_name(probes.pyspy)),
                          logs=read_tails(log_sources(job, probes.procfs.root)))
     return dataclasses.replace(bundle, data_lists=copy_data_lists(job, probes.procfs.root))
 

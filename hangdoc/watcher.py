@@ -28,7 +28,7 @@ from hangdoc.collect.logs import log_sources, read_tails
 from hangdoc.collect.snapshot import Probes, capture
 from hangdoc.errors import HangdocError
 from hangdoc.model import Bundle, Job, Options, Report, Role, Snapshot
-from hangdoc.pipeline import make_bundle, require_stacks
+from hangdoc.pipeline import engine_name, make_bundle, require_stacks
 
 MAX_SAMPLES = 600   # about 20 minutes at the default interval; older samples are dropped
 # Every py-spy dump costs ~16 ms of CPU (a process start, reading the interpreter's symbols):
@@ -93,7 +93,8 @@ class Watcher:
         return dataclasses.replace(
             make_bundle(self.job, tuple(self.samples), self.probes.procfs,
                         Options(interval_s=self.config.interval_s, hang_after_s=self.config.hang_after_s,
-                                native=self.config.native, nonblocking=self.config.nonblocking),
+                                native=self.config.native, nonblocking=self.config.nonblocking,
+                                engine=engine_name(self.probes.pyspy)),
                         logs=logs),
             exit_code=self.exit_code(),
             data_lists=self.data_lists,

@@ -20,6 +20,19 @@ class Format(str, Enum):
     markdown = "markdown"
 
 
+class Engine(str, Enum):
+    auto = "auto"
+    py_spy = "py-spy"
+    pystack = "pystack"
+
+
+def engine_option():
+    return typer.Option(Engine.auto, "--engine", case_sensitive=False,
+                        help="How stacks are read: py-spy (one `py-spy dump` per process, the default) or "
+                             "pystack (in-process, about 20x the CPU: the fallback where py-spy does not run). "
+                             "auto: py-spy when installed, else pystack.")
+
+
 def verdict_exit_code(verdict: str) -> int:
     return {"hang": EXIT_HANG, "crash": EXIT_CRASH, "ended": EXIT_ENDED_UNKNOWN,
             "interrupted": EXIT_SIGINT, "suspect": EXIT_SUSPECT}.get(verdict, EXIT_OK)

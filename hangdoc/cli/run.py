@@ -11,7 +11,7 @@ import typer
 from hangdoc.bundle_io import check_writable
 from hangdoc.cli import app
 from hangdoc.cli.common import (
-    Format, emit_report, format_option, hang_after_option, interval_option, timeout_option,
+    Engine, Format, emit_report, engine_option, format_option, hang_after_option, interval_option, timeout_option,
 )
 from hangdoc.cli.watch import default_out, save_or_say
 from hangdoc.errors import EXIT_CRASH, EXIT_HANG, EXIT_NOT_SAVED, EXIT_USAGE, HangdocError
@@ -29,6 +29,7 @@ def run(
     no_live: bool = typer.Option(True, "--no-live/--live", help="A live table instead of status lines (TTY only)."),
     no_gpu: bool = typer.Option(False, "--no-gpu", help="Do not sample GPUs through NVML."),
     py_spy: Optional[str] = typer.Option(None, "--py-spy", help="Path of the py-spy binary to use."),
+    engine: Engine = engine_option(),
 ) -> None:
     """Run a short training under watch: exit 3 on a hang, 4 on a crash, else the command's own code.
 
@@ -45,7 +46,7 @@ def run(
     out = check_writable(out or default_out())
     if junit is not None:
         check_writable(junit)
-    probes = make_probes(py_spy=py_spy, gpu=not no_gpu)
+    probes = make_probes(py_spy=py_spy, gpu=not no_gpu, engine=engine.value)
     config = WatchConfig(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout)
     sink = sys.stderr if fmt is Format.json else sys.stdout
     view = LiveView(sys.stderr, live=not no_live, every=5)

@@ -13,7 +13,8 @@ import typer
 from hangdoc.bundle_io import check_writable, save_bundle
 from hangdoc.cli import app
 from hangdoc.cli.common import (
-    Format, emit_report, format_option, hang_after_option, interval_option, timeout_option, verdict_exit_code,
+    Engine, Format, emit_report, engine_option, format_option, hang_after_option, interval_option, timeout_option,
+    verdict_exit_code,
 )
 from hangdoc.errors import EXIT_NOT_SAVED, EXIT_OK, EXIT_SIGINT, HangdocError
 from hangdoc.model import Role
@@ -43,6 +44,7 @@ def watch(
     nonblocking: bool = typer.Option(False, "--nonblocking", help="Do not pause processes while reading stacks (less exact)."),
     single: bool = typer.Option(False, "--single", help="Allow a Python process that is not part of a distributed job."),
     py_spy: Optional[str] = typer.Option(None, "--py-spy", help="Path of the py-spy binary to use."),
+    engine: Engine = engine_option(),
     no_gpu: bool = typer.Option(False, "--no-gpu", help="Do not sample GPUs through NVML."),
 ) -> None:
     """Attach to a running torchrun / DDP job (any of its pids, or --job: the one on this node) and diagnose it.
@@ -59,7 +61,7 @@ def watch(
 
     pid = job_pid(target, job)
     out = check_writable(out or default_out())
-    probes = make_probes(py_spy=py_spy, gpu=not no_gpu)
+    probes = make_probes(py_spy=py_spy, gpu=not no_gpu, engine=engine.value)
     if once:
         bundle = snapshot_once(pid, probes, single=single, native=native, nonblocking=nonblocking)
         save_bundle(bundle, out)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from hangdoc.collect.procfs import ProcDenied, ProcFS, ProcGone
-from hangdoc.collect.stacks import Dump, DumpRequest, PySpy, StackError, dump_many
+from hangdoc.collect.stacks import Dump, DumpRequest, StackError, StackReader, dump_many
 from hangdoc.model import GpuState, Job, ProcessInfo, ProcSample, Role, Snapshot
 
 
@@ -25,7 +25,7 @@ class Probes:
     """Everything that touches the live system, with real defaults."""
 
     procfs: ProcFS = dataclasses.field(default_factory=ProcFS)
-    pyspy: PySpy | None = None
+    pyspy: StackReader | None = None   # the stack engine: PySpy, or PyStack as the fallback
     gpu: Callable[[], GpuState] = _no_gpu
     clock: Callable[[], float] = time.time
     max_parallel: int | None = None

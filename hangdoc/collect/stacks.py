@@ -1,4 +1,5 @@
-"""The only place that runs and parses py-spy.
+"""The stack engines' one interface (`StackReader.dump`) and the default engine, py-spy:
+the only place that runs and parses it (pystack_engine.py is the fallback).
 
 `py-spy dump --json` pauses the target for a few tens of milliseconds (unless
 --nonblocking), reads its Python frames and lets it go: read-only. Dumps run in a
@@ -15,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ClassVar, Protocol
 
 from hangdoc.collect.loopmark import loop_mark
 from hangdoc.errors import PySpyMissing
@@ -54,11 +55,24 @@ def find_py_spy(explicit: str | None = None) -> str:
     raise PySpyMissing()
 
 
+class StackReader(Protocol):
+    """What a stack engine offers: one process's threads, or a StackError saying why not.
+    `parallel`: how many dumps may run at once (None: as many as dump_many likes)."""
+
+    name: ClassVar[str]          # recorded in the bundle's options
+    parallel: int | None
+
+    def dump(self, pid: int, native: bool = False, nonblocking: bool = False,
+             worker_locals: bool = False, loop_locals: bool = False) -> Dump: ...
+
+
 @dataclass
 class PySpy:
+    name: ClassVar[str] = "py-spy"
     path: str
     timeout_s: float = 5.0
     run: Runner = subprocess.run
+    parallel: int | None = None
 
     def dump(self, pid: int, native: bool = False, nonblocking: bool = False,
              worker_locals: bool = False, loop_locals: bool = False) -> Dump:
@@ -176,13 +190,13 @@ class DumpRequest:
     loop_locals: bool = False
 
 
-def dump_many(pyspy: PySpy, requests: list[DumpRequest], max_workers: int | None = None
+def dump_many(pyspy: StackReader, requests: list[DumpRequest], max_workers: int | None = None
               ) -> dict[int, Dump | StackError]:
     """Dump every process in parallel; each result is a Dump or the StackError it raised."""
     if not requests:
         return {}
     # py-spy spends most of a dump waiting on the target (attach, ptrace stops): run them all at once.
-    workers = max_workers or min(len(requests), 16)
+    workers = max_workers or pyspy.parallel or min(len(requests), 16)
 
     def one(req: DumpRequest) -> Dump | StackError:
         try:

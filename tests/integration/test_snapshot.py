@@ -189,3 +189,21 @@ def test_the_stack_engine_reads_each_ranks_loop_position(probe_job):
         assert all(isinstance(s, int) for s in steps)
         assert steps[1] > steps[0]
         assert all(len(f.digest) == 16 for f in marks[0].frames)
+
+
+def test_the_pystack_engine_reads_the_same_job_as_py_spy(probe_job):
+    pytest.importorskip("pystack.engine")
+    # GIVEN a running 2-rank job with 2 workers per rank
+    job = probe_job()
+    # WHEN it is captured through the fallback engine, pystack, in-process
+    bundle = snapshot_once(job.pid, make_probes(gpu=False, engine="pystack"))
+    # THEN the same ranks and worker indices are found, each rank's loop is read, and the bundle names the engine
+    ranks, workers = _topology(bundle)
+    assert sorted(ranks) == [0, 1]
+    assert workers == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    for rank in bundle.job.ranks:
+        main = bundle.last.sample_of(rank.pid).stack.main
+        frames = [f.name for f in main.frames]
+        assert "train_loop" in frames and frames[-1] == "<module>"
+        assert main.loop is not None
+    assert bundle.options.engine == "pystack"

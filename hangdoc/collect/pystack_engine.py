@@ -1,0 +1,106 @@
+"""The fallback stack engine: bloomberg's pystack, read in-process through its Python API.
+
+`make bench` (section engines) measured it at about 20x py-spy's CPU per sample (it maps and
+parses the process's libraries at every read), so py-spy stays the default; pystack is used
+where py-spy is not installed or does not run (`--engine pystack`, or `auto` without py-spy).
+
+Its threads are turned into py-spy's JSON shape (frames innermost first, locals as name,
+repr, address) and go through the same parser, so the model, the loop marks and the worker
+indices do not depend on the engine. What differs, and the report cannot tell:
+- function names are the code object's name ("_next_data"), not py-spy's qualified name
+  ("_MultiProcessingDataLoaderIter._next_data") on Python 3.11+; the classifiers accept both;
+- pystack prints no address for strings, numbers and containers: their digest is taken over
+  the printed value, so a list that grows in place counts as rebound (py-spy would not);
+- native frames are not read (`--native` needs py-spy);
+- a thread counts as active when it holds the GIL.
+"""
+from __future__ import annotations
+
+import re
+import time
+import zlib
+from dataclasses import dataclass
+from typing import ClassVar
+
+from hangdoc.collect.stacks import Dump, StackError, parse_dump, tracer_of
+
+_ADDRESS = re.compile(r" at (0x[0-9a-fA-F]+)>$")
+
+
+def available() -> bool:
+    try:
+        import pystack.engine  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass
+class PyStack:
+    """`dump` as PySpy's: one process's threads as a Dump, or a StackError saying why not."""
+
+    name: ClassVar[str] = "pystack"
+    parallel: int | None = 1    # it holds the GIL while it reads, and ptrace binds a tracee to one thread
+
+    def dump(self, pid: int, native: bool = False, nonblocking: bool = False,
+             worker_locals: bool = False, loop_locals: bool = False) -> Dump:
+        from pystack import errors
+        from pystack.engine import get_process_threads
+
+        started = time.monotonic()
+        try:
+            threads = list(get_process_threads(pid, stop_process=not nonblocking,
+                                               locals=worker_locals or loop_locals))
+            data = [_thread(t, pid) for t in threads]
+        except errors.ProcessNotFound:
+            raise StackError("gone", f"process {pid} exited during the dump") from None
+        except (errors.InvalidPythonProcess, errors.NotEnoughInformation) as exc:
+            raise StackError("not-python", f"pystack: {_one_line(exc)}") from None
+        except (PermissionError, errors.PystackError, RuntimeError, OSError) as exc:
+            raise _failure(pid, exc) from None
+        return parse_dump(data, took_s=time.monotonic() - started, loop_locals=loop_locals)
+
+
+def _thread(thread, pid: int) -> dict:
+    frames = list(thread.frames)            # outermost first, shims left out
+    return {
+        "thread_name": "MainThread" if thread.tid == pid else (thread.name or ""),
+        "os_thread_id": thread.tid,
+        "active": thread.holds_the_gil > 0,
+        "owns_gil": thread.holds_the_gil > 0,
+        "frames": [_frame(f) for f in reversed(frames)],
+    }
+
+
+def _frame(frame) -> dict:
+    values = {**(frame.arguments or {}), **(frame.locals or {})}
+    return {
+        "name": frame.code.scope,
+        "filename": frame.code.filename,
+        "line": frame.code.location.lineno,
+        "locals": [_local(name, text) for name, text in values.items()] if values else None,
+    }
+
+
+def _local(name: str, text: str) -> dict:
+    found = _ADDRESS.search(text)
+    # No address printed (a str, an int, a container): the value stands in for the identity.
+    return {"name": name, "repr": text, "addr": int(found.group(1), 16) if found else zlib.crc32(text.encode())}
+
+
+def _failure(pid: int, exc: BaseException) -> StackError:
+    message = _one_line(exc)
+    lowered = message.lower()
+    if isinstance(exc, PermissionError) or "permission" in lowered or "not permitted" in lowered:
+        tracer = tracer_of(pid)
+        if tracer:
+            return StackError("denied", f"ptrace refused: process {tracer} already traces pid {pid} "
+                              f"(a debugger, strace or another reader; detach it): {message}")
+        return StackError("denied", f"ptrace refused: {message}")
+    if "no such process" in lowered:
+        return StackError("gone", f"process {pid} exited during the dump")
+    return StackError("failed", f"pystack: {message}")
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
