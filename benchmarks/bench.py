@@ -145,7 +145,7 @@ def _one_overhead_run(watched: bool, steps: int, interval: float) -> float:
         return _steps_per_s(work / "job.log")
 
 
-def bench_overhead(pairs: int = 3, steps: int = 1500, interval: float | None = None) -> dict:
+def bench_overhead(pairs: int = 5, steps: int = 1500, interval: float | None = None) -> dict:
     """Steps/s of the healthy job with and without `hangdoc watch` at the default interval."""
     from hangdoc.defaults import INTERVAL_S as DEFAULT_INTERVAL_S
 

@@ -106,3 +106,24 @@ def test_auto_falls_back_to_pystack_where_py_spy_is_missing(monkeypatch):
     engine = stack_engine("auto")
     # THEN pystack reads the stacks, one dump at a time, and the bundle will say so
     assert engine_name(engine) == "pystack" and engine.parallel == 1
+
+
+def test_a_nonblocking_read_that_meets_moving_memory_is_read_again_stopped(monkeypatch):
+    engine_mod = pytest.importorskip("pystack.engine")
+    from pystack.errors import EngineError
+
+    # GIVEN pystack failing on a running process ("Invalid address in remote process"), not on a stopped one
+    calls = []
+
+    def get_process_threads(pid, stop_process=True, locals=False, **_):
+        calls.append(stop_process)
+        if not stop_process:
+            raise EngineError("Invalid address in remote process")
+        return [main_thread("3", "0x7f00aa")]
+
+    monkeypatch.setattr(engine_mod, "get_process_threads", get_process_threads)
+    # WHEN a rank is read non-blocking
+    dump = pystack_engine.PyStack().dump(4242, nonblocking=True, loop_locals=True)
+    # THEN it was read again, stopped, and the stack is there
+    assert calls == [False, True]
+    assert dump.stack.main.frames[0].name == "all_reduce"
