@@ -36,25 +36,20 @@ def make_probes(py_spy: str | None = None, gpu: bool = True, proc_root: str = "/
 def stack_engine(engine: str, py_spy: str | None = None, timeout_s: float = 5.0):
     from hangdoc.collect import pystack_engine
 
-    if engine == "pystack" or (engine == "auto" and not py_spy and not _py_spy_found()
-                               and pystack_engine.available()):
-        if not pystack_engine.available():
-            raise PyStackMissing()
-        return pystack_engine.PyStack()
-    return PySpy(find_py_spy(py_spy), timeout_s=timeout_s)
+    if engine != "pystack":
+        try:
+            return PySpy(find_py_spy(py_spy), timeout_s=timeout_s)
+        except PySpyMissing:
+            if engine != "auto" or py_spy or not pystack_engine.available():
+                raise
+    if not pystack_engine.available():
+        raise PyStackMissing()
+    return pystack_engine.PyStack()
 
 
 def engine_name(reader) -> str:
     """What a bundle's options record of the stack engine."""
     return getattr(reader, "name", "py-spy")
-
-
-def _py_spy_found() -> bool:
-    try:
-        find_py_spy()
-    except PySpyMissing:
-        return False
-    return True
 
 
 def require_stacks(snapshot: Snapshot, job: Job) -> None:

@@ -60,7 +60,7 @@ class ProcFS:
     def read_bytes(self, pid: int, name: str) -> bytes:
         try:
             fd = os.open(f"{self._root}/{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):   # ESRCH: exiting, or a kernel thread's environ
             raise ProcGone(f"process {pid} has exited") from None
         except PermissionError:
             raise ProcDenied(f"/proc/{pid}/{name}: permission denied") from None
@@ -171,7 +171,7 @@ class ProcFS:
         fd_dir = self.path(pid, "fd")
         try:
             fds = sorted((int(n) for n in os.listdir(fd_dir) if n.isdigit()))
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):
             raise ProcGone(f"process {pid} has exited") from None
         except PermissionError:
             raise ProcDenied(f"/proc/{pid}/fd: permission denied") from None

@@ -8,7 +8,7 @@ import pytest
 from hangdoc.collect import pystack_engine
 from hangdoc.collect.pystack_engine import _thread
 from hangdoc.collect.stacks import PySpy, parse_dump
-from hangdoc.errors import PyStackMissing
+from hangdoc.errors import PySpyMissing, PyStackMissing
 from hangdoc.pipeline import engine_name, stack_engine
 
 
@@ -100,7 +100,11 @@ def test_auto_takes_py_spy_when_installed_and_pystack_when_asked(monkeypatch):
 def test_auto_falls_back_to_pystack_where_py_spy_is_missing(monkeypatch):
     # GIVEN no py-spy anywhere, pystack importable
     import hangdoc.pipeline as pipeline
-    monkeypatch.setattr(pipeline, "_py_spy_found", lambda: False)
+
+    def missing(explicit=None):
+        raise PySpyMissing()
+
+    monkeypatch.setattr(pipeline, "find_py_spy", missing)
     monkeypatch.setattr(pystack_engine, "available", lambda: True)
     # WHEN the engine is chosen automatically
     engine = stack_engine("auto")

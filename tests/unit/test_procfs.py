@@ -1,0 +1,36 @@
+"""Reading /proc: a process that is going, or a kernel thread, is "gone", never a traceback."""
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from hangdoc.collect import procfs as procfs_mod
+from hangdoc.collect.procfs import ProcFS, ProcGone
+
+
+@pytest.mark.parametrize("error", [ProcessLookupError(errno.ESRCH, "No such process"),
+                                   FileNotFoundError(errno.ENOENT, "No such file")])
+def test_a_file_that_cannot_be_opened_for_a_missing_process_reads_as_gone(monkeypatch, error):
+    # GIVEN the kernel refusing the open (ESRCH: a kernel thread's environ, or a process exiting)
+    def refuse(*_args, **_kw):
+        raise error
+
+    monkeypatch.setattr(procfs_mod.os, "open", refuse)
+    # WHEN its environment is read
+    # THEN the reader says the process is gone, which discovery skips
+    with pytest.raises(ProcGone):
+        ProcFS().environ(2)
+
+
+def test_status_gives_memory_and_the_main_threads_switches():
+    # GIVEN this very process
+    # WHEN its /proc entry is read the way a watch round reads it
+    stat = ProcFS().proc_stat(os.getpid(), full=False)
+    # THEN the memory and the main thread's counters come from the one status read
+    status = open(f"/proc/{os.getpid()}/status").read()
+    rss_kb = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
+    assert abs(stat.rss_bytes - rss_kb * 1024) < 64 << 20
+    assert stat.main_thread is not None and stat.main_thread.voluntary_switches >= 0
+    assert not stat.full and stat.open_files == ()
