@@ -68,8 +68,8 @@ def snapshot_once(pid: int, probes: Probes, *, single: bool = False, native: boo
     job = find_job(pid, probes.procfs, single=single)
     snapshot, job = capture(job, probes, native=native, nonblocking=nonblocking)
     require_stacks(snapshot, job)
-    bundle = make_bundle(job, (snapshot,), probes.procfs, Options(native=native, nonblocking=nonblocking,
-                                                                          engine=engine_name(probes.pyspy)),
+    options = Options(native=native, nonblocking=nonblocking, engine=engine_name(probes.pyspy))
+    bundle = make_bundle(job, (snapshot,), probes.procfs, options,
                          logs=read_tails(log_sources(job, probes.procfs.root)))
     return dataclasses.replace(bundle, data_lists=copy_data_lists(job, probes.procfs.root))
 

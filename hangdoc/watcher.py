@@ -3,8 +3,8 @@
 Each round re-discovers the job (new DataLoader workers appear every epoch), captures
 it, and updates the (pure) analysis with the new sample. Workers' stacks are taken where
 they matter: at the first round, every `worker_every` rounds, and every round for the
-workers of a rank that waits on its DataLoader (two samples running), unless a worker's main thread has not run
-since its last stack. The launcher's stack is read on the full rounds only.
+workers of a rank that waits on its DataLoader (two samples running), unless a worker's main
+thread has not run since its last stack. The launcher's stack is read on the full rounds only.
 
 Sampling is gentle: a rank that stepped at the last sample (and its workers) is read with
 `py-spy --nonblocking`, which does not pause its threads; a rank that looks stuck, and
@@ -31,7 +31,7 @@ from hangdoc.model import Bundle, Job, Options, Report, Role, Snapshot
 from hangdoc.pipeline import engine_name, make_bundle, require_stacks
 
 MAX_SAMPLES = 600   # about 20 minutes at the default interval; older samples are dropped
-# Every py-spy dump costs ~16 ms of CPU (a process start, reading the interpreter's symbols):
+# Every py-spy dump costs ~8 ms of CPU (a process start, reading the interpreter's symbols):
 # the workers of ranks that do not wait on their data, and the launcher, are read every
 # WORKER_EVERY-th round only (30 s at the default interval).
 WORKER_EVERY = 15
