@@ -26,7 +26,7 @@ import zlib
 from dataclasses import dataclass
 from typing import ClassVar
 
-from hangdoc.collect.stacks import Dump, StackError, parse_dump, tracer_of
+from hangdoc.collect.stacks import Dump, StackError, classify_failure, parse_dump, tracer_of
 
 _ADDRESS = re.compile(r" at (0x[0-9a-fA-F]+)>$")
 
@@ -67,7 +67,7 @@ class PyStack:
         except (errors.InvalidPythonProcess, errors.NotEnoughInformation) as exc:
             raise StackError("not-python", f"pystack: {_one_line(exc)}") from None
         except (PermissionError, errors.PystackError, RuntimeError, OSError) as exc:
-            raise _failure(pid, exc) from None
+            raise classify_failure(pid, f"pystack: {_one_line(exc)}", tracer_of(pid)) from None
         return parse_dump(data, took_s=time.monotonic() - started, loop_locals=loop_locals)
 
 
@@ -100,20 +100,6 @@ def _local(name: str, text: str) -> dict:
     found = _ADDRESS.search(text)
     # No address printed (a str, an int, a container): the value stands in for the identity.
     return {"name": name, "repr": text, "addr": int(found.group(1), 16) if found else zlib.crc32(text.encode())}
-
-
-def _failure(pid: int, exc: BaseException) -> StackError:
-    message = _one_line(exc)
-    lowered = message.lower()
-    if isinstance(exc, PermissionError) or "permission" in lowered or "not permitted" in lowered:
-        tracer = tracer_of(pid)
-        if tracer:
-            return StackError("denied", f"ptrace refused: process {tracer} already traces pid {pid} "
-                              f"(a debugger, strace or another reader; detach it): {message}")
-        return StackError("denied", f"ptrace refused: {message}")
-    if "no such process" in lowered:
-        return StackError("gone", f"process {pid} exited during the dump")
-    return StackError("failed", f"pystack: {message}")
 
 
 def _one_line(exc: BaseException) -> str:

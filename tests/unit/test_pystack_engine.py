@@ -131,3 +131,18 @@ def test_a_nonblocking_read_that_meets_moving_memory_is_read_again_stopped(monke
     # THEN it was read again, stopped, and the stack is there
     assert calls == [False, True]
     assert dump.stack.main.frames[0].name == "all_reduce"
+
+
+def test_a_refused_attach_teaches_the_fix_like_py_spys(monkeypatch):
+    engine_mod = pytest.importorskip("pystack.engine")
+
+    # GIVEN ptrace refused to pystack
+    def refused(pid, **_):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(engine_mod, "get_process_threads", refused)
+    # WHEN a process is read
+    with pytest.raises(Exception) as caught:
+        pystack_engine.PyStack().dump(4242)
+    # THEN it is the "denied" failure that require_stacks turns into the ptrace advice
+    assert getattr(caught.value, "kind", None) == "denied" and "ptrace refused" in str(caught.value)
