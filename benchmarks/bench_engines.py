@@ -65,7 +65,6 @@ def _watch_rounds(pid: int, reader, parallel, rounds: int, pause_s: float) -> li
     rounds holds one full round and the steady ones, as a long watch does."""
     from hangdoc.collect.procfs import ProcFS
     from hangdoc.collect.snapshot import Probes
-    from hangdoc.report import build_report
     from hangdoc.watcher import WatchConfig, Watcher
 
     watcher = Watcher(pid, Probes(procfs=ProcFS(), pyspy=reader, max_parallel=parallel), WatchConfig())
@@ -75,9 +74,7 @@ def _watch_rounds(pid: int, reader, parallel, rounds: int, pause_s: float) -> li
         before = cpu_s()
         if i:
             bundle = watcher.step()
-        report = build_report(bundle, None, watcher.live)
-        bundle, report = watcher._with_flight_records(bundle, report)
-        watcher.stepping = {r.pid for r in report.ranks if r.progress == "active"}
+        bundle, _ = watcher.assess(bundle)
         if i:
             costs.append(cpu_s() - before)
         time.sleep(pause_s)

@@ -106,9 +106,7 @@ class Watcher:
         bundle = self.bundle() if self.samples else self.start()
         began = time.monotonic()
         while True:
-            report = build_report(bundle, self.config.hang_after_s, self.live)
-            bundle, report = self._with_flight_records(bundle, report)
-            self.stepping = {r.pid for r in report.ranks if r.progress == "active"}
+            bundle, report = self.assess(bundle)
             if on_sample:
                 on_sample(bundle, report)
             if report.verdict in ("hang", "crash"):
@@ -120,6 +118,14 @@ class Watcher:
             self.sleep(self._next_delay(bundle))
             on_round()
             bundle = self.step()
+
+    def assess(self, bundle: Bundle) -> tuple[Bundle, Report]:
+        """One round's analysis: the report, redone with the job's own records when it has any;
+        the ranks that stepped are read gently next round."""
+        report = build_report(bundle, self.config.hang_after_s, self.live)
+        bundle, report = self._with_flight_records(bundle, report)
+        self.stepping = {r.pid for r in report.ranks if r.progress == "active"}
+        return bundle, report
 
     # -- internals -------------------------------------------------------------------
     def _with_flight_records(self, bundle: Bundle, report: Report) -> tuple[Bundle, Report]:

@@ -163,9 +163,6 @@ class ProcFS:
             syscr=values.get("syscr", 0), syscw=values.get("syscw", 0),
         )
 
-    def rss_bytes(self, pid: int) -> int:
-        return _rss_bytes(self.read_text(pid, "status"))
-
     def open_files(self, pid: int) -> tuple[OpenFile, ...]:
         """Regular files the process holds open, with the offset it reads or writes at."""
         fd_dir = self.path(pid, "fd")
