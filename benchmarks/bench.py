@@ -66,7 +66,7 @@ class Job:
 def _median_capture(pid: int, parallel: int | None, runs: int) -> tuple[float, int]:
     from hangdoc.collect.discover import find_job
     from hangdoc.collect.snapshot import capture
-    from hangdoc.pipeline import make_probes
+    from hangdoc.live.pipeline import make_probes
 
     probes = make_probes(gpu=False)
     probes.max_parallel = parallel
@@ -122,8 +122,8 @@ def _steps_per_s(log: Path) -> float:
 
 
 def _one_overhead_run(watched: bool, steps: int, interval: float) -> float:
-    from hangdoc.pipeline import make_probes
-    from hangdoc.watcher import WatchConfig, Watcher
+    from hangdoc.live.pipeline import make_probes
+    from hangdoc.live.watcher import WatchConfig, Watcher
 
     scenario = SCENARIOS["healthy"]
     with tempfile.TemporaryDirectory(prefix="hangdoc-bench-") as tmp:
@@ -147,7 +147,7 @@ def _one_overhead_run(watched: bool, steps: int, interval: float) -> float:
 
 def bench_overhead(pairs: int = 5, steps: int = 1500, interval: float | None = None) -> dict:
     """Steps/s of the healthy job with and without `hangdoc watch` at the default interval."""
-    from hangdoc.defaults import INTERVAL_S as DEFAULT_INTERVAL_S
+    from hangdoc.base.defaults import INTERVAL_S as DEFAULT_INTERVAL_S
 
     interval = interval or DEFAULT_INTERVAL_S
     bare, watched = [], []

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hangdoc.watcher import WORKER_EVERY   # the watcher's full rounds: launcher and every worker
+from hangdoc.live.watcher import WORKER_EVERY   # the watcher's full rounds: launcher and every worker
 
 ONCE_TARGET_S = 0.5
 STEADY_TARGET_S = 0.15
@@ -65,7 +65,7 @@ def _watch_rounds(pid: int, reader, parallel, rounds: int, pause_s: float) -> li
     rounds holds one full round and the steady ones, as a long watch does."""
     from hangdoc.collect.procfs import ProcFS
     from hangdoc.collect.snapshot import Probes
-    from hangdoc.watcher import WatchConfig, Watcher
+    from hangdoc.live.watcher import WatchConfig, Watcher
 
     watcher = Watcher(pid, Probes(procfs=ProcFS(), pyspy=reader, max_parallel=parallel), WatchConfig())
     bundle = watcher.start()

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from factories import RANKS_PER_NODE, node_bundle   # tests/factories.py (see benchmarks/__init__.py)
-from hangdoc.bundle_io import save_bundle
-from hangdoc.serde import to_json
+from hangdoc.bundle.files import save_bundle
+from hangdoc.base.serde import to_json
 
 def write_bundles(folder: Path, ranks: int, seed: int = 0, fmt: str = "v2") -> list[Path]:
     """The node bundles of a job of `ranks` ranks in `folder`: "v2" as `hangdoc watch` saves
@@ -50,8 +50,8 @@ _CHILD = r"""
 import io, json, sys, time
 t = time.perf_counter()
 from hangdoc.report import report_of
-from hangdoc.bundle_io import bundle_files
-from hangdoc.fold import diagnose_by_class, read_node
+from hangdoc.bundle.files import bundle_files
+from hangdoc.live.fold import diagnose_by_class, read_node
 from hangdoc.render.json import report_json
 from hangdoc.render.text import render_text
 def hwm():

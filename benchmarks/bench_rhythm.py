@@ -65,7 +65,7 @@ def _capture_cost(pid: int, loop_locals: bool, runs: int) -> tuple[float, float]
     """Median wall and median CPU (hangdoc + its py-spy children) of one capture."""
     from hangdoc.collect.discover import find_job
     from hangdoc.collect.snapshot import capture
-    from hangdoc.pipeline import make_probes
+    from hangdoc.live.pipeline import make_probes
 
     probes = make_probes(gpu=False)
     job = find_job(pid, probes.procfs)

@@ -14,7 +14,7 @@ from importlib import resources
 from hangdoc.rules import all_rules
 from hangdoc.rules.base import Rule
 
-DECLARING = ("hangdoc.check.env_rules", "hangdoc.check.data_rules", "hangdoc.check.ckpt_rules", "hangdoc.runner")
+DECLARING = ("hangdoc.check.env_rules", "hangdoc.check.data_rules", "hangdoc.check.ckpt_rules", "hangdoc.live.runner")
 PAGES = ("rules", "pages")     # inside the hangdoc package
 
 

@@ -35,14 +35,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hangdoc.report import build_report  # noqa: E402
-from hangdoc.bundle_io import load_bundle  # noqa: E402
+from hangdoc.bundle.files import load_bundle  # noqa: E402
 from hangdoc.model import Bundle, LogTail, Role  # noqa: E402
 from hangdoc.render.markdown import report_markdown  # noqa: E402
 from hangdoc.render.text import render_text  # noqa: E402
 from hangdoc.scenarios import SCENARIOS  # noqa: E402
 from hangdoc.scenarios.data import make_shards, synth_wav, write_list  # noqa: E402
 from hangdoc.scenarios.launch import RunningJob, start_job, stop_job, torchrun_cmd, wait_for  # noqa: E402
-from hangdoc.serde import to_dict  # noqa: E402
+from hangdoc.base.serde import to_dict  # noqa: E402
 
 GOLDEN = ROOT / "tests" / "golden"
 JOBS = ROOT / "tests" / "jobs"
@@ -176,9 +176,9 @@ def watch_cli(pid: int, out: Path, timeout_s: float | None) -> Path:
 
 def watch_healthy(pid: int, out: Path, timeout_s: float) -> Path:
     """What `watch --timeout` does, keeping the bundle it does not save for a healthy job."""
-    from hangdoc.bundle_io import save_bundle
-    from hangdoc.pipeline import make_probes
-    from hangdoc.watcher import WatchConfig, Watcher
+    from hangdoc.bundle.files import save_bundle
+    from hangdoc.live.pipeline import make_probes
+    from hangdoc.live.watcher import WatchConfig, Watcher
 
     config = WatchConfig(interval_s=0.5, hang_after_s=4.0, timeout_s=timeout_s)
     outcome = Watcher(pid, make_probes(gpu=False), config).run()

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hangdoc.model import Bundle, Frame, Role
-from hangdoc.words import rank_set
+from hangdoc.base.words import rank_set
 
 
 @dataclass(frozen=True)

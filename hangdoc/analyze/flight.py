@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from hangdoc.words import rank_ranges
+from hangdoc.base.words import rank_ranges
 from hangdoc.model import Bundle, FlightRecord, FrEntry, FrFrame, Verdict
 
 DEFAULT_GROUP = "0"

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hangdoc.errors import HangdocError
+from hangdoc.base.errors import HangdocError
 
 UNSAFE_MARK = "Weights only load failed"
 

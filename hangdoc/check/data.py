@@ -10,12 +10,12 @@ from hangdoc.check.data_rules import data_findings
 from hangdoc.check.datalist import SHARD, read_lists
 from hangdoc.check.model import CHECK_SCHEMA, CheckResult, DataFacts, ListSummary, ShardInfo
 from hangdoc.check.partition import summarize
-from hangdoc.partition import classic_split, torch_split
+from hangdoc.base.partition import classic_split, torch_split
 from hangdoc.check.rawscan import scan_audio
 from hangdoc.check.tarscan import scan_shard
 from hangdoc.check.throughput import can_read, choose_sample, measure_shard
 from hangdoc.check.units import raw_units, shard_units
-from hangdoc.errors import HangdocError
+from hangdoc.base.errors import HangdocError
 
 DEFAULT_SAMPLE = 4
 

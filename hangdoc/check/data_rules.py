@@ -8,9 +8,9 @@ from hangdoc.check.compression import slow_kinds
 from hangdoc.check.datalist import short_names
 from hangdoc.rules.base import Rule
 from hangdoc.check.findings import make, ordered
-from hangdoc.words import plural, rank_list, size
+from hangdoc.base.words import plural, rank_list, size
 from hangdoc.check.model import DataFacts, Partition, ShardInfo, Throughput
-from hangdoc.partition import owner
+from hangdoc.base.partition import owner
 from hangdoc.model import Finding, Severity
 
 MAX_RANK_LINES = 8

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hangdoc.check.model import BadLine, DataList, ListEntry
-from hangdoc.errors import HangdocError
+from hangdoc.base.errors import HangdocError
 
 SHARD = "shard"
 RAW = "raw"

@@ -4,7 +4,7 @@ from __future__ import annotations
 from hangdoc.check.env_rules import env_findings
 from hangdoc.check.host import Probes, probe_env
 from hangdoc.check.model import CHECK_SCHEMA, CheckResult, Launch
-from hangdoc.errors import HangdocError
+from hangdoc.base.errors import HangdocError
 
 DEFAULT_PREFETCH = 2   # torch's DataLoader default when num_workers > 0
 

@@ -5,9 +5,9 @@ import os
 
 from hangdoc.rules.base import Rule
 from hangdoc.check.findings import make, ordered
-from hangdoc.words import plural, size
+from hangdoc.base.words import plural, size
 from hangdoc.check.model import EnvFacts
-from hangdoc.errors import PTRACE_HELP, PY_SPY_HELP
+from hangdoc.base.errors import PTRACE_HELP, PY_SPY_HELP
 from hangdoc.model import Finding, Severity
 
 ARM = ("aarch64", "arm64")

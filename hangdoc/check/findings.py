@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from hangdoc.errors import EXIT_FINDINGS, EXIT_OK
+from hangdoc.base.errors import EXIT_FINDINGS, EXIT_OK
 from hangdoc.model import Finding, Severity
 
 MAX_EVIDENCE = 12

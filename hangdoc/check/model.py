@@ -1,4 +1,4 @@
-"""What `hangdoc check` found: frozen dataclasses that serialise with `hangdoc.serde.to_dict`.
+"""What `hangdoc check` found: frozen dataclasses that serialise with `hangdoc.base.serde.to_dict`.
 
 A `CheckResult` is `{schema, command, findings, facts}`; the findings are `model.Finding`,
 the same shape the live watcher reports, and the facts are the command's own tables.

@@ -1,5 +1,5 @@
 """What each rank's and each DataLoader worker's share of the data weighs (the split itself is
-`hangdoc/partition.py`, shared with the live uneven-shards rule)."""
+`hangdoc/base/partition.py`, shared with the live uneven-shards rule)."""
 from __future__ import annotations
 
 import math
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hangdoc.check.model import Partition, RankShare, WorkerShare
-from hangdoc.partition import Assignment
+from hangdoc.base.partition import Assignment
 
 
 

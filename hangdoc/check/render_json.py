@@ -5,7 +5,7 @@ import json
 from typing import TextIO
 
 from hangdoc.check.model import CheckResult
-from hangdoc.serde import to_dict
+from hangdoc.base.serde import to_dict
 
 
 def render_json(result: CheckResult, out: TextIO) -> None:

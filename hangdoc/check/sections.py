@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from hangdoc.check.datalist import short_names
-from hangdoc.words import plural, rank_ranges, size
+from hangdoc.base.words import plural, rank_ranges, size
 from hangdoc.check.model import CheckpointFacts, CheckResult, DataFacts, EnvFacts, Partition, ShardInfo
 from hangdoc.model import Finding, Severity
 

@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from hangdoc.errors import EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, HangdocError, Interrupted
+from hangdoc.base.errors import EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, HangdocError, Interrupted
 
 # click's exception classes, reached through typer's public BadParameter: typer vendors click
 # privately, so these are the classes its parser raises, whichever click it carries.

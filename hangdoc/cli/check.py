@@ -63,7 +63,7 @@ def data(
     fmt: Format = format_option(),
 ) -> None:
     """Check data lists: missing, broken or compressed shards, and what each rank and worker gets."""
-    from hangdoc.check.progress import Progress
+    from hangdoc.check.progress_bar import Progress
 
     progress = Progress("check data: reading shard headers")
     try:

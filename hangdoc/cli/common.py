@@ -9,8 +9,8 @@ from typing import Callable, TextIO
 
 import typer
 
-from hangdoc.defaults import INTERVAL_S, MIN_INTERVAL_S
-from hangdoc.errors import EXIT_CRASH, EXIT_ENDED_UNKNOWN, EXIT_HANG, EXIT_OK, EXIT_SIGINT, EXIT_SUSPECT
+from hangdoc.base.defaults import INTERVAL_S, MIN_INTERVAL_S
+from hangdoc.base.errors import EXIT_CRASH, EXIT_ENDED_UNKNOWN, EXIT_HANG, EXIT_OK, EXIT_SIGINT, EXIT_SUSPECT
 from hangdoc.model import Bundle, Report
 
 

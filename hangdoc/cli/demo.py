@@ -8,8 +8,8 @@ import typer
 
 from hangdoc.cli import app
 from hangdoc.cli.common import Format, emit_report, format_option, hang_after_option, interval_option
-from hangdoc.defaults import DEMO_INTERVAL_S
-from hangdoc.errors import EXIT_FINDINGS, EXIT_OK, HangdocError
+from hangdoc.base.defaults import DEMO_INTERVAL_S
+from hangdoc.base.errors import EXIT_FINDINGS, EXIT_OK, HangdocError
 
 
 @app.command()

@@ -8,7 +8,7 @@ from enum import Enum
 import typer
 
 from hangdoc.cli import app
-from hangdoc.errors import EXIT_OK
+from hangdoc.base.errors import EXIT_OK
 
 
 class PsFormat(str, Enum):
@@ -27,7 +27,7 @@ def ps(fmt: PsFormat = typer.Option(PsFormat.text, "--format", "-f", help="text 
     Exits 0, with or without jobs.
     """
     from hangdoc.collect.jobs import list_jobs, this_host
-    from hangdoc.serde import to_dict
+    from hangdoc.base.serde import to_dict
 
     host, jobs = this_host(), list_jobs()
     if fmt is PsFormat.json:

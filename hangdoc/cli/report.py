@@ -11,7 +11,7 @@ from hangdoc.cli import app
 from hangdoc.cli.common import (
     Format, emit_report, format_option, hang_after_option, quiet_broken_pipe, verdict_exit_code,
 )
-from hangdoc.errors import EXIT_OK, BadOutput, HangdocError
+from hangdoc.base.errors import EXIT_OK, BadOutput, HangdocError
 
 
 
@@ -31,7 +31,7 @@ def report(
     Exits like watch: 3 when the bundle shows a hang, 4 a crash, 0 otherwise; 2 for a
     missing, corrupt, truncated or newer-schema bundle, or dumps none of which can be read.
     """
-    from hangdoc.pipeline import report_inputs
+    from hangdoc.live.pipeline import report_inputs
 
     bundle, rep = report_inputs(bundles, hang_after)
     for line in bundle.flight_errors:

@@ -8,13 +8,13 @@ from typing import List, Optional
 
 import typer
 
-from hangdoc.bundle_io import check_writable
+from hangdoc.bundle.files import check_writable
 from hangdoc.cli import app
 from hangdoc.cli.common import (
     Engine, Format, emit_report, engine_option, format_option, hang_after_option, interval_option, timeout_option,
 )
 from hangdoc.cli.watch import default_out, save_or_say
-from hangdoc.errors import EXIT_CRASH, EXIT_HANG, EXIT_NOT_SAVED, EXIT_USAGE, HangdocError
+from hangdoc.base.errors import EXIT_CRASH, EXIT_HANG, EXIT_NOT_SAVED, EXIT_USAGE, HangdocError
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
@@ -36,10 +36,10 @@ def run(
     The command's output streams through (to stderr with --format json, so stdout holds only
     the report). With GITHUB_STEP_SUMMARY set, the Markdown report is appended to it.
     """
-    from hangdoc.pipeline import make_probes
+    from hangdoc.live.pipeline import make_probes
     from hangdoc.render.live import LiveView
-    from hangdoc.runner import run_command
-    from hangdoc.watcher import WatchConfig
+    from hangdoc.live.runner import run_command
+    from hangdoc.live.watcher import WatchConfig
 
     if not cmd:
         raise HangdocError("nothing to run: give the command after --, e.g. hangdoc run -- torchrun ... train.py")

@@ -10,13 +10,13 @@ from typing import Optional
 
 import typer
 
-from hangdoc.bundle_io import check_writable, save_bundle
+from hangdoc.bundle.files import check_writable, save_bundle
 from hangdoc.cli import app
 from hangdoc.cli.common import (
     Engine, Format, emit_report, engine_option, format_option, hang_after_option, interval_option, timeout_option,
     verdict_exit_code,
 )
-from hangdoc.errors import EXIT_NOT_SAVED, EXIT_OK, EXIT_SIGINT, HangdocError
+from hangdoc.base.errors import EXIT_NOT_SAVED, EXIT_OK, EXIT_SIGINT, HangdocError
 from hangdoc.model import Role
 
 
@@ -57,7 +57,7 @@ def watch(
     2 on usage or attach errors, 6 when the report was printed but the bundle could not be saved.
     Ctrl-C / SIGTERM print the report so far, save the bundle and exit 130 / 143.
     """
-    from hangdoc.pipeline import make_probes, snapshot_once
+    from hangdoc.live.pipeline import make_probes, snapshot_once
 
     pid = job_pid(target, job)
     out = check_writable(out or default_out())
@@ -74,7 +74,7 @@ def watch(
         raise typer.Exit(EXIT_OK)
 
     from hangdoc.render.live import LiveView
-    from hangdoc.watcher import WatchConfig, Watcher
+    from hangdoc.live.watcher import WatchConfig, Watcher
 
     config = WatchConfig(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout,
                          native=native, nonblocking=nonblocking, single=single)
@@ -83,7 +83,7 @@ def watch(
     try:
         require_some_stack(watcher.start())
         outcome = watcher.run(view.update)
-    except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM (hangdoc.errors.Interrupted)
+    except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM (hangdoc.base.errors.Interrupted)
         signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C must not lose the save
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         view.close()

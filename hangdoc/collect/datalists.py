@@ -9,7 +9,7 @@ import json
 import os
 from pathlib import Path
 
-from hangdoc.cmdline import data_list
+from hangdoc.base.cmdline import data_list
 from hangdoc.model import DataListCopy, Job, Role
 
 MAX_ENTRIES = 100_000

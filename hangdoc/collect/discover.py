@@ -12,9 +12,9 @@ import dataclasses
 from dataclasses import dataclass
 
 from hangdoc.collect.procfs import ProcDenied, ProcFS, ProcGone
-from hangdoc.errors import NoSuchProcess, NotDistributed, NotPython, ProcessNotReadable
+from hangdoc.base.errors import NoSuchProcess, NotDistributed, NotPython, ProcessNotReadable
 from hangdoc.model import Job, ProcessInfo, Role
-from hangdoc.redact import filter_env, redact_cmdline
+from hangdoc.base.redact import filter_env, redact_cmdline
 
 _RANK_VARS = (("RANK", "WORLD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
               ("PMI_RANK", "PMI_SIZE"))

@@ -10,11 +10,11 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
-from hangdoc.words import rank_ranges
+from hangdoc.base.words import rank_ranges
 from hangdoc.collect.discover import (_Table, env_int, is_python, job_identity, launcher_of, local_rank_of, rank_identity,
                                      start_method)
 from hangdoc.collect.procfs import ProcDenied, ProcFS, ProcGone
-from hangdoc.errors import HangdocError
+from hangdoc.base.errors import HangdocError
 
 
 @dataclass(frozen=True)

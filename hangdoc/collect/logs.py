@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from hangdoc.model import Job, LogTail, Role
-from hangdoc.redact import redact_lines
+from hangdoc.base.redact import redact_lines
 
 TAIL_BYTES = 64 * 1024
 TAIL_LINES = 400

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, ClassVar, Protocol
 
 from hangdoc.collect.loopmark import loop_mark
-from hangdoc.errors import PySpyMissing
+from hangdoc.base.errors import PySpyMissing
 from hangdoc.model import Frame, Stack, Thread
 
 Runner = Callable[..., subprocess.CompletedProcess]

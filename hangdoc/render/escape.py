@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from hangdoc.redact import redact_text
+from hangdoc.base.redact import redact_text
 
 # C0 controls (tab and newline are handled per format), DEL, C1 controls (CSI is \x9b), and the
 # bidirectional overrides that make text read differently from what it is.

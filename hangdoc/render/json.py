@@ -6,7 +6,7 @@ from typing import TextIO
 
 from hangdoc.model import Report
 from hangdoc.render.escape import redact_tree
-from hangdoc.serde import to_dict
+from hangdoc.base.serde import to_dict
 
 
 def report_json(report: Report) -> str:

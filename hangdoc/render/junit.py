@@ -6,7 +6,7 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from hangdoc.model import Report
-from hangdoc.redact import redact_cmdline
+from hangdoc.base.redact import redact_cmdline
 from hangdoc.render.escape import xml
 from hangdoc.render.layout import layout
 

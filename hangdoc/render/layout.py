@@ -13,7 +13,7 @@ from hangdoc.model import Bundle, Finding, RankReport, Report
 from hangdoc.render.words import (
     class_members, crash_cause, gpu_cell, headline, missing_stacks, row_ranks, threshold_line, timeout_line,
 )
-from hangdoc.words import duration, rank_label, rank_ranges, rank_set
+from hangdoc.base.words import duration, rank_label, rank_ranges, rank_set
 
 # Past this many ranks the table lists the culprits and groups the others by what they do.
 MAX_RANK_ROWS = 64

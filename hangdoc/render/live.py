@@ -13,7 +13,7 @@ from rich.text import Text
 from hangdoc.model import Bundle, Report
 from hangdoc.render.escape import terminal as esc
 from hangdoc.render.text import make_console
-from hangdoc.words import duration, rank_label
+from hangdoc.base.words import duration, rank_label
 
 _BARS = "▁▂▃▄▅▆▇█"
 

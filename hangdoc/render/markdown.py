@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from hangdoc.words import rank_ranges
+from hangdoc.base.words import rank_ranges
 from hangdoc.model import Bundle, Report
 from hangdoc.render.escape import md_cell, md_code, md_fence, md_text
 from hangdoc.render.layout import layout

@@ -1,7 +1,7 @@
 """Phrases every renderer shares, so text, Markdown and the live view say the same thing."""
 from __future__ import annotations
 
-from hangdoc.words import expand_ranges, rank_label, rank_ranges
+from hangdoc.base.words import expand_ranges, rank_label, rank_ranges
 from hangdoc.model import RankGpu, RankReport, Report
 
 

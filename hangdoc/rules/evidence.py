@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from hangdoc.analyze.diagnose import RankView
 from hangdoc.analyze.logs import line_rank as log_rank  # noqa: F401  (re-exported for rules)
 from hangdoc.model import Bundle, Frame, LogTail, ProcSample
-from hangdoc.words import mb
+from hangdoc.base.words import mb
 
 COMPRESSED_SUFFIXES = {".bz2": "bz2", ".tbz2": "bz2", ".tbz": "bz2", ".gz": "gzip", ".tgz": "gzip",
                        ".xz": "xz", ".lzma": "xz", ".txz": "xz", ".zst": "zstd", ".zstd": "zstd"}

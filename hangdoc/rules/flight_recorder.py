@@ -1,7 +1,7 @@
 """flight-recorder: the job's own collective record names the stuck collective and who never issued it."""
 from __future__ import annotations
 
-from hangdoc.words import rank_ranges
+from hangdoc.base.words import rank_ranges
 from hangdoc.analyze.flight import (GroupFlight, flight_groups, frames_lines, mismatch_line, progress_lines,
                                     stuck_line)
 from hangdoc.model import Finding, Severity

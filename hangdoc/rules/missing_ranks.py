@@ -1,7 +1,7 @@
 """missing-ranks: the bundle holds fewer ranks than the job's world size (nodes not captured)."""
 from __future__ import annotations
 
-from hangdoc.words import rank_ranges, rank_set
+from hangdoc.base.words import rank_ranges, rank_set
 from hangdoc.model import Finding, Job, Severity
 from hangdoc.rules.base import Context, Rule, finding
 

@@ -1,13 +1,13 @@
 """uneven-shards: a rank ran out of data and left the epoch while the others still step."""
 from __future__ import annotations
 
-from hangdoc.partition import classic_split
-from hangdoc.cmdline import data_list
+from hangdoc.base.partition import classic_split
+from hangdoc.base.cmdline import data_list
 from hangdoc.model import DataListCopy, Finding, Role, Severity
 from hangdoc.rules.snippets import JOIN_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import basename, frames_line, latest_frames, samples_of
-from hangdoc.words import mb
+from hangdoc.base.words import mb
 
 # Where a rank that left its data loop waits: the end-of-epoch sync, Join, the next epoch's start.
 LEFT_LOOP = ("barrier", "monitored_barrier", "Join.__exit__", "join hook", "DDP join hook",

@@ -4,7 +4,7 @@ from __future__ import annotations
 from hangdoc.model import Finding, Severity
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import DeadWorker, dead_workers, samples_of
-from hangdoc.words import mb
+from hangdoc.base.words import mb
 
 # What each way of dying usually means, said after the fix.
 _HINTS = {

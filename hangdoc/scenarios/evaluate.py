@@ -47,9 +47,9 @@ def evaluate(scenario: Scenario, workdir: str | Path | None = None, *, hang_afte
              interval: float = 1.0, timeout: float = 120.0, max_steps: int | None = None,
              on_sample: Callable | None = None, probes=None) -> ScenarioResult:
     """Prepare the scenario, run it under watch until the verdict, end it, score the answer."""
-    from hangdoc.pipeline import make_probes
-    from hangdoc.runner import run_command
-    from hangdoc.watcher import WatchConfig
+    from hangdoc.live.pipeline import make_probes
+    from hangdoc.live.runner import run_command
+    from hangdoc.live.watcher import WatchConfig
 
     with tempfile.TemporaryDirectory(prefix=f"hangdoc-{scenario.name}-") as tmp:
         work = Path(workdir) if workdir else Path(tmp)

@@ -1,7 +1,7 @@
 """Start a scenario's torchrun job, wait for its markers, and end the whole of it.
 
 The job control itself (a session of its own, ending every rank's session) is the
-product's, `hangdoc/proc.py`: `hangdoc run` ends the jobs it starts the same way.
+product's, `hangdoc/live/proc.py`: `hangdoc run` ends the jobs it starts the same way.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from hangdoc.proc import RunningJob, start_job, stop_job
+from hangdoc.live.proc import RunningJob, start_job, stop_job
 
 __all__ = ["RunningJob", "start_job", "stop_job", "torchrun_cmd", "wait_for"]
 

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from conftest import JOBS, Watch, hangdoc_cmd
-from hangdoc.bundle_io import load_bundle
+from hangdoc.bundle.files import load_bundle
 from hangdoc.scenarios.launch import RunningJob, stop_job, torchrun_cmd, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hangdoc.bundle_io import load_bundle
+from hangdoc.bundle.files import load_bundle
 from hangdoc.scenarios.launch import start_job, stop_job, torchrun_cmd, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]

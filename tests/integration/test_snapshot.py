@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from conftest import CMDLINE_SECRET, PLANTED_SECRETS, hangdoc_cmd
-from hangdoc.bundle_io import load_bundle
+from hangdoc.bundle.files import load_bundle
 from hangdoc.model import Role
-from hangdoc.pipeline import make_probes, snapshot_once
+from hangdoc.live.pipeline import make_probes, snapshot_once
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from conftest import Watch, run_hangdoc
-from hangdoc.bundle_io import load_bundle
+from hangdoc.bundle.files import load_bundle
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 

@@ -8,9 +8,9 @@ import time
 import pytest
 
 from hangdoc.collect.stacks import PySpy, StackError, find_py_spy
-from hangdoc.errors import PtraceDenied, PySpyMissing
+from hangdoc.base.errors import PtraceDenied, PySpyMissing
 from hangdoc.model import Job, ProcessInfo, ProcSample, Role, Snapshot, GpuState
-from hangdoc.pipeline import require_stacks
+from hangdoc.live.pipeline import require_stacks
 
 PY_SPY_DENIED = ("Error: Permission Denied: Try running again with elevated permissions by going "
                  "'sudo env \"PATH=$PATH\" !!'\n")

@@ -11,8 +11,8 @@ import pytest
 
 from hangdoc.report import build_report
 from factories import node_bundle
-from hangdoc.bundle_io import load_bundle, load_bundles, save_bundle
-from hangdoc.errors import EXIT_USAGE, BadBundle
+from hangdoc.bundle.files import load_bundle, load_bundles, save_bundle
+from hangdoc.base.errors import EXIT_USAGE, BadBundle
 from hangdoc.render.json import report_json
 from hangdoc.render.markdown import report_markdown
 from hangdoc.render.text import render_text
@@ -56,7 +56,7 @@ def test_v2_is_compressed_and_interned_and_round_trips(tmp_path):
 
 
 def load_v1_text(bundle) -> str:
-    from hangdoc.serde import to_json
+    from hangdoc.base.serde import to_json
 
     return to_json(bundle).decode()
 

@@ -15,7 +15,7 @@ from hangdoc.check.render_markdown import render_markdown
 from hangdoc.check.render_text import render_text
 from hangdoc.check.sections import layout
 from factories import write_list, write_shard
-from hangdoc.serde import from_dict
+from hangdoc.base.serde import from_dict
 
 
 class Tty(io.StringIO):

@@ -11,7 +11,7 @@ import tarfile
 import pytest
 
 from hangdoc.check.data import check_data
-from hangdoc.check.progress import Progress
+from hangdoc.check.progress_bar import Progress
 from hangdoc.check.render_json import render_json
 from hangdoc.check.render_markdown import render_markdown
 from hangdoc.check.render_text import render_text

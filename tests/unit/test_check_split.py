@@ -6,7 +6,7 @@ import itertools
 import pytest
 
 from hangdoc.check.partition import Unit, summarize
-from hangdoc.partition import classic_split, owner, torch_split
+from hangdoc.base.partition import classic_split, owner, torch_split
 
 
 def test_seven_shards_over_2_ranks_x_2_workers_follow_shards_rank_w_worker_k():

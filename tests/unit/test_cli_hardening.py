@@ -13,7 +13,7 @@ import pytest
 
 from hangdoc.registry import records
 from hangdoc.report import build_report
-from hangdoc.bundle_io import load_bundle, save_bundle
+from hangdoc.bundle.files import load_bundle, save_bundle
 from hangdoc.cli import main
 from hangdoc.collect.stacks import PySpy, StackError
 from hangdoc.model import Report
@@ -67,7 +67,7 @@ def test_explain_knows_every_slug_check_and_run_print(slug, capsys):
 
 
 def test_exit_codes_page_lists_every_code():
-    from hangdoc import errors
+    from hangdoc.base import errors
 
     page = (ROOT / "docs" / "exit-codes.md").read_text()
     codes = {v for k, v in vars(errors).items() if k.startswith("EXIT_")}
@@ -99,8 +99,8 @@ def test_the_same_bundle_with_its_log_is_healthy():
 
 
 def test_a_run_timeout_with_no_rank_does_not_claim_a_collective():
-    from hangdoc.runner import _timeout_finding
-    from hangdoc.watcher import WatchConfig
+    from hangdoc.live.runner import _timeout_finding
+    from hangdoc.live.watcher import WatchConfig
 
     report = Report(schema="hangdoc/report-v1", verdict="hang", detected_after_s=None, culprit_ranks=(),
                     findings=(_timeout_finding(WatchConfig(timeout_s=5)),), ranks=())
@@ -136,7 +136,7 @@ def test_every_py_spy_failure_says_why(result, words):
 
 def test_a_rank_without_a_stack_is_explained_in_the_report():
     from hangdoc.render.words import missing_stacks
-    from hangdoc.serde import from_dict, to_dict
+    from hangdoc.base.serde import from_dict, to_dict
     from hangdoc.model import Bundle
 
     data = to_dict(load_bundle(BUNDLE))

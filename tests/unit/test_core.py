@@ -5,14 +5,14 @@ import json
 
 import pytest
 
-from hangdoc.words import rank_ranges
+from hangdoc.base.words import rank_ranges
 from hangdoc.analyze.classify import classify_rank, classify_worker
-from hangdoc.bundle_io import bundle_from_json, load_bundle, save_bundle
-from hangdoc.errors import BadBundle
+from hangdoc.bundle.files import bundle_from_json, load_bundle, save_bundle
+from hangdoc.base.errors import BadBundle
 from hangdoc.model import (BUNDLE_SCHEMA, Bundle, Frame, GpuState, Host, IoCounters, Job, OpenFile,
                            ProcessInfo, ProcSample, ProcStat, Role, Snapshot, Stack, Thread)
-from hangdoc.redact import REDACTED, filter_env, redact_cmdline, redact_text
-from hangdoc.serde import from_dict, to_dict
+from hangdoc.base.redact import REDACTED, filter_env, redact_cmdline, redact_text
+from hangdoc.base.serde import from_dict, to_dict
 
 
 def frame(name, file, line=1, native=False):

@@ -20,11 +20,11 @@ import pytest
 
 from hangdoc.analyze.flight import flight_groups, fr_progress, stuck_line
 from hangdoc.report import build_report
-from hangdoc.bundle_io import bundle_from_json, load_bundle
+from hangdoc.bundle.files import bundle_from_json, load_bundle
 from hangdoc.collect.flight_recorder import FlightCollector, collect_dumps, fr_config, load_dumps, read_dump
-from hangdoc.pipeline import report_inputs
+from hangdoc.live.pipeline import report_inputs
 from hangdoc.model import ProcessInfo, Role
-from hangdoc.serde import to_dict
+from hangdoc.base.serde import to_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 FR = ROOT / "tests" / "flight_recorder"

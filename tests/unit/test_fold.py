@@ -8,17 +8,17 @@ import msgspec
 import pytest
 import zstandard
 
-from hangdoc import bundle_v2
+from hangdoc.bundle import codec as bundle_v2
 from hangdoc.analyze.diagnose import node_digest
 from hangdoc.report import build_report
 from factories import node_bundle
-from hangdoc.bundle_io import load_bundles, save_bundle
-from hangdoc.errors import BadBundle, HangdocError
-from hangdoc.fold import FOLD_ABOVE_RANKS
-from hangdoc.pipeline import report_from_files
+from hangdoc.bundle.files import load_bundles, save_bundle
+from hangdoc.base.errors import BadBundle, HangdocError
+from hangdoc.live.fold import FOLD_ABOVE_RANKS
+from hangdoc.live.pipeline import report_from_files
 from hangdoc.render.text import render_text
 from hangdoc.render.words import row_ranks
-from hangdoc.serde import to_json
+from hangdoc.base.serde import to_json
 
 T0 = 1_700_000_000.0
 NODES = 16          # 128 ranks: past FOLD_ABOVE_RANKS, so report DIR folds
@@ -152,7 +152,7 @@ def test_two_captures_of_one_node_are_refused_by_class_as_they_are_whole(tmp_pat
 
 
 def test_a_merge_keeps_every_nodes_flight_recorder_dumps_and_data_lists():
-    from hangdoc.merge import merge_bundles
+    from hangdoc.bundle.merge import merge_bundles
     from hangdoc.model import DataListCopy, FlightRecord
 
     # GIVEN two nodes, each with its ranks' Flight Recorder dumps and a copy of the data list

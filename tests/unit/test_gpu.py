@@ -11,7 +11,7 @@ import pytest
 
 from hangdoc.collect.gpu import open_nvml, sample_gpus
 from hangdoc.model import GpuProcess, GpuState
-from hangdoc.serde import from_dict, to_dict
+from hangdoc.base.serde import from_dict, to_dict
 
 RANK0, RANK1 = os.getpid(), os.getppid()
 

@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[2] / "hangdoc"
 # commands, the watch loop, the pipeline, bundle files, `check`, the scenarios) is the product
 # on top and may import any layer.
 LAYERS: dict[str, tuple[str, ...]] = {
-    "base": ("hangdoc.model", "hangdoc.errors", "hangdoc.serde", "hangdoc.words", "hangdoc.redact",
-             "hangdoc.cmdline", "hangdoc.partition", "hangdoc.advice", "hangdoc.bundle_v2", "hangdoc.bundle_check"),
+    "base": ("hangdoc.model", "hangdoc.base.errors", "hangdoc.base.serde", "hangdoc.base.words", "hangdoc.base.redact",
+             "hangdoc.base.cmdline", "hangdoc.base.partition", "hangdoc.advice", "hangdoc.bundle.codec", "hangdoc.bundle.checks"),
     "collect": ("hangdoc.collect",),
     "analyze": ("hangdoc.analyze",),
     "rules": ("hangdoc.rules",),

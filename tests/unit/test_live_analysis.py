@@ -6,7 +6,7 @@ import dataclasses
 from hangdoc.report import build_report
 from hangdoc.analyze.timeline import LiveTimelines, timelines
 from factories import node_bundle
-from hangdoc.serde import to_dict
+from hangdoc.base.serde import to_dict
 
 T0 = 1_700_000_000.0
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from hangdoc.report import build_report
 from factories import node_bundle
-from hangdoc.bundle_io import load_bundle
+from hangdoc.bundle.files import load_bundle
 from hangdoc.render.live import live_table, status_line
 from hangdoc.render.text import make_console
 

@@ -10,13 +10,13 @@ from hangdoc.analyze.classes import stack_tree
 from hangdoc.report import build_report
 from hangdoc.analyze.timeline import timelines
 from factories import node_bundle
-from hangdoc.bundle_io import bundle_from_json
-from hangdoc.errors import EXIT_USAGE, HangdocError
-from hangdoc.merge import merge_bundles
+from hangdoc.bundle.files import bundle_from_json
+from hangdoc.base.errors import EXIT_USAGE, HangdocError
+from hangdoc.bundle.merge import merge_bundles
 from hangdoc.model import BUNDLE_SCHEMA, Role
 from hangdoc.render.markdown import report_markdown
 from hangdoc.render.text import render_text
-from hangdoc.serde import to_dict
+from hangdoc.base.serde import to_dict
 
 T0 = 1_700_000_000.0
 

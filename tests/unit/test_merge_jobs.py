@@ -5,7 +5,7 @@ import pytest
 
 from hangdoc.collect.jobs import list_jobs, pick_job
 from hangdoc.collect.procfs import ProcFS
-from hangdoc.errors import EXIT_USAGE, HangdocError
+from hangdoc.base.errors import EXIT_USAGE, HangdocError
 
 TORCHRUN = ("/usr/bin/python3", "/usr/local/bin/torchrun", "--nnodes=2", "train.py")
 TRAIN = ("/usr/bin/python3", "-u", "train.py")

@@ -12,15 +12,15 @@ from xml.etree import ElementTree as ET
 import pytest
 
 from hangdoc.report import build_report
-from hangdoc.bundle_io import load_bundle
+from hangdoc.bundle.files import load_bundle
 from hangdoc.model import Bundle, Finding, Severity
-from hangdoc.redact import filter_env, redact_cmdline, redact_lines, redact_text
+from hangdoc.base.redact import filter_env, redact_cmdline, redact_lines, redact_text
 from hangdoc.render.json import report_json
 from hangdoc.render.junit import junit_xml
 from hangdoc.render.live import live_table
 from hangdoc.render.markdown import report_markdown
 from hangdoc.render.text import render_text
-from hangdoc.serde import from_dict, to_dict
+from hangdoc.base.serde import from_dict, to_dict
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 

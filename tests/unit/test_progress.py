@@ -17,10 +17,10 @@ from hangdoc.report import build_report
 from hangdoc.cli.common import verdict_exit_code
 from hangdoc.collect.loopmark import loop_mark
 from hangdoc.collect.stacks import parse_dump
-from hangdoc.errors import EXIT_SUSPECT
+from hangdoc.base.errors import EXIT_SUSPECT
 from hangdoc.model import (BUNDLE_SCHEMA, is_job_file, Bundle, GpuState, Host, IoCounters, Job, Options, ProcessInfo,
                            ProcSample, ProcStat, Role, Snapshot, ThreadCounters)
-from hangdoc.serde import to_dict
+from hangdoc.base.serde import to_dict
 
 SITE = "/opt/venv/lib/python3.11/site-packages/"
 TRAIN = "/home/user/asr/train.py"

@@ -140,7 +140,7 @@ def test_the_watcher_s_collector_asks_ras_once_a_rank_is_stuck_and_the_rule_cite
     import dataclasses
 
     from hangdoc.report import build_report
-    from hangdoc.bundle_io import load_bundle
+    from hangdoc.bundle.files import load_bundle
     from hangdoc.collect.flight_recorder import FlightCollector
 
     # GIVEN an NCCL job (its ranks name NCCL_RAS_ADDR) whose RAS service reports rank 7 missing

@@ -5,7 +5,7 @@ from hangdoc.model import (BUNDLE_SCHEMA, Bundle, Frame, GpuState, Host, IoCount
                            ProcessInfo, ProcSample, ProcStat, Role, Snapshot)
 from hangdoc.rules.evidence import (compression_of_frames, compression_of_path, file_read_line, file_reads,
                                     log_rank, member_decode, strip_rank, traceback_frames)
-from hangdoc.cmdline import data_list
+from hangdoc.base.cmdline import data_list
 
 
 def frame(name: str, filename: str, line: int = 1) -> Frame:
@@ -89,8 +89,8 @@ def test_uneven_shards_counts_what_each_rank_was_given_from_the_copied_list():
     from pathlib import Path
 
     from hangdoc.report import build_report
-    from hangdoc.bundle_io import load_bundle
-    from hangdoc.cmdline import data_list
+    from hangdoc.bundle.files import load_bundle
+    from hangdoc.base.cmdline import data_list
     from hangdoc.model import DataListCopy
 
     bundle = load_bundle(Path(__file__).resolve().parents[1] / "golden" / "uneven-shards" / "bundle.json")

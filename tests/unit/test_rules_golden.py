@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from hangdoc.report import build_report
-from hangdoc.bundle_io import load_bundle
+from hangdoc.bundle.files import load_bundle
 from hangdoc.model import Severity
 from hangdoc.render.markdown import report_markdown
 from hangdoc.render.text import render_text

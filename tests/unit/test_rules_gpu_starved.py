@@ -5,7 +5,7 @@ import dataclasses
 from pathlib import Path
 
 from hangdoc.report import build_report
-from hangdoc.bundle_io import load_bundle
+from hangdoc.bundle.files import load_bundle
 from hangdoc.model import Bundle, GpuDevice, GpuProcess, GpuState, Severity
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"

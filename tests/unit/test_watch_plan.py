@@ -5,7 +5,7 @@ from collections import deque
 
 from hangdoc.collect.snapshot import Probes
 from hangdoc.model import Role
-from hangdoc.watcher import WatchConfig, Watcher
+from hangdoc.live.watcher import WatchConfig, Watcher
 from tests.factories import node_bundle
 
 T0 = 1_700_000_000.0

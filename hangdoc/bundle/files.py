@@ -10,11 +10,11 @@ from typing import Any
 import msgspec
 import zstandard
 
-from hangdoc import bundle_v2
-from hangdoc.bundle_check import check_bundle, hostile_input
-from hangdoc.errors import BadBundle, BadOutput
+from hangdoc.bundle import codec as bundle_v2
+from hangdoc.bundle.checks import check_bundle, hostile_input
+from hangdoc.base.errors import BadBundle, BadOutput
 from hangdoc.model import BUNDLE_SCHEMA, Bundle
-from hangdoc.serde import from_json
+from hangdoc.base.serde import from_json
 
 READABLE = (bundle_v2.SCHEMA, BUNDLE_SCHEMA)
 BUNDLE_GLOBS = ("*.json", "*.json.zst")
@@ -173,7 +173,7 @@ def load_bundles(paths) -> Bundle:
         if len(files) == 1:
             bundle = load_bundle(files[0], interner)
         else:
-            from hangdoc.merge import merge_stream
+            from hangdoc.bundle.merge import merge_stream
 
             bundle = merge_stream((load_bundle(f, interner) for f in files), [str(f) for f in files])
         gc.freeze()

@@ -1,7 +1,7 @@
 """From a bundle to the report: diagnose, run every rule, lay out the ranks. Pure."""
 from __future__ import annotations
 
-from hangdoc.words import rank_ranges
+from hangdoc.base.words import rank_ranges
 from hangdoc.analyze.diagnose import Diagnosis, RankView, diagnose
 from hangdoc.analyze.timeline import LiveTimelines, Timeline, timelines
 from hangdoc.model import REPORT_SCHEMA, Bundle, Finding, RankGpu, RankReport, Report, Threshold, Verdict, WorkerReport, WorkerState

@@ -31,7 +31,7 @@ import msgspec
 from hangdoc.model import (
     Bundle, Frame, Host, LogTail, NodeDigest, Options, ProcSample, Snapshot, Stack, Thread,
 )
-from hangdoc.serde import to_dict
+from hangdoc.base.serde import to_dict
 
 SCHEMA = "hangdoc/bundle-v2"
 _encoder = msgspec.json.Encoder()

@@ -15,7 +15,7 @@ from hangdoc.collect.host import host_facts
 from hangdoc.collect.procfs import ProcFS
 from hangdoc.collect.snapshot import Probes, capture
 from hangdoc.collect.stacks import PySpy, find_py_spy
-from hangdoc.errors import PtraceDenied, PyStackMissing, PySpyMissing
+from hangdoc.base.errors import PtraceDenied, PyStackMissing, PySpyMissing
 from hangdoc.model import BUNDLE_SCHEMA, Bundle, Job, Options, Role, Snapshot
 
 
@@ -76,11 +76,11 @@ def snapshot_once(pid: int, probes: Probes, *, single: bool = False, native: boo
 
 def report_from_files(paths, hang_after: float | None = None, records: tuple = (), errors: tuple = ()):
     """Load saved bundles and diagnose them: (bundle, report). Several files are one job's nodes:
-    merged whole up to FOLD_ABOVE_RANKS ranks, diagnosed by class beyond (`hangdoc/fold.py`).
+    merged whole up to FOLD_ABOVE_RANKS ranks, diagnosed by class beyond (`hangdoc/live/fold.py`).
     `records`, `errors`: Flight Recorder dumps given beside the bundles, and the refused ones."""
     from hangdoc.report import build_report, report_of
-    from hangdoc.bundle_io import bundle_files, load_bundles
-    from hangdoc.fold import FOLD_ABOVE_RANKS, diagnose_by_class, read_node
+    from hangdoc.bundle.files import bundle_files, load_bundles
+    from hangdoc.live.fold import FOLD_ABOVE_RANKS, diagnose_by_class, read_node
 
     files = bundle_files(paths)
     if len(files) > 1:
@@ -116,7 +116,7 @@ def report_inputs(paths, hang_after: float | None = None):
     join the bundle's evidence; dumps alone make a bundle of their own, judged on them."""
     from hangdoc.analyze.flight import bundle_from_dumps, verdict_from_dumps
     from hangdoc.collect.flight_recorder import load_dumps, split_inputs
-    from hangdoc.errors import BadBundle
+    from hangdoc.base.errors import BadBundle
     from hangdoc.report import build_report
 
     bundle_paths, dump_paths = split_inputs(paths)

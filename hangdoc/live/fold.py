@@ -21,9 +21,9 @@ from pathlib import Path
 from hangdoc.analyze.diagnose import Census, Diagnosis, JobFacts, RankView, decide, node_digest, rank_views
 from hangdoc.analyze.flight import fr_step_times
 from hangdoc.analyze.timeline import timelines
-from hangdoc.bundle_io import load_bundle, load_head
-from hangdoc.errors import BadBundle, HangdocError
-from hangdoc.merge import JobId, check_one_job, exit_code_of, merge_bundles, options_of
+from hangdoc.bundle.files import load_bundle, load_head
+from hangdoc.base.errors import BadBundle, HangdocError
+from hangdoc.bundle.merge import JobId, check_one_job, exit_code_of, merge_bundles, options_of
 from hangdoc.model import DIGEST_VERSION, Bundle, FlightRecord, LogTail, NodeDigest, RankDigest
 
 # Merged jobs up to this many ranks are read whole: every rank gets its own row.

@@ -15,8 +15,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from hangdoc.errors import BadBundle, HangdocError
-from hangdoc.words import span
+from hangdoc.base.errors import BadBundle, HangdocError
+from hangdoc.base.words import span
 from hangdoc.model import (
     BUNDLE_SCHEMA, PID_STRIDE, Bundle, GpuDevice, GpuProcess, GpuState, Job, LogTail, Options,
     ProcessInfo, ProcSample, Snapshot,

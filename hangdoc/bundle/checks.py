@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 
-from hangdoc.errors import BadBundle
+from hangdoc.base.errors import BadBundle
 from hangdoc.model import Bundle
 
 # Far beyond the largest real jobs; what rules enumerate (ranks, nodes) stays a few MB at most.

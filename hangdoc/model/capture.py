@@ -1,78 +1,21 @@
-"""The plain data at hangdoc's centre: what a capture holds and what a report says.
+"""What a capture holds: stacks, /proc readings, GPUs, the job, its samples and its own records.
 
 Everything here is a frozen dataclass that round-trips through JSON with
-`hangdoc.serde` (`to_dict` / `from_dict`). Rules read these objects and nothing
+`hangdoc.base.serde` (`to_dict` / `from_dict`). Rules read these objects and nothing
 else, which is why `hangdoc report` on a saved bundle says what the live watch said.
 """
 from __future__ import annotations
 
-import enum
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
-import msgspec
+from hangdoc.model.vocab import Role
 
 BUNDLE_SCHEMA = "hangdoc/bundle-v1"
-REPORT_SCHEMA = "hangdoc/report-v1"
 # Linux pids stay below 2**22; a merge of several nodes' bundles renumbers colliding pids to
 # node_slot * PID_STRIDE + pid, so `pid % PID_STRIDE` is always the pid on the process's own node.
 PID_STRIDE = 10_000_000
-
-
-class Word(str, enum.Enum):
-    """A word of hangdoc's vocabulary: a str enum that reads as its value everywhere (f-strings,
-    str(), JSON) and equals the plain string, so bundles and reports keep their JSON."""
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
-
-
-class Verdict(Word):
-    HANG = "hang"
-    SUSPECT = "suspect"            # split, and not yet seen long enough to tell a hang from a slow step
-    HEALTHY = "healthy"
-    CRASH = "crash"
-    ENDED = "ended"                # every rank gone, and nothing says whether it failed
-    INTERRUPTED = "interrupted"    # the watch was stopped before a verdict
-
-
-class RankState(Word):
-    COLLECTIVE = "collective-wait"
-    DATALOADER = "dataloader-wait"
-    COMPUTE = "compute"
-    IO = "io"
-    IDLE = "idle"
-    EXITED = "exited"
-    UNKNOWN = "unknown"
-
-
-class WorkerState(Word):
-    DECOMPRESSING = "decompressing"
-    DECODING = "decoding"
-    READING = "reading"
-    LOCK_WAIT = "lock-wait"
-    QUEUE_PUT = "queue-put"
-    IDLE = "idle"            # waiting on its index queue for work
-    BUSY = "busy"            # running dataset code
-    EXITED = "exited"
-    UNKNOWN = "unknown"
-
-
-class Progress(Word):
-    ACTIVE = "active"        # it stepped at the last sample
-    SLOW = "slow"            # no step, but it or its workers are busy
-    STUCK = "stuck"          # nothing moved
-
-
-class Role(str, enum.Enum):
-    LAUNCHER = "launcher"
-    RANK = "rank"
-    WORKER = "worker"      # a DataLoader worker (its stack runs `_worker_loop`)
-    CHILD = "child"        # any other child of a rank: a pipe, a checkpoint writer
 
 
 # --- stacks -----------------------------------------------------------------
@@ -528,147 +471,3 @@ class Bundle:
         return self.samples[-1]
 
 
-# --- a node's own reading of its ranks (bundle v2's "digest") -------------------------------
-
-# The analysis that produced a digest: a digest of another version is recomputed from the
-# bundle's samples, so a newer hangdoc never trusts an older one's conclusions.
-DIGEST_VERSION = 1
-
-
-class StepSummary(msgspec.Struct, frozen=True, gc=False):
-    """A rank's rhythm in a few numbers: each folds over ranks by sum, max or any."""
-
-    steps: int                     # steps seen
-    longest_gap_s: float | None    # the longest gap between two of its steps
-    last_sign: float | None        # the last sample at which it stepped or did I/O of its own
-    has_locals: bool               # its loop position could be read
-
-
-class DigestWorker(msgspec.Struct, frozen=True, gc=False):
-    pid: int                       # on its own node
-    index: int | None
-    state: str
-    top_frame: str | None
-    alive: bool = True
-
-
-class RankDigest(msgspec.Struct, frozen=True, gc=False):
-    """One rank as its node's analysis saw it: what the verdict of a whole job needs, and no
-    frames. Thousands of nodes' digests decide a job without loading every sample."""
-
-    rank: int | None
-    pid: int                       # on its own node
-    host: str
-    group_rank: int | None
-    state: str
-    detail: str | None
-    top_frame: str | None
-    stack_key: str                 # the main thread's functions, hashed: ranks in one STAT class share it
-    state_since: float
-    blocked_since: float | None
-    exited_at: float | None
-    progress: str
-    rhythm: StepSummary
-    unmoved_since: float | None    # the latest of the rank's and its live workers' "frozen since"
-    points: int                    # samples of the rank
-    workers: tuple[DigestWorker, ...] = ()
-    started: float = 0.0           # the rank process's start time (tells one run from a restart)
-
-
-class NodeDigest(msgspec.Struct, frozen=True, gc=False):
-    version: int
-    first: float                   # the node's first and last sample times
-    last: float
-    ranks: tuple[RankDigest, ...]
-    collective_steps: tuple[float, ...] = ()    # Flight Recorder completions (signs of progress)
-    group_world_size: int | None = None         # nodes in the job, as torchrun told the ranks
-
-
-# --- findings and the report -----------------------------------------------------
-
-
-class Severity(str, enum.Enum):
-    CRITICAL = "critical"
-    WARNING = "warning"
-    INFO = "info"
-
-    @property
-    def rank(self) -> int:
-        """0 for the worst: findings are listed, and --fail-on compared, in this order."""
-        return ("critical", "warning", "info").index(self.value)
-
-
-@dataclass(frozen=True)
-class Finding:
-    rule: str                      # a stable slug: "collective-straggler"
-    severity: Severity
-    ranks: tuple[int, ...]
-    title: str                     # one line
-    evidence: tuple[str, ...]      # frames, files, numbers, log lines
-    fix: str
-
-
-@dataclass(frozen=True)
-class WorkerReport:
-    pid: int
-    index: int | None
-    state: str
-    top_frame: str | None
-    alive: bool = True
-
-
-@dataclass(frozen=True)
-class RankGpu:
-    """A rank's GPU at the last sample, as the report shows it."""
-
-    index: int
-    utilization_pct: int | None = None
-    power_w: float | None = None
-    sm_clock_mhz: int | None = None
-    memory_used_bytes: int | None = None
-
-
-@dataclass(frozen=True)
-class RankReport:
-    rank: int | None
-    pid: int
-    host: str
-    state: str
-    waiting_s: float
-    progress: Progress
-    gpu: RankGpu | None
-    top_frame: str | None
-    workers: tuple[WorkerReport, ...] = ()
-    group_rank: int | None = None  # torchrun's node (agent) index: which node the rank runs on
-    # A row of a merged report may stand for a class of ranks (same state, stack and workers):
-    # `rank` is its lowest, `rank_set` all of them ("0-2047,2050-65535"), `rank_count` how many.
-    rank_count: int = 1
-    rank_set: str | None = None
-
-
-@dataclass(frozen=True)
-class Threshold:
-    """How hang was told from slow: the threshold, where it came from, and the quiet so far."""
-
-    source: str                    # "given" (--hang-after), "learned" (the job's steps), "default"
-    hang_after_s: float
-    longest_step_s: float | None   # the longest gap between two steps of one rank, as seen
-    steps_seen: int
-    quiet_s: float                 # how long no rank has stepped (nor done I/O of its own)
-    signal: str                    # "loop" (the job's locals) or "frames" (no locals could be read)
-
-
-@dataclass(frozen=True)
-class Report:
-    schema: str
-    verdict: Verdict
-    detected_after_s: float | None
-    culprit_ranks: tuple[int, ...]
-    findings: tuple[Finding, ...]
-    ranks: tuple[RankReport, ...]
-    # How long until the process group's timeout kills the job (and the evidence): an estimate
-    # from the backend's default (NCCL 600 s, gloo 1800 s) since code can set its own.
-    pg_timeout_s: float | None = None
-    timeout_remaining_s: float | None = None
-    host: str | None = None
-    threshold: Threshold | None = None

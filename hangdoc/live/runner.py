@@ -17,14 +17,14 @@ from typing import Callable, TextIO
 
 from hangdoc.report import build_report, report_without_ranks
 from hangdoc.collect.discover import find_job
-from hangdoc.errors import HangdocError, NotDistributed
+from hangdoc.base.errors import HangdocError, NotDistributed
 from hangdoc.collect.procfs import ProcFS
 from hangdoc.model import Bundle, Finding, Job, LogTail, Options, Severity, Verdict
-from hangdoc.pipeline import make_bundle
-from hangdoc.redact import LineRedactor
+from hangdoc.live.pipeline import make_bundle
+from hangdoc.base.redact import LineRedactor
 from hangdoc.rules.base import Rule, finding
-from hangdoc.proc import RunningJob, stop_job
-from hangdoc.watcher import Outcome, WatchConfig, Watcher
+from hangdoc.live.proc import RunningJob, stop_job
+from hangdoc.live.watcher import Outcome, WatchConfig, Watcher
 
 TAIL_LINES = 2000
 # A command with no ranks after this long is watched as a single process: soon for a plain

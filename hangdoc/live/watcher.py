@@ -22,13 +22,13 @@ from hangdoc.report import build_report
 from hangdoc.analyze.progress import WAKEUPS_PER_DUMP
 from hangdoc.analyze.timeline import LiveTimelines
 from hangdoc.collect.discover import find_job
-from hangdoc.defaults import INTERVAL_S
+from hangdoc.base.defaults import INTERVAL_S
 from hangdoc.collect.datalists import copy_data_lists
 from hangdoc.collect.logs import log_sources, read_tails
 from hangdoc.collect.snapshot import Probes, capture
-from hangdoc.errors import HangdocError
+from hangdoc.base.errors import HangdocError
 from hangdoc.model import Bundle, Job, Options, Report, Role, Snapshot
-from hangdoc.pipeline import engine_name, make_bundle, require_stacks
+from hangdoc.live.pipeline import engine_name, make_bundle, require_stacks
 
 MAX_SAMPLES = 600   # about 20 minutes at the default interval; older samples are dropped
 # Every py-spy dump costs ~8 ms of CPU (a process start, reading the interpreter's symbols):

@@ -1,0 +1,69 @@
+"""The plain data at hangdoc's centre, in three rooms: what a capture holds (`capture`), a node's
+own reading of its ranks (`digest`), and what a report says (`report`), over one vocabulary
+(`vocab`). Frozen dataclasses and enums only; each room's schema version lives beside it.
+
+Every name is importable from `hangdoc.model` itself.
+"""
+from hangdoc.model.vocab import Progress, RankState, Role, Severity, Verdict, Word, WorkerState
+from hangdoc.model.capture import (
+    BUNDLE_SCHEMA, PID_STRIDE, Bundle, DataListCopy, FlightRecord, FrConfig, FrEntry, FrFrame, FrGroup, Frame,
+    FrameMark, GpuDevice, GpuProcess, GpuState, Host, IoCounters, Job, LogTail, LoopMark, OpenFile, Options,
+    ProcessInfo, ProcSample, ProcStat, RasComm, RasStatus, Snapshot, Stack, Thread, ThreadCounters, is_job_file,
+)
+from hangdoc.model.digest import DIGEST_VERSION, DigestWorker, NodeDigest, RankDigest, StepSummary
+from hangdoc.model.report import (
+    REPORT_SCHEMA, Finding, RankGpu, RankReport, Report, Threshold, WorkerReport,
+)
+
+__all__ = [
+    "Progress",
+    "RankState",
+    "Role",
+    "Severity",
+    "Verdict",
+    "Word",
+    "WorkerState",
+    "BUNDLE_SCHEMA",
+    "PID_STRIDE",
+    "Bundle",
+    "DataListCopy",
+    "FlightRecord",
+    "FrConfig",
+    "FrEntry",
+    "FrFrame",
+    "FrGroup",
+    "Frame",
+    "FrameMark",
+    "GpuDevice",
+    "GpuProcess",
+    "GpuState",
+    "Host",
+    "IoCounters",
+    "Job",
+    "LogTail",
+    "LoopMark",
+    "OpenFile",
+    "Options",
+    "ProcessInfo",
+    "ProcSample",
+    "ProcStat",
+    "RasComm",
+    "RasStatus",
+    "Snapshot",
+    "Stack",
+    "Thread",
+    "ThreadCounters",
+    "is_job_file",
+    "DIGEST_VERSION",
+    "DigestWorker",
+    "NodeDigest",
+    "RankDigest",
+    "StepSummary",
+    "REPORT_SCHEMA",
+    "Finding",
+    "RankGpu",
+    "RankReport",
+    "Report",
+    "Threshold",
+    "WorkerReport",
+]

@@ -1,0 +1,59 @@
+"""A node's own reading of its ranks (bundle v2's "digest"): what a whole job's verdict needs, no frames."""
+from __future__ import annotations
+
+import msgspec
+
+# The analysis that produced a digest: a digest of another version is recomputed from the
+# bundle's samples, so a newer hangdoc never trusts an older one's conclusions.
+DIGEST_VERSION = 1
+
+
+class StepSummary(msgspec.Struct, frozen=True, gc=False):
+    """A rank's rhythm in a few numbers: each folds over ranks by sum, max or any."""
+
+    steps: int                     # steps seen
+    longest_gap_s: float | None    # the longest gap between two of its steps
+    last_sign: float | None        # the last sample at which it stepped or did I/O of its own
+    has_locals: bool               # its loop position could be read
+
+
+class DigestWorker(msgspec.Struct, frozen=True, gc=False):
+    pid: int                       # on its own node
+    index: int | None
+    state: str
+    top_frame: str | None
+    alive: bool = True
+
+
+class RankDigest(msgspec.Struct, frozen=True, gc=False):
+    """One rank as its node's analysis saw it: what the verdict of a whole job needs, and no
+    frames. Thousands of nodes' digests decide a job without loading every sample."""
+
+    rank: int | None
+    pid: int                       # on its own node
+    host: str
+    group_rank: int | None
+    state: str
+    detail: str | None
+    top_frame: str | None
+    stack_key: str                 # the main thread's functions, hashed: ranks in one STAT class share it
+    state_since: float
+    blocked_since: float | None
+    exited_at: float | None
+    progress: str
+    rhythm: StepSummary
+    unmoved_since: float | None    # the latest of the rank's and its live workers' "frozen since"
+    points: int                    # samples of the rank
+    workers: tuple[DigestWorker, ...] = ()
+    started: float = 0.0           # the rank process's start time (tells one run from a restart)
+
+
+class NodeDigest(msgspec.Struct, frozen=True, gc=False):
+    version: int
+    first: float                   # the node's first and last sample times
+    last: float
+    ranks: tuple[RankDigest, ...]
+    collective_steps: tuple[float, ...] = ()    # Flight Recorder completions (signs of progress)
+    group_world_size: int | None = None         # nodes in the job, as torchrun told the ranks
+
+

@@ -1,0 +1,70 @@
+"""hangdoc's vocabulary: the words a capture, a digest and a report share, as str enums."""
+from __future__ import annotations
+
+import enum
+
+class Word(str, enum.Enum):
+    """A word of hangdoc's vocabulary: a str enum that reads as its value everywhere (f-strings,
+    str(), JSON) and equals the plain string, so bundles and reports keep their JSON."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+class Verdict(Word):
+    HANG = "hang"
+    SUSPECT = "suspect"            # split, and not yet seen long enough to tell a hang from a slow step
+    HEALTHY = "healthy"
+    CRASH = "crash"
+    ENDED = "ended"                # every rank gone, and nothing says whether it failed
+    INTERRUPTED = "interrupted"    # the watch was stopped before a verdict
+
+
+class RankState(Word):
+    COLLECTIVE = "collective-wait"
+    DATALOADER = "dataloader-wait"
+    COMPUTE = "compute"
+    IO = "io"
+    IDLE = "idle"
+    EXITED = "exited"
+    UNKNOWN = "unknown"
+
+
+class WorkerState(Word):
+    DECOMPRESSING = "decompressing"
+    DECODING = "decoding"
+    READING = "reading"
+    LOCK_WAIT = "lock-wait"
+    QUEUE_PUT = "queue-put"
+    IDLE = "idle"            # waiting on its index queue for work
+    BUSY = "busy"            # running dataset code
+    EXITED = "exited"
+    UNKNOWN = "unknown"
+
+
+class Progress(Word):
+    ACTIVE = "active"        # it stepped at the last sample
+    SLOW = "slow"            # no step, but it or its workers are busy
+    STUCK = "stuck"          # nothing moved
+
+
+class Role(str, enum.Enum):
+    LAUNCHER = "launcher"
+    RANK = "rank"
+    WORKER = "worker"      # a DataLoader worker (its stack runs `_worker_loop`)
+    CHILD = "child"        # any other child of a rank: a pipe, a checkpoint writer
+
+
+
+class Severity(str, enum.Enum):
+    CRITICAL = "critical"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        """0 for the worst: findings are listed, and --fail-on compared, in this order."""
+        return ("critical", "warning", "info").index(self.value)
