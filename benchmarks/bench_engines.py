@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hangdoc.live.watcher import WORKER_EVERY   # the watcher's full rounds: launcher and every worker
+from hangdoc.live.options import WORKER_EVERY   # the watcher's full rounds: launcher and every worker
 
 ONCE_TARGET_S = 0.5
 STEADY_TARGET_S = 0.15
@@ -65,16 +65,17 @@ def _watch_rounds(pid: int, reader, parallel, rounds: int, pause_s: float) -> li
     rounds holds one full round and the steady ones, as a long watch does."""
     from hangdoc.collect.procfs import ProcFS
     from hangdoc.collect.snapshot import Probes
-    from hangdoc.live.watcher import WatchConfig, Watcher
+    from hangdoc.live.options import WatchOptions
+    from hangdoc.live.watcher import Watcher
 
-    watcher = Watcher(pid, Probes(procfs=ProcFS(), pyspy=reader, max_parallel=parallel), WatchConfig())
+    watcher = Watcher(pid, Probes(procfs=ProcFS(), pyspy=reader, max_parallel=parallel), WatchOptions())
     bundle = watcher.start()
     costs = []
     for i in range(rounds + 1):
         before = cpu_s()
         if i:
             bundle = watcher.step()
-        bundle, _ = watcher.assess(bundle)
+        bundle, _, _ = watcher.assess(bundle)
         if i:
             costs.append(cpu_s() - before)
         time.sleep(pause_s)

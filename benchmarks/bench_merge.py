@@ -20,8 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from factories import RANKS_PER_NODE, node_bundle   # tests/factories.py (see benchmarks/__init__.py)
-from hangdoc.bundle.files import save_bundle
+from factories import RANKS_PER_NODE, node_bundle, save_node   # tests/factories.py (see benchmarks/__init__.py)
 from hangdoc.base.serde import to_json
 
 def write_bundles(folder: Path, ranks: int, seed: int = 0, fmt: str = "v2") -> list[Path]:
@@ -37,7 +36,7 @@ def write_bundles(folder: Path, ranks: int, seed: int = 0, fmt: str = "v2") -> l
             path = folder / f"node{node:04d}.json"
             path.write_bytes(to_json(bundle))
         else:
-            path = save_bundle(bundle, folder / f"node{node:04d}.json.zst")
+            path = save_node(bundle, folder / f"node{node:04d}.json.zst")
         paths.append(path)
     return paths
 
@@ -70,7 +69,7 @@ t2 = time.perf_counter()
 report = report_of(bundle, diagnosis)
 t3, c3 = time.perf_counter(), time.process_time()
 out = io.StringIO()
-render_text(report, out, width=160, bundles=[bundle])
+render_text(report, out, width=160)
 t4 = time.perf_counter()
 report_json(report)
 t5 = time.perf_counter()

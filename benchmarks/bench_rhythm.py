@@ -65,9 +65,10 @@ def _capture_cost(pid: int, loop_locals: bool, runs: int) -> tuple[float, float]
     """Median wall and median CPU (hangdoc + its py-spy children) of one capture."""
     from hangdoc.collect.discover import find_job
     from hangdoc.collect.snapshot import capture
-    from hangdoc.live.pipeline import make_probes
+    from hangdoc.live.options import WatchOptions
+    from hangdoc.live.probes import make_probes
 
-    probes = make_probes(gpu=False)
+    probes = make_probes(WatchOptions(gpu=False))
     job = find_job(pid, probes.procfs)
     walls, cpus = [], []
     for _ in range(runs):

@@ -2,7 +2,7 @@
 
 Each module declares its records once, as pylint's checkers declare their messages: a live
 rule module its `RULE` (hangdoc/rules/), a checker its `RECORDS` (hangdoc/check/*_rules.py),
-the runner its `RECORDS`. `hangdoc rules` lists them, `hangdoc explain` shows their pages (shipped
+the final verdict (hangdoc/report/verdict.py) its `RECORDS`. `hangdoc rules` lists them, `hangdoc explain` shows their pages (shipped
 in the package, hangdoc/rules/pages/), every finding takes its fix from its record.
 """
 from __future__ import annotations
@@ -12,9 +12,9 @@ import importlib
 from importlib import resources
 
 from hangdoc.rules import all_rules
-from hangdoc.rules.base import Rule
+from hangdoc.model import Rule
 
-DECLARING = ("hangdoc.check.env_rules", "hangdoc.check.data_rules", "hangdoc.check.ckpt_rules", "hangdoc.live.runner")
+DECLARING = ("hangdoc.check.env_rules", "hangdoc.check.data_rules", "hangdoc.check.ckpt_rules", "hangdoc.report.verdict")
 PAGES = ("rules", "pages")     # inside the hangdoc package
 
 

@@ -198,3 +198,11 @@ def node_bundle(node: int, nodes: int, culprit_rank: int, t0: float, seed: int =
     host = Host(f"node{node:04d}", "x86_64", "5.15.0", 96, "3.11", "2.13.0")
     return Bundle(BUNDLE_SCHEMA, "0.1.0", t0 + 10, host, job, tuple(snapshots),
                   options=Options(interval_s=interval_s, hang_after_s=max(1, samples - 1) * interval_s))
+
+
+def save_node(bundle: Bundle, path: str | Path) -> Path:
+    """Save a node's bundle as a watch does: with the digest its diagnosis made."""
+    from hangdoc.analyze.diagnose import node_digest
+    from hangdoc.bundle.files import save_bundle
+
+    return save_bundle(bundle, path, node_digest(bundle) if bundle.samples else None)

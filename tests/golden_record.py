@@ -177,11 +177,12 @@ def watch_cli(pid: int, out: Path, timeout_s: float | None) -> Path:
 def watch_healthy(pid: int, out: Path, timeout_s: float) -> Path:
     """What `watch --timeout` does, keeping the bundle it does not save for a healthy job."""
     from hangdoc.bundle.files import save_bundle
-    from hangdoc.live.pipeline import make_probes
-    from hangdoc.live.watcher import WatchConfig, Watcher
+    from hangdoc.live.options import WatchOptions
+    from hangdoc.live.probes import make_probes
+    from hangdoc.live.watcher import Watcher
 
-    config = WatchConfig(interval_s=0.5, hang_after_s=4.0, timeout_s=timeout_s)
-    outcome = Watcher(pid, make_probes(gpu=False), config).run()
+    config = WatchOptions(interval_s=0.5, hang_after_s=4.0, timeout_s=timeout_s)
+    outcome = Watcher(pid, make_probes(WatchOptions(gpu=False)), config).run()
     return save_bundle(outcome.bundle, out)
 
 
@@ -247,10 +248,10 @@ def write_case(case: Case, bundle: Bundle) -> None:
 def write_markdown(case: Case) -> str:
     bundle = load_bundle(GOLDEN / case.name / "bundle.json")
     report = build_report(bundle)
-    text = report_markdown(report, [bundle]) + "\n"
+    text = report_markdown(report) + "\n"
     (GOLDEN / case.name / "expected.md").write_text(text)
     out = io.StringIO()
-    render_text(report, out, width=TEXT_WIDTH, bundles=[bundle], terminal=True)
+    render_text(report, out, width=TEXT_WIDTH, terminal=True)
     (GOLDEN / case.name / "expected.txt").write_text(out.getvalue())
     fired = sorted({f.rule for f in report.findings})
     problems = []

@@ -20,6 +20,7 @@ from hangdoc.analyze.flight import fr_step_times
 from hangdoc.analyze.logs import failed_worker_rank, killed_workers, says_failure, torchrun_root_cause
 from hangdoc.analyze.progress import Rhythm, blocked_since, progress_word, rank_progress, rhythm
 from hangdoc.analyze.timeline import Timeline, timelines
+from hangdoc.base.parse import to_int
 from hangdoc.model import (
     DIGEST_VERSION, Bundle, DigestWorker, Frame, LogTail, NodeDigest, ProcessInfo, RankDigest, RankState, Role,
     Verdict, WorkerState,
@@ -74,6 +75,7 @@ class Diagnosis:
     frozen: bool = False               # a hang outside collectives: nothing moved at all
     rhythm: Rhythm | None = None       # how the threshold was set, and since when nothing stepped
     census: Census | None = None       # every rank seen, when the views stand for classes
+    digest: NodeDigest | None = None   # the node's reading of its ranks, saved beside its samples
 
     def view(self, rank: int) -> RankView | None:
         return next((r for r in self.ranks if rank in r.ranks), None)
@@ -123,7 +125,7 @@ def diagnose(bundle: Bundle, hang_after: float | None = None, lines: dict[int, T
     digest = digest_of(bundle, lines, views)
     decision = decide(digest.ranks, job_facts(bundle, digest, hang_after))
     return Diagnosis(decision.verdict, decision.culprits, decision.onset, bundle.last.time, tuple(views),
-                     decision.mismatch, decision.frozen, decision.rhythm)
+                     decision.mismatch, decision.frozen, decision.rhythm, digest=digest)
 
 
 def job_facts(bundle: Bundle, digest: NodeDigest, hang_after: float | None) -> JobFacts:
@@ -209,7 +211,7 @@ def digest_of(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView])
                                        top_frame=r.frame.label if r.frame else None, alive=alive)
                           for w, r, alive in view.workers),
             started=view.info.start_time))
-    nodes = max((n for p in bundle.job.ranks if (n := _int(p.env.get("GROUP_WORLD_SIZE")))), default=None)
+    nodes = max((n for p in bundle.job.ranks if (n := to_int(p.env.get("GROUP_WORLD_SIZE")))), default=None)
     return NodeDigest(DIGEST_VERSION, bundle.samples[0].time, bundle.last.time, tuple(ranks),
                       tuple(fr_step_times(bundle.flight_records)), nodes)
 
@@ -218,13 +220,6 @@ def stack_key(frames: tuple[Frame, ...]) -> str:
     """The main thread's functions and files (not lines, as STAT's classes), as a stable short hash."""
     text = "\n".join(f"{f.name}|{f.short_filename}" for f in frames)
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
-
-
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
 
 
 def ended_readably(facts: JobFacts) -> bool:

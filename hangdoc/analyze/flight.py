@@ -14,8 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from hangdoc.base.words import rank_ranges
-from hangdoc.model import Bundle, FlightRecord, FrEntry, FrFrame, Verdict
+from hangdoc.model import Bundle, FlightRecord, FlightSummary, FrEntry, Word
 
 DEFAULT_GROUP = "0"
 # Collectives whose tensors must have one shape on every rank; others (all_to_all, gather,
@@ -40,10 +39,18 @@ class RankProgress:
         return {e.seq: e for e in self.entries}
 
 
+class MismatchKind(Word):
+    """What differs between ranks at one sequence number, checked in this order."""
+
+    OP = "op"
+    DTYPES = "dtypes"
+    SIZES = "sizes"
+
+
 @dataclass(frozen=True)
 class Mismatch:
     seq: int
-    what: str                            # "op", "sizes" or "dtypes"
+    what: MismatchKind
     by_rank: tuple[tuple[int, str], ...]
 
 
@@ -105,9 +112,10 @@ def _mismatches(ranks: list[RankProgress]) -> tuple[Mismatch, ...]:
         at = [(r.rank, r.at(seq)) for r in ranks if r.at(seq) is not None]
         if len(at) < 2:
             continue
-        for what, value in (("op", lambda e: op_name(e.op)), ("dtypes", lambda e: ",".join(e.input_dtypes)),
-                            ("sizes", lambda e: "x".join("[" + ",".join(map(str, s)) + "]" for s in e.input_sizes))):
-            if what == "sizes" and not all(op_name(e.op) in _SAME_SHAPE for _, e in at):
+        for what, value in ((MismatchKind.OP, lambda e: op_name(e.op)),
+                            (MismatchKind.DTYPES, lambda e: ",".join(e.input_dtypes)),
+                            (MismatchKind.SIZES, lambda e: "x".join("[" + ",".join(map(str, s)) + "]" for s in e.input_sizes))):
+            if what is MismatchKind.SIZES and not all(op_name(e.op) in _SAME_SHAPE for _, e in at):
                 continue
             values = {rank: value(e) for rank, e in at}
             if len(set(values.values())) > 1:
@@ -158,77 +166,6 @@ def _stuck(name: str, desc: str, ranks: list[RankProgress], no_dump: tuple[int, 
     return GroupFlight(name, desc, tuple(ranks), seq, entered, missing, mismatches, no_dump)
 
 
-# --- sentences --------------------------------------------------------------------------------
-
-
-def _who(ranks) -> str:
-    ranks = list(ranks)
-    return f"rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)}"
-
-
-def stuck_line(group: GroupFlight) -> str | None:
-    """"ranks 0-6 entered all_reduce #4812 of the default group, rank 7 never did; its last
-    completed collective was #4811"."""
-    if group.stuck_seq is None:
-        return None
-    differs = next((m for m in group.mismatches if m.seq == group.stuck_seq), None)
-    if differs is not None:
-        return (f"{_who(group.entered)} entered collective #{group.stuck_seq} of {group.label}, but not the "
-                f"same one: " + "; ".join(f"rank {rank} {_entry_text(group.progress(rank).at(group.stuck_seq))}"
-                                          for rank, _ in differs.by_rank))
-    what = f"{group.stuck_op or 'collective'} #{group.stuck_seq} of {group.label}"
-    if not group.missing:
-        return f"{_who(group.entered)} entered {what}; no rank completed it"
-    lasts = {group.progress(r).last_completed for r in group.missing}
-    last = lasts.pop() if len(lasts) == 1 else None
-    its = "its" if len(group.missing) == 1 else "their"
-    tail = f"; {its} last completed collective was #{last}" if last is not None else ""
-    return f"{_who(group.entered)} entered {what}, {_who(group.missing)} never did{tail}"
-
-
-def mismatch_line(group: GroupFlight, mismatch: Mismatch) -> str:
-    parts = "; ".join(f"rank {rank}: {_entry_text(group.progress(rank).at(mismatch.seq))}"
-                      for rank, _ in mismatch.by_rank)
-    return f"collective #{mismatch.seq} of {group.label} differs between ranks ({mismatch.what}): {parts}"
-
-
-def _entry_text(entry: FrEntry | None) -> str:
-    if entry is None:
-        return "-"
-    sizes = "x".join("[" + ",".join(map(str, s)) + "]" for s in entry.input_sizes) or "[]"
-    dtypes = ",".join(entry.input_dtypes) or "-"
-    return f"{op_name(entry.op)} {sizes} {dtypes}"
-
-
-def frames_text(frames: tuple[FrFrame, ...], depth: int = 4) -> str:
-    """The caller's frames, innermost first, torch.distributed's own wrappers left out."""
-    mine = [f for f in frames if "torch/distributed/" not in f.filename] or list(frames)
-    return " <- ".join(f"{f.name} ({'/'.join(f.filename.split('/')[-2:])}:{f.line})" for f in mine[:depth])
-
-
-def frames_lines(group: GroupFlight) -> list[str]:
-    """Where each rank issued the stuck collective (FR's Python frames), one line per distinct place."""
-    if group.stuck_seq is None:
-        return []
-    places: dict[str, list[int]] = {}
-    for rank in group.entered:
-        entry = group.progress(rank).at(group.stuck_seq)
-        if entry is not None and entry.frames:
-            places.setdefault(frames_text(entry.frames), []).append(rank)
-    return [f"FR: {_who(ranks)} issued #{group.stuck_seq} at {where}" for where, ranks in places.items()]
-
-
-def progress_lines(group: GroupFlight, limit: int = 8) -> list[str]:
-    """"rank 7: last enqueued #4811, last completed #4811" for the ranks that are behind."""
-    behind = [r for r in group.ranks if r.rank in group.missing] or list(group.ranks)
-    lines = []
-    for r in behind[:limit]:
-        enq = "-" if r.last_enqueued is None else f"#{r.last_enqueued}"
-        done = "-" if r.last_completed is None else f"#{r.last_completed}"
-        lines.append(f"FR: rank {r.rank} of {group.label}: last enqueued {enq}, last completed {done}")
-    return lines
-
-
 # --- for the progress signal ---------------------------------------------------------------------
 
 
@@ -265,44 +202,10 @@ def _default_completed(record: FlightRecord) -> int | None:
     return next((g.last_completed for g in groups if g.last_completed is not None), None)
 
 
-# --- dumps alone ---------------------------------------------------------------------------------
-
-
-def bundle_from_dumps(records, errors=()) -> Bundle:
-    """A bundle holding only FR dumps (no live capture): what `hangdoc report DUMPS...` judges."""
-    from hangdoc import __version__
-    from hangdoc.model import BUNDLE_SCHEMA, GpuState, Host, Job, Snapshot
-
-    when = max((r.mtime or 0.0 for r in records), default=0.0)
-    return Bundle(
-        schema=BUNDLE_SCHEMA, hangdoc_version=__version__, created=when,
-        host=Host(hostname="flight-recorder-dumps", arch="?", kernel="?", cpu_count=0,
-                  python_version=None, torch_version=None),
-        job=Job(run_id=None, master_addr=None, master_port=None, world_size=None, launcher_pid=None, processes=()),
-        samples=(Snapshot(time=when, took_s=0.0, processes=(),
-                          gpu=GpuState("unavailable", "no live capture: Flight Recorder dumps only")),),
-        flight_records=tuple(records), flight_errors=tuple(errors),
-    )
-
-
-def verdict_from_dumps(report):
-    """Dumps alone decide: a stuck collective (the flight-recorder rule fired) is a hang, its ranks the culprits."""
-    import dataclasses
-
-    fired = [f for f in report.findings if f.rule == "flight-recorder"]
-    if not fired or report.verdict != Verdict.HEALTHY:
-        return report
-    culprits = tuple(sorted({r for f in fired for r in f.ranks}))
-    return dataclasses.replace(report, verdict=Verdict.HANG, culprit_ranks=culprits)
-
-
-def fr_summary(configs) -> str:
-    """"on (2000 entries), pipe on 8 of 8 ranks" for `ps` and the live view."""
+def flight_summary(configs, dumps: int = 0) -> FlightSummary | None:
     configs = list(configs)
     if not configs:
-        return "-"
-    states = sorted({c.state for c in configs})
-    sizes = sorted({c.buffer_size for c in configs if c.buffer_size})
-    words = "/".join(states) + (f" ({'/'.join(map(str, sizes))} entries)" if sizes else "")
-    pipes = sum(c.pipe_exists for c in configs)
-    return words + (f", pipe on {pipes} of {len(configs)} ranks" if pipes else "")
+        return None
+    return FlightSummary(tuple(sorted({c.state for c in configs})),
+                         tuple(sorted({c.buffer_size for c in configs if c.buffer_size})),
+                         sum(c.pipe_exists for c in configs), len(configs), dumps)

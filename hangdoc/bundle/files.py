@@ -13,7 +13,7 @@ import zstandard
 from hangdoc.bundle import codec as bundle_v2
 from hangdoc.bundle.checks import check_bundle, hostile_input
 from hangdoc.base.errors import BadBundle, BadOutput
-from hangdoc.model import BUNDLE_SCHEMA, Bundle
+from hangdoc.model import BUNDLE_SCHEMA, Bundle, NodeDigest
 from hangdoc.base.serde import from_json
 
 READABLE = (bundle_v2.SCHEMA, BUNDLE_SCHEMA)
@@ -35,11 +35,15 @@ def check_writable(path: str | Path) -> Path:
     return path
 
 
-def save_bundle(bundle: Bundle, path: str | Path) -> Path:
+def save_bundle(bundle: Bundle, path: str | Path, digest: NodeDigest | None = None) -> Path:
     """Write `bundle` as hangdoc/bundle-v2, atomically: zstd-compressed unless the name ends
-    in `.json` (then the same interned JSON, plain, for jq and eyes)."""
+    in `.json` (then the same interned JSON, plain, for jq and eyes).
+
+    `digest`: the node's reading of its ranks, as the diagnosis that judged this bundle made it;
+    saved beside the samples so a merge of thousands of nodes reads a few hundred bytes a rank
+    (without it, a merge reads the samples)."""
     path = check_writable(path)
-    data = bundle_v2.encode(bundle, _digest(bundle))
+    data = bundle_v2.encode(bundle, digest)
     if path.name.endswith(".json"):
         data += b"\n"
     else:
@@ -59,18 +63,6 @@ def save_bundle(bundle: Bundle, path: str | Path) -> Path:
             pass
         raise
     return path
-
-
-def _digest(bundle: Bundle):
-    """The node's reading of its ranks, saved beside the samples so a merge of thousands of nodes
-    reads a few hundred bytes a rank. The evidence matters more than the shortcut: when the
-    analysis fails, the bundle is saved without it (a merge then reads the samples)."""
-    from hangdoc.analyze.diagnose import node_digest
-
-    try:
-        return node_digest(bundle) if bundle.samples else None
-    except Exception:   # noqa: BLE001 - never lose a capture to a bug in the analysis
-        return None
 
 
 class _Schema(msgspec.Struct):

@@ -54,9 +54,7 @@ def merge_bundles(bundles: Sequence[Bundle], names: Sequence[str] | None = None)
     for name, bundle in zip(names, bundles):
         if not bundle.samples:
             raise BadBundle(f"{name} holds no sample")
-        if bundle.job.single_process:
-            raise HangdocError(f"{name} is a --single capture of one process; only bundles of a "
-                               "distributed job's nodes can be merged")
+        check_distributed(bundle.job, name)
     if len(bundles) == 1:
         return bundles[0]
     check_one_job([JobId.of(b) for b in bundles], names)
@@ -124,6 +122,13 @@ class JobId:
         job = bundle.job
         return cls(job.run_id, job.master_addr, job.master_port, job.world_size,
                    tuple((p.rank, p.start_time) for p in job.ranks))
+
+
+def check_distributed(job: Job, name: str) -> None:
+    """A HangdocError (exit 2) when `name` is a --single capture: only a distributed job's nodes merge."""
+    if job.single_process:
+        raise HangdocError(f"{name} is a --single capture of one process; only bundles of a "
+                           "distributed job's nodes can be merged")
 
 
 def check_one_job(jobs: Sequence[JobId], names: Sequence[str]) -> None:

@@ -71,29 +71,13 @@ def side_car_path(path: str | Path) -> Path | None:
 
 
 def read_side_car(path: Path) -> dict[str, str]:
+    """The side-car's top-level keys, always read by `parse_top_level`: whether PyYAML happens to be
+    installed (many ML stacks pull it in) must not change what `check` prints."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         return {"<unreadable>": str(exc)}
-    try:
-        import yaml
-    except ImportError:
-        return parse_top_level(text)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return parse_top_level(text)
-    if not isinstance(data, dict):
-        return {}
-    return {str(k): _scalar(v) for k, v in data.items()}
-
-
-def _scalar(value: Any) -> str:
-    if isinstance(value, dict):
-        return f"({len(value)} keys)"
-    if isinstance(value, list):
-        return f"({len(value)} items)"
-    return str(value)
+    return parse_top_level(text)
 
 
 def parse_top_level(text: str) -> dict[str, str]:

@@ -7,11 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from hangdoc.check.ckpt_keys import ROOT
-from hangdoc.rules.base import Rule
 from hangdoc.rules.snippets import RESUME_SNIPPET
-from hangdoc.check.findings import make, ordered
+from hangdoc.check.findings import MAX_EVIDENCE, ordered
 from hangdoc.check.model import CheckpointFacts, KeyInfo, Restore
-from hangdoc.model import Finding, Severity
+from hangdoc.model import Finding, Rule, Severity, finding
 
 MODEL = "model"
 POSITION = "in-epoch position"
@@ -88,25 +87,25 @@ def checkpoint_findings(facts: CheckpointFacts) -> tuple[Finding, ...]:
     evidence += [f"{what}: {where}" for what, where in restores.items() if where]
     if facts.side_car:
         evidence.append(f"side-car read: {facts.side_car}")
-    return ordered([make("resume-restarts-epoch", Severity.WARNING, (),
-                         f"resuming restarts {which} at batch 0: no batch index nor data-loader/sampler state "
-                         "is saved", evidence)])
+    return ordered([finding(RESUME_RESTARTS_EPOCH, (),
+                            f"resuming restarts {which} at batch 0: no batch index nor data-loader/sampler state "
+                            "is saved", evidence, severity=Severity.WARNING, max_evidence=MAX_EVIDENCE)])
 
 
-# The slugs this checker raises, declared once: `hangdoc rules` lists them, `hangdoc explain` shows
-# their pages, and every finding takes its fix from here (the registry is hangdoc/registry.py).
-RECORDS = (
-    Rule(
-        slug="resume-restarts-epoch",
-        title='Resuming restarts the epoch at batch 0',
-        severity=Severity.WARNING,
-        summary='A checkpoint saves neither the position within the epoch (step, batch index) nor the data '
-                "loader's state: a resumed job restarts the epoch at batch 0 and trains twice on what it saw "
-                'before the save (field notes 4).',
-        fix='Save the batch index and the data-loader/sampler state (e.g. torchdata '
-            'StatefulDataLoader.state_dict()) and the RNG states with the checkpoint; on resume restore '
-            'that state or skip that many batches.',
-        snippet=RESUME_SNIPPET,
-        commands=("check",),
-    ),
+# The slugs this checker declares, once: the registry (hangdoc/registry.py) reads RECORDS, so
+# `hangdoc rules` lists them and `hangdoc explain` shows their pages; each finding is built from one.
+RESUME_RESTARTS_EPOCH = Rule(
+    slug="resume-restarts-epoch",
+    title='Resuming restarts the epoch at batch 0',
+    severity=Severity.WARNING,
+    summary='A checkpoint saves neither the position within the epoch (step, batch index) nor the data '
+            "loader's state: a resumed job restarts the epoch at batch 0 and trains twice on what it saw "
+            'before the save (field notes 4).',
+    fix='Save the batch index and the data-loader/sampler state (e.g. torchdata '
+        'StatefulDataLoader.state_dict()) and the RNG states with the checkpoint; on resume restore '
+        'that state or skip that many batches.',
+    snippet=RESUME_SNIPPET,
+    commands=("check",),
 )
+
+RECORDS = (RESUME_RESTARTS_EPOCH,)

@@ -6,12 +6,13 @@ from collections.abc import Sequence
 
 from hangdoc.check.compression import slow_kinds
 from hangdoc.check.datalist import short_names
-from hangdoc.rules.base import Rule
-from hangdoc.check.findings import make, ordered
+from hangdoc.check.findings import MAX_EVIDENCE, ordered
 from hangdoc.base.words import plural, rank_list, size
 from hangdoc.check.model import DataFacts, Partition, ShardInfo, Throughput
 from hangdoc.base.partition import owner
-from hangdoc.model import Finding, Severity
+from hangdoc.model import Finding, Rule, Severity, finding
+from hangdoc.rules.slow_decompression import RULE as SLOW_DECOMPRESSION
+from hangdoc.rules.uneven_shards import RULE as UNEVEN_SHARDS
 
 MAX_RANK_LINES = 8
 SLOW_IMBALANCE = 1.25       # a rank with 25 % more slow bytes than another is behind
@@ -20,9 +21,9 @@ SLOW_IMBALANCE = 1.25       # a rank with 25 % more slow bytes than another is b
 def data_findings(facts: DataFacts) -> tuple[Finding, ...]:
     found: list[Finding] = []
     found += bad_list_entries(facts)
-    found += shards_with_status(facts, facts.shards, "missing", "missing-shard")
-    found += shards_with_status(facts, facts.missing_audio, "missing", "missing-audio")
-    found += shards_with_status(facts, facts.shards, "unreadable", "unreadable-shard")
+    found += shards_with_status(facts, facts.shards, "missing", MISSING_SHARD)
+    found += shards_with_status(facts, facts.missing_audio, "missing", MISSING_AUDIO)
+    found += shards_with_status(facts, facts.shards, "unreadable", UNREADABLE_SHARD)
     found += unpaired_members(facts)
     found += empty_shards(facts)
     found += remote_shards(facts)
@@ -40,8 +41,9 @@ def bad_list_entries(facts: DataFacts) -> list[Finding]:
     if not facts.bad_lines:
         return []
     evidence = [f"{b.source}:{b.line}: {b.why}" for b in facts.bad_lines]
-    return [make("bad-list-entry", Severity.CRITICAL, (),
-                 f"{plural(len(facts.bad_lines), 'line')} of the data list cannot be parsed", evidence)]
+    return [finding(BAD_LIST_ENTRY, (),
+                    f"{plural(len(facts.bad_lines), 'line')} of the data list cannot be parsed", evidence,
+                    severity=Severity.CRITICAL, max_evidence=MAX_EVIDENCE)]
 
 
 _STATUS_TITLES = {
@@ -52,7 +54,7 @@ _STATUS_TITLES = {
 }
 
 
-def shards_with_status(facts: DataFacts, shards: Sequence[ShardInfo], status: str, rule: str) -> list[Finding]:
+def shards_with_status(facts: DataFacts, shards: Sequence[ShardInfo], status: str, rule: Rule) -> list[Finding]:
     hits = [s for s in shards if s.status == status]
     if not hits:
         return []
@@ -61,8 +63,9 @@ def shards_with_status(facts: DataFacts, shards: Sequence[ShardInfo], status: st
         rank, worker = _where(facts, shard.index)
         why = f" ({shard.error})" if shard.error else ""
         evidence.append(f"#{shard.index} -> rank {rank}, worker {worker}: {shard.path}{why}")
-    title = f"{len(hits):,} {_STATUS_TITLES[rule][len(hits) != 1]}: the worker that reaches it stops the job"
-    return [make(rule, Severity.CRITICAL, (_where(facts, s.index)[0] for s in hits), title, evidence)]
+    title = f"{len(hits):,} {_STATUS_TITLES[rule.slug][len(hits) != 1]}: the worker that reaches it stops the job"
+    return [finding(rule, (_where(facts, s.index)[0] for s in hits), title, evidence,
+                    severity=Severity.CRITICAL, max_evidence=MAX_EVIDENCE)]
 
 
 def unpaired_members(facts: DataFacts) -> list[Finding]:
@@ -78,11 +81,12 @@ def unpaired_members(facts: DataFacts) -> list[Finding]:
         title = (f"{plural(n, 'utterance')} in {plural(len(broken), 'shard')} "
                  f"{'lacks' if n == 1 else 'lack'} audio or transcript: "
                  "the pipeline gets samples without 'wav' or 'txt'")
-        return [make("unpaired-member", Severity.CRITICAL, ranks, title, evidence)]
+        return [finding(UNPAIRED_MEMBER, ranks, title, evidence,
+                        severity=Severity.CRITICAL, max_evidence=MAX_EVIDENCE)]
     n = sum(len(s.strays) for s in strays)
     title = (f"{plural(len(strays), 'shard')} {'holds' if len(strays) == 1 else 'hold'} "
              f"{plural(n, 'stray member')} that {'is' if n == 1 else 'are'} neither audio nor transcript")
-    return [make("unpaired-member", Severity.WARNING, ranks, title, evidence)]
+    return [finding(UNPAIRED_MEMBER, ranks, title, evidence, severity=Severity.WARNING, max_evidence=MAX_EVIDENCE)]
 
 
 def empty_shards(facts: DataFacts) -> list[Finding]:
@@ -90,8 +94,9 @@ def empty_shards(facts: DataFacts) -> list[Finding]:
     if not empty:
         return []
     evidence = [f"#{s.index} -> rank {_where(facts, s.index)[0]}: {s.path}" for s in empty]
-    return [make("empty-shard", Severity.WARNING, (_where(facts, s.index)[0] for s in empty),
-                 f"{plural(len(empty), 'shard')} {'holds' if len(empty) == 1 else 'hold'} no members", evidence)]
+    return [finding(EMPTY_SHARD, (_where(facts, s.index)[0] for s in empty),
+                    f"{plural(len(empty), 'shard')} {'holds' if len(empty) == 1 else 'hold'} no members", evidence,
+                    severity=Severity.WARNING, max_evidence=MAX_EVIDENCE)]
 
 
 def remote_shards(facts: DataFacts) -> list[Finding]:
@@ -99,8 +104,8 @@ def remote_shards(facts: DataFacts) -> list[Finding]:
     if not remote:
         return []
     verb = "is a URL and was" if len(remote) == 1 else "are URLs and were"
-    return [make("remote-shard", Severity.INFO, (), f"{plural(len(remote), 'shard')} {verb} not checked",
-                 [s.path for s in remote])]
+    return [finding(REMOTE_SHARD, (), f"{plural(len(remote), 'shard')} {verb} not checked",
+                    [s.path for s in remote], severity=Severity.INFO, max_evidence=MAX_EVIDENCE)]
 
 
 def _metric(facts: DataFacts) -> tuple[str, list[int]]:
@@ -134,7 +139,7 @@ def uneven_shards(facts: DataFacts) -> list[Finding]:
         evidence.append(f"utterances of {plural(facts.estimated_shards, 'compressed shard')} estimated "
                         "from their size (not sampled)")
     severity = Severity.CRITICAL if lo == 0 else Severity.WARNING
-    return [make("uneven-shards", severity, behind, title, evidence)]
+    return [finding(UNEVEN_SHARDS, behind, title, evidence, severity=severity, max_evidence=MAX_EVIDENCE)]
 
 
 def _rank_line(facts: DataFacts, rank: int) -> str:
@@ -153,8 +158,9 @@ def empty_workers(partition: Partition) -> list[Finding]:
         return []
     total = partition.world_size * partition.num_workers
     evidence = [f"rank {rank}, worker {worker}: no shard" for rank, worker in empty]
-    return [make("empty-worker", Severity.INFO, (r for r, _ in empty),
-                 f"{len(empty)} of {total} DataLoader workers get no shard", evidence)]
+    return [finding(EMPTY_WORKER, (r for r, _ in empty),
+                    f"{len(empty)} of {total} DataLoader workers get no shard", evidence,
+                    severity=Severity.INFO, max_evidence=MAX_EVIDENCE)]
 
 
 def _measured(throughput: Sequence[Throughput]) -> dict[str, tuple[float, float, float, int]]:
@@ -192,10 +198,12 @@ def slow_decompression(facts: DataFacts) -> list[Finding]:
         title = (f"{rank_list(heavy)} {'reads' if len(heavy) == 1 else 'read'} {got} of {total} {kinds} shards "
                  f"({100.0 * got / total:.0f} %){speed}: {'its' if len(heavy) == 1 else 'their'} "
                  "workers fall behind and the others wait in all-reduce")
-        return [make("slow-decompression", Severity.WARNING, heavy, title, evidence)]
+        return [finding(SLOW_DECOMPRESSION, heavy, title, evidence,
+                        severity=Severity.WARNING, max_evidence=MAX_EVIDENCE)]
     title = (f"every rank reads {kinds} shards{speed}: evenly spread, but data loading is slower "
              "(watch for gpu-starved)")
-    return [make("slow-decompression", Severity.INFO, range(len(ranks)), title, evidence)]
+    return [finding(SLOW_DECOMPRESSION, range(len(ranks)), title, evidence,
+                    severity=Severity.INFO, max_evidence=MAX_EVIDENCE)]
 
 
 def _speed_phrase(slow: frozenset[str], measured: dict) -> str:
@@ -228,88 +236,99 @@ def _dataset_lines(facts: DataFacts) -> list[str]:
     return lines
 
 
-# The slugs this checker raises, declared once: `hangdoc rules` lists them, `hangdoc explain` shows
-# their pages, and every finding takes its fix from here (the registry is hangdoc/registry.py).
-RECORDS = (
-    Rule(
-        slug="missing-shard",
-        title='A file named in the data list does not exist',
-        severity=Severity.CRITICAL,
-        summary='A shard the data list names does not exist. The rank and DataLoader worker that would read '
-                "it (by the classic split) fail or skip it, so that rank's epoch ends early or raises in the "
-                'middle of training.',
-        fix="Fix the path in the list (relative paths resolve against the list's directory) or remove the"
-            ' line; the worker that reaches it raises and stops the job.',
-        commands=("check",),
-    ),
-    Rule(
-        slug="unreadable-shard",
-        title='A shard cannot be read as a tar archive',
-        severity=Severity.CRITICAL,
-        summary='A shard is not a readable tar archive: truncated, not a tar at all, a directory, without '
-                'read permission, or a compressed stream that fails to decompress. A worker that meets it '
-                'raises, or loops on the error, mid-epoch.',
-        fix='Re-create or re-download the shard (check permissions and truncated copies), or remove it '
-            'from the list.',
-        commands=("check",),
-    ),
-    Rule(
-        slug="unpaired-member",
-        title="A shard's members do not pair up as key.wav + key.txt",
-        severity=Severity.CRITICAL,
-        summary='An utterance in a shard has audio without a transcript or a transcript without audio '
-                '(critical: the sample cannot be built), or a shard holds stray members only (warning). '
-                'Pipelines that pair `key.wav` with `key.txt` drop or crash on them.',
-        fix='Re-pack the shard so that every utterance is two adjacent members key.<audio> and key.txt, '
-            'with no other members.',
-        commands=("check",),
-    ),
-    Rule(
-        slug="empty-shard",
-        title='A shard holds no members',
-        severity=Severity.WARNING,
-        summary='A tar shard has no members: the worker that reads it delivers nothing for that shard, and '
-                'its rank runs out of data before the others.',
-        fix="Remove empty shards from the list; they make their worker's share smaller.",
-        commands=("check",),
-    ),
-    Rule(
-        slug="empty-worker",
-        title='Some DataLoader workers get no shard',
-        severity=Severity.INFO,
-        summary='A DataLoader worker gets no shard under the split (more world_size x num_workers readers '
-                "than shards): it ends at once and its rank's batches come from fewer workers.",
-        fix='Nothing breaks, but those workers idle; use fewer workers or more, smaller shards (at least '
-            'world_size x num_workers).',
-        commands=("check",),
-    ),
-    Rule(
-        slug="remote-shard",
-        title='A shard is a URL and was not checked',
-        severity=Severity.INFO,
-        summary='A list entry is a URL (s3://, http://): `check` does not fetch it, so its size, members and '
-                'compression are not checked.',
-        fix='Run `hangdoc check data` where the shards are mounted to check them.',
-        commands=("check",),
-    ),
-    Rule(
-        slug="bad-list-entry",
-        title='A line of the data list cannot be parsed',
-        severity=Severity.CRITICAL,
-        summary="A line of the data list cannot be parsed (a raw list's JSON line without `key`/`wav`/`txt`, "
-                'a blank or garbled path): the dataset raises on it, or skips it silently, depending on the '
-                'pipeline.',
-        fix='Fix the line: a shard list holds one tar path per line; a raw list one JSON object with key,'
-            ' wav and txt per line.',
-        commands=("check",),
-    ),
-    Rule(
-        slug="missing-audio",
-        title='A raw list names an audio file that does not exist',
-        severity=Severity.CRITICAL,
-        summary='A raw list names a wav file that does not exist: the worker that reaches it raises '
-                'mid-epoch.',
-        fix='Fix the wav path in the list or remove the line.',
-        commands=("check",),
-    ),
+# The slugs this checker declares, once: the registry (hangdoc/registry.py) reads RECORDS, so
+# `hangdoc rules` lists them and `hangdoc explain` shows their pages; each finding is built from one.
+MISSING_SHARD = Rule(
+    slug="missing-shard",
+    title='A file named in the data list does not exist',
+    severity=Severity.CRITICAL,
+    summary='A shard the data list names does not exist. The rank and DataLoader worker that would read '
+            "it (by the classic split) fail or skip it, so that rank's epoch ends early or raises in the "
+            'middle of training.',
+    fix="Fix the path in the list (relative paths resolve against the list's directory) or remove the"
+        ' line; the worker that reaches it raises and stops the job.',
+    commands=("check",),
 )
+
+UNREADABLE_SHARD = Rule(
+    slug="unreadable-shard",
+    title='A shard cannot be read as a tar archive',
+    severity=Severity.CRITICAL,
+    summary='A shard is not a readable tar archive: truncated, not a tar at all, a directory, without '
+            'read permission, or a compressed stream that fails to decompress. A worker that meets it '
+            'raises, or loops on the error, mid-epoch.',
+    fix='Re-create or re-download the shard (check permissions and truncated copies), or remove it '
+        'from the list.',
+    commands=("check",),
+)
+
+UNPAIRED_MEMBER = Rule(
+    slug="unpaired-member",
+    title="A shard's members do not pair up as key.wav + key.txt",
+    severity=Severity.CRITICAL,
+    summary='An utterance in a shard has audio without a transcript or a transcript without audio '
+            '(critical: the sample cannot be built), or a shard holds stray members only (warning). '
+            'Pipelines that pair `key.wav` with `key.txt` drop or crash on them.',
+    fix='Re-pack the shard so that every utterance is two adjacent members key.<audio> and key.txt, '
+        'with no other members.',
+    commands=("check",),
+)
+
+EMPTY_SHARD = Rule(
+    slug="empty-shard",
+    title='A shard holds no members',
+    severity=Severity.WARNING,
+    summary='A tar shard has no members: the worker that reads it delivers nothing for that shard, and '
+            'its rank runs out of data before the others.',
+    fix="Remove empty shards from the list; they make their worker's share smaller.",
+    commands=("check",),
+)
+
+EMPTY_WORKER = Rule(
+    slug="empty-worker",
+    title='Some DataLoader workers get no shard',
+    severity=Severity.INFO,
+    summary='A DataLoader worker gets no shard under the split (more world_size x num_workers readers '
+            "than shards): it ends at once and its rank's batches come from fewer workers.",
+    fix='Nothing breaks, but those workers idle; use fewer workers or more, smaller shards (at least '
+        'world_size x num_workers).',
+    commands=("check",),
+)
+
+REMOTE_SHARD = Rule(
+    slug="remote-shard",
+    title='A shard is a URL and was not checked',
+    severity=Severity.INFO,
+    summary='A list entry is a URL (s3://, http://): `check` does not fetch it, so its size, members and '
+            'compression are not checked.',
+    fix='Run `hangdoc check data` where the shards are mounted to check them.',
+    commands=("check",),
+)
+
+BAD_LIST_ENTRY = Rule(
+    slug="bad-list-entry",
+    title='A line of the data list cannot be parsed',
+    severity=Severity.CRITICAL,
+    summary="A line of the data list cannot be parsed (a raw list's JSON line without `key`/`wav`/`txt`, "
+            'a blank or garbled path): the dataset raises on it, or skips it silently, depending on the '
+            'pipeline.',
+    fix='Fix the line: a shard list holds one tar path per line; a raw list one JSON object with key,'
+        ' wav and txt per line.',
+    commands=("check",),
+)
+
+MISSING_AUDIO = Rule(
+    slug="missing-audio",
+    title='A raw list names an audio file that does not exist',
+    severity=Severity.CRITICAL,
+    summary='A raw list names a wav file that does not exist: the worker that reaches it raises '
+            'mid-epoch.',
+    fix='Fix the wav path in the list or remove the line.',
+    commands=("check",),
+)
+
+RECORDS = (MISSING_SHARD, UNREADABLE_SHARD, UNPAIRED_MEMBER, EMPTY_SHARD, EMPTY_WORKER, REMOTE_SHARD,
+           BAD_LIST_ENTRY, MISSING_AUDIO)
+# The live rules' records this checker raises too; they are declared (and registered) with their
+# rule, in hangdoc/rules/.
+SHARED = (SLOW_DECOMPRESSION, UNEVEN_SHARDS)

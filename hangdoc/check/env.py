@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from hangdoc.check.env_rules import env_findings
-from hangdoc.check.host import Probes, probe_env
+from hangdoc.check.host import HostProbes, probe_env
 from hangdoc.check.model import CHECK_SCHEMA, CheckResult, Launch
 from hangdoc.base.errors import HangdocError
 
@@ -10,7 +10,7 @@ DEFAULT_PREFETCH = 2   # torch's DataLoader default when num_workers > 0
 
 
 def check_env(num_workers: int | None = None, nproc_per_node: int = 1, prefetch_factor: int = DEFAULT_PREFETCH,
-              batch_bytes: int | None = None, probes: Probes | None = None) -> CheckResult:
+              batch_bytes: int | None = None, probes: HostProbes | None = None) -> CheckResult:
     """Check this host and the launch settings a job will run with."""
     if num_workers is not None and num_workers < 0:
         raise HangdocError(f"--num-workers must be 0 or more, got {num_workers}")

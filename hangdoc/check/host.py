@@ -1,6 +1,6 @@
 """Probe the host a job will run on; every probe can be replaced, so tests fake any host.
 
-`Probes()` reads the real machine. A test passes a /proc root, an arch string, an env
+`HostProbes()` reads the real machine. A test passes a /proc root, an arch string, an env
 mapping, a library finder or a command runner. A probe that fails records why; it
 never raises.
 """
@@ -41,7 +41,9 @@ def torch_lib_dirs() -> tuple[Path, ...]:
 
 
 @dataclass(frozen=True)
-class Probes:
+class HostProbes:
+    """Where `check env` reads the host from (the live capture has its own, `collect.snapshot.Probes`)."""
+
     proc_root: Path = Path("/proc")
     sys_root: Path = Path("/sys")
     shm_path: Path = Path("/dev/shm")
@@ -59,8 +61,8 @@ class Probes:
     nvml: Callable[[], NvmlFacts] = probe_nvml
 
 
-def probe_env(launch: Launch, probes: Probes | None = None) -> EnvFacts:
-    p = probes or Probes()
+def probe_env(launch: Launch, probes: HostProbes | None = None) -> EnvFacts:
+    p = probes or HostProbes()
     env = dict(os.environ if p.env is None else p.env)
     return EnvFacts(
         arch=p.arch or platform.machine(),
@@ -82,7 +84,7 @@ def _default_start_method() -> str:
     return multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
 
 
-def _openmp_libs(p: Probes) -> tuple[str, ...]:
+def _openmp_libs(p: HostProbes) -> tuple[str, ...]:
     found = []
     for name in OPENMP_LIBS:
         try:
@@ -104,7 +106,7 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _cpu(p: Probes) -> CpuFacts:
+def _cpu(p: HostProbes) -> CpuFacts:
     online = p.cpu_online or os.cpu_count() or 1
     affinity = p.cpu_affinity or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else online)
     quota = _cgroup_quota(p.sys_root)
@@ -124,7 +126,7 @@ def _cgroup_quota(sys_root: Path) -> float | None:
     return None
 
 
-def _ptrace(p: Probes) -> PtraceFacts:
+def _ptrace(p: HostProbes) -> PtraceFacts:
     scope_text = _read(p.proc_root / "sys/kernel/yama/ptrace_scope")
     scope = int(scope_text) if scope_text and scope_text.strip().isdigit() else None
     cap = None
@@ -134,7 +136,7 @@ def _ptrace(p: Probes) -> PtraceFacts:
     return PtraceFacts(scope=scope, cap_sys_ptrace=cap, uid=os.getuid() if p.uid is None else p.uid)
 
 
-def _py_spy(p: Probes) -> PySpyFacts:
+def _py_spy(p: HostProbes) -> PySpyFacts:
     beside = Path(p.python).parent / "py-spy"
     path = str(beside) if beside.is_file() and os.access(beside, os.X_OK) else p.which("py-spy")
     if not path:

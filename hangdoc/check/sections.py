@@ -7,17 +7,21 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
+from hangdoc.check import ckpt_rules, data_rules, env_rules
 from hangdoc.check.datalist import short_names
-from hangdoc.base.words import plural, rank_ranges, size
+from hangdoc.base.words import plural, size
 from hangdoc.check.model import CheckpointFacts, CheckResult, DataFacts, EnvFacts, Partition, ShardInfo
 from hangdoc.model import Finding, Severity
 
 MAX_SHARD_ROWS = 40
 MAX_WORKER_ROWS = 64
-# Evidence lines a finding shows in text and Markdown; every line stays in --format json.
-MAX_EVIDENCE_LINES = 20
+# Every record `check` raises findings of, by slug: the code a finding's fix shows is read here, so
+# the renderers draw it from the Document alone.
+RAISED = {r.slug: r for r in (*env_rules.RECORDS, *env_rules.SHARED, *data_rules.RECORDS, *data_rules.SHARED,
+                              *ckpt_rules.RECORDS)}
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,7 @@ class Document:
     summary: str
     findings: tuple[Finding, ...]
     tables: tuple[Table, ...]
+    snippets: Mapping[str, str] = field(default_factory=dict)   # slug -> the code its fix shows
 
 
 def layout(result: CheckResult) -> Document:
@@ -43,8 +48,10 @@ def layout(result: CheckResult) -> Document:
         heading, tables = _env(result.facts)
     else:
         heading, tables = _checkpoint(result.facts)
+    raised = [RAISED[f.rule] for f in result.findings if f.rule in RAISED]
+    snippets = {r.slug: r.snippet for r in raised if r.snippet}
     return Document(f"hangdoc check {result.command}: {heading}", _summary(result.findings),
-                    result.findings, tuple(tables))
+                    result.findings, tuple(tables), snippets)
 
 
 def _summary(findings: tuple[Finding, ...]) -> str:
@@ -221,19 +228,3 @@ def _checkpoint(f: CheckpointFacts) -> tuple[str, list[Table]]:
     if f.side_car:
         tables.append(Table(f"Side-car {f.side_car}", ("key", "value"), tuple(f.side_car_keys.items())))
     return heading, tables
-
-
-def shown_evidence(finding: Finding, limit: int = MAX_EVIDENCE_LINES) -> list[str]:
-    """A finding's evidence bounded for reading: a 100,000-line list must not print 16,500 lines."""
-    lines = list(finding.evidence)
-    if len(lines) <= limit:
-        return lines
-    return lines[:limit] + [f"... and {len(lines) - limit:,} more (all of them: --format json)"]
-
-
-def shown_ranks(finding: Finding) -> str:
-    """"rank 3" or "ranks 0-7, 9": ranges, not one number per rank."""
-
-    if not finding.ranks:
-        return ""
-    return f"rank{'s' if len(finding.ranks) > 1 else ''} {rank_ranges(finding.ranks)}"

@@ -15,9 +15,9 @@ from hangdoc.check.data import DEFAULT_SAMPLE, check_data
 from hangdoc.check.env import DEFAULT_PREFETCH, check_env
 from hangdoc.check.findings import exit_code
 from hangdoc.check.model import CheckResult
-from hangdoc.check.render_json import render_json
-from hangdoc.check.render_markdown import render_markdown
-from hangdoc.check.render_text import render_text
+from hangdoc.render.check_json import render_json
+from hangdoc.render.check_markdown import render_markdown
+from hangdoc.render.check_text import render_text
 from hangdoc.check.sections import layout
 from hangdoc.cli import app
 from hangdoc.cli.common import Format

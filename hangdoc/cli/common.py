@@ -1,17 +1,19 @@
-"""What several commands share: the report format option and verdict -> exit code."""
+"""What several commands share: the options, printing the report, and saving the bundle."""
 from __future__ import annotations
 
 import math
 import os
 import sys
+import time
 from enum import Enum
+from pathlib import Path
 from typing import Callable, TextIO
 
 import typer
 
 from hangdoc.base.defaults import INTERVAL_S, MIN_INTERVAL_S
-from hangdoc.base.errors import EXIT_CRASH, EXIT_ENDED_UNKNOWN, EXIT_HANG, EXIT_OK, EXIT_SIGINT, EXIT_SUSPECT
-from hangdoc.model import Bundle, Report
+from hangdoc.base.errors import HangdocError
+from hangdoc.model import Bundle, NodeDigest, Report
 
 
 class Format(str, Enum):
@@ -31,11 +33,6 @@ def engine_option():
                         help="How stacks are read: py-spy (one `py-spy dump` per process, the default) or "
                              "pystack (in-process, about 20x the CPU: the fallback where py-spy does not run). "
                              "auto: py-spy when installed, else pystack.")
-
-
-def verdict_exit_code(verdict: str) -> int:
-    return {"hang": EXIT_HANG, "crash": EXIT_CRASH, "ended": EXIT_ENDED_UNKNOWN,
-            "interrupted": EXIT_SIGINT, "suspect": EXIT_SUSPECT}.get(verdict, EXIT_OK)
 
 
 HANG_AFTER_HELP = ("Seconds without a step before the verdict is hang. Default: learned, 3x the longest step "
@@ -93,15 +90,14 @@ def quiet_broken_pipe() -> None:
         pass
 
 
-def emit_report(report: Report, fmt: Format, bundles: list[Bundle] | None = None,
-                out: TextIO | None = None) -> None:
+def emit_report(report: Report, fmt: Format, out: TextIO | None = None) -> None:
     try:
-        _emit(report, fmt, bundles, out or sys.stdout)
+        _emit(report, fmt, out or sys.stdout)
     except BrokenPipeError:
         quiet_broken_pipe()
 
 
-def _emit(report: Report, fmt: Format, bundles: list[Bundle] | None, out: TextIO) -> None:
+def _emit(report: Report, fmt: Format, out: TextIO) -> None:
     if fmt is Format.json:
         from hangdoc.render.json import render_json
 
@@ -109,9 +105,30 @@ def _emit(report: Report, fmt: Format, bundles: list[Bundle] | None, out: TextIO
     elif fmt is Format.markdown:
         from hangdoc.render.markdown import render_markdown
 
-        render_markdown(report, out, bundles)
+        render_markdown(report, out)
     else:
         from hangdoc.render.text import render_text
 
-        render_text(report, out, bundles=bundles)
+        render_text(report, out)
     out.flush()
+
+
+def default_out() -> Path:
+    return Path(f"hangdoc-{time.strftime('%Y%m%d-%H%M%S')}.json.zst")
+
+
+def save_or_say(bundle: Bundle, out: Path, digest: NodeDigest | None) -> bool:
+    """Save the bundle; a failure (disk full, the place gone) is one line, after the report."""
+    from hangdoc.bundle.files import save_bundle
+
+    try:
+        save_bundle(bundle, out, digest)
+    except HangdocError as exc:
+        print(f"hangdoc: error: the bundle was not saved: {exc}", file=sys.stderr)
+        return False
+    except OSError as exc:
+        print(f"hangdoc: error: the bundle was not saved to {out}: {exc.strerror or exc} "
+              "(free some space or pass --out to a writable place next time)", file=sys.stderr)
+        return False
+    print(f"hangdoc: bundle saved to {out} (replay: hangdoc report {out})", file=sys.stderr)
+    return True

@@ -9,7 +9,7 @@ import typer
 
 from hangdoc.cli import app
 from hangdoc.cli.common import (
-    Format, emit_report, format_option, hang_after_option, quiet_broken_pipe, verdict_exit_code,
+    Format, emit_report, format_option, hang_after_option, quiet_broken_pipe,
 )
 from hangdoc.base.errors import EXIT_OK, BadOutput, HangdocError
 
@@ -31,7 +31,8 @@ def report(
     Exits like watch: 3 when the bundle shows a hang, 4 a crash, 0 otherwise; 2 for a
     missing, corrupt, truncated or newer-schema bundle, or dumps none of which can be read.
     """
-    from hangdoc.live.pipeline import report_inputs
+    from hangdoc.live.inputs import report_inputs
+    from hangdoc.report.verdict import exit_code
 
     bundle, rep = report_inputs(bundles, hang_after)
     for line in bundle.flight_errors:
@@ -39,12 +40,12 @@ def report(
     if output is not None:
         try:
             with open(output, "w") as out:
-                emit_report(rep, fmt, [bundle], out)
+                emit_report(rep, fmt, out)
         except OSError as exc:
             raise BadOutput(f"cannot write {output}: {exc.strerror}") from None
     else:
-        emit_report(rep, fmt, [bundle])
-    raise typer.Exit(verdict_exit_code(rep.verdict))
+        emit_report(rep, fmt)
+    raise typer.Exit(exit_code(rep.verdict))
 
 
 @app.command()

@@ -8,13 +8,14 @@ from typing import List, Optional
 
 import typer
 
+from hangdoc.base.errors import EXIT_NOT_SAVED, HangdocError
 from hangdoc.bundle.files import check_writable
 from hangdoc.cli import app
 from hangdoc.cli.common import (
-    Engine, Format, emit_report, engine_option, format_option, hang_after_option, interval_option, timeout_option,
+    Engine, Format, default_out, emit_report, engine_option, format_option, hang_after_option, interval_option,
+    save_or_say, timeout_option,
 )
-from hangdoc.cli.watch import default_out, save_or_say
-from hangdoc.base.errors import EXIT_CRASH, EXIT_HANG, EXIT_NOT_SAVED, EXIT_USAGE, HangdocError
+from hangdoc.model import Verdict
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
@@ -36,51 +37,47 @@ def run(
     The command's output streams through (to stderr with --format json, so stdout holds only
     the report). With GITHUB_STEP_SUMMARY set, the Markdown report is appended to it.
     """
-    from hangdoc.live.pipeline import make_probes
-    from hangdoc.render.live import LiveView
+    from hangdoc.live.options import WatchOptions
+    from hangdoc.live.probes import make_probes
     from hangdoc.live.runner import run_command
-    from hangdoc.live.watcher import WatchConfig
+    from hangdoc.render.live import LiveView
+    from hangdoc.report.verdict import run_exit_code
 
     if not cmd:
         raise HangdocError("nothing to run: give the command after --, e.g. hangdoc run -- torchrun ... train.py")
     out = check_writable(out or default_out())
     if junit is not None:
         check_writable(junit)
-    probes = make_probes(py_spy=py_spy, gpu=not no_gpu, engine=engine.value)
-    config = WatchConfig(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout)
+    options = WatchOptions(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout, engine=engine.value,
+                           py_spy=py_spy, gpu=not no_gpu)
+    probes = make_probes(options)
     sink = sys.stderr if fmt is Format.json else sys.stdout
     view = LiveView(sys.stderr, live=not no_live, every=5)
     try:
-        result = run_command(list(cmd), config, probes, sink, on_sample=view.update)
+        result = run_command(list(cmd), options, probes, sink, on_sample=view.update)
     finally:
         view.close()
     outcome = result.outcome
-    verdict = outcome.report.verdict
-    if verdict in ("hang", "crash") or fmt is not Format.text:
-        emit_report(outcome.report, fmt, [outcome.bundle] if outcome.bundle.samples else [])
+    failed = outcome.report.verdict in (Verdict.HANG, Verdict.CRASH)
+    if failed or fmt is not Format.text:
+        emit_report(outcome.report, fmt)
     else:
         print(f"hangdoc: the run finished (exit code {result.job_exit_code}), no hang", file=sys.stderr)
     saved = True
-    if verdict in ("hang", "crash") and outcome.bundle.samples:
-        saved = save_or_say(outcome.bundle, out)
+    if failed and outcome.bundle.samples:
+        saved = save_or_say(outcome.bundle, out, outcome.digest)
     if junit is not None:
         from hangdoc.render.junit import write_junit
 
-        write_junit(junit, outcome.report, cmd, [outcome.bundle] if outcome.bundle.samples else [])
+        write_junit(junit, outcome.report, cmd)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         from hangdoc.render.markdown import report_markdown
 
         try:
             with open(summary, "a") as f:
-                f.write(report_markdown(outcome.report, [outcome.bundle] if outcome.bundle.samples else []) + "\n")
+                f.write(report_markdown(outcome.report) + "\n")
         except OSError as exc:
             print(f"hangdoc: cannot append to GITHUB_STEP_SUMMARY ({exc.strerror})", file=sys.stderr)
-    if verdict == "hang":
-        code = EXIT_HANG
-    elif verdict == "crash":
-        code = EXIT_CRASH
-    else:
-        code = result.job_exit_code if result.job_exit_code is not None else EXIT_USAGE
-        code = code if code >= 0 else EXIT_CRASH
+    code = run_exit_code(outcome.report.verdict, result.job_exit_code)
     raise typer.Exit(code if saved else EXIT_NOT_SAVED)

@@ -1,28 +1,21 @@
 """`hangdoc watch PID` (or `--job`): attach to a running job, sample it, and report a hang when it is one."""
 from __future__ import annotations
 
-import dataclasses
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from hangdoc.bundle.files import check_writable, save_bundle
+from hangdoc.base.errors import EXIT_NOT_SAVED, EXIT_OK, EXIT_SIGINT, HangdocError
+from hangdoc.bundle.files import check_writable
 from hangdoc.cli import app
 from hangdoc.cli.common import (
-    Engine, Format, emit_report, engine_option, format_option, hang_after_option, interval_option, timeout_option,
-    verdict_exit_code,
+    Engine, Format, default_out, emit_report, engine_option, format_option, hang_after_option, interval_option,
+    save_or_say, timeout_option,
 )
-from hangdoc.base.errors import EXIT_NOT_SAVED, EXIT_OK, EXIT_SIGINT, HangdocError
-from hangdoc.model import Role
-
-
-
-def default_out() -> Path:
-    return Path(f"hangdoc-{time.strftime('%Y%m%d-%H%M%S')}.json.zst")
+from hangdoc.model import Role, StopReason, Verdict
 
 
 @app.command()
@@ -57,14 +50,21 @@ def watch(
     2 on usage or attach errors, 6 when the report was printed but the bundle could not be saved.
     Ctrl-C / SIGTERM print the report so far, save the bundle and exit 130 / 143.
     """
-    from hangdoc.live.pipeline import make_probes, snapshot_once
+    from hangdoc.live.capture import node_digest, snapshot_once
+    from hangdoc.live.options import WatchOptions
+    from hangdoc.live.probes import make_probes
 
     pid = job_pid(target, job)
     out = check_writable(out or default_out())
-    probes = make_probes(py_spy=py_spy, gpu=not no_gpu, engine=engine.value)
+    options = WatchOptions(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout, native=native,
+                           nonblocking=nonblocking, single=single, engine=engine.value, py_spy=py_spy,
+                           gpu=not no_gpu)
+    probes = make_probes(options)
     if once:
-        bundle = snapshot_once(pid, probes, single=single, native=native, nonblocking=nonblocking)
-        save_bundle(bundle, out)
+        from hangdoc.bundle.files import save_bundle
+
+        bundle = snapshot_once(pid, probes, options)
+        save_bundle(bundle, out, node_digest(bundle))
         job = bundle.job
         print(f"hangdoc: captured {len(job.by_role(Role.RANK))} ranks, "
               f"{len(job.by_role(Role.WORKER))} DataLoader workers, "
@@ -74,11 +74,9 @@ def watch(
         raise typer.Exit(EXIT_OK)
 
     from hangdoc.render.live import LiveView
-    from hangdoc.live.watcher import WatchConfig, Watcher
+    from hangdoc.live.watcher import Watcher
 
-    config = WatchConfig(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout,
-                         native=native, nonblocking=nonblocking, single=single)
-    watcher = Watcher(pid, probes, config)
+    watcher = Watcher(pid, probes, options)
     view = LiveView(sys.stderr, live=not no_live)
     try:
         require_some_stack(watcher.start())
@@ -96,9 +94,9 @@ def watch(
 def require_some_stack(bundle) -> None:
     """Say why ranks have no stack; with none at all there is nothing to diagnose (exit 2),
     and `--once` must not report success."""
-    from hangdoc.render.words import missing_stacks, stackless_ranks
+    from hangdoc.report.facts import missing_stacks, stackless_ranks
 
-    for line in missing_stacks([bundle]):
+    for line in missing_stacks(bundle):
         print(f"hangdoc: warning: {line}", file=sys.stderr)
     missing = stackless_ranks(bundle)
     if bundle.job.ranks and len(missing) == len(bundle.job.ranks):
@@ -111,49 +109,31 @@ def interrupted(watcher, out: Path, fmt: Format, code: int) -> int:
     if not watcher.samples:
         print("hangdoc: interrupted before the first sample; nothing to save", file=sys.stderr)
         return code
-    from hangdoc.report import build_report
+    from hangdoc.report import verdict
+    from hangdoc.report.build import assess
 
     bundle = watcher.bundle()
-    report = build_report(bundle, watcher.config.hang_after_s)
-    if report.verdict == "healthy":
-        report = dataclasses.replace(report, verdict="interrupted")
+    report, diagnosis = assess(bundle, watcher.options.hang_after_s)
     print(f"hangdoc: interrupted after {len(bundle.samples)} samples; the report so far:", file=sys.stderr)
-    emit_report(report, fmt, [bundle])
-    saved = save_or_say(bundle, out)
+    emit_report(verdict.interrupted(report), fmt)
+    saved = save_or_say(bundle, out, diagnosis.digest)
     return code if saved else EXIT_NOT_SAVED
-
-
-def save_or_say(bundle, out: Path) -> bool:
-    """Save the bundle; a failure (disk full, the place gone) is one line, after the report."""
-    try:
-        save_bundle(bundle, out)
-    except HangdocError as exc:
-        print(f"hangdoc: error: the bundle was not saved: {exc}", file=sys.stderr)
-        return False
-    except OSError as exc:
-        print(f"hangdoc: error: the bundle was not saved to {out}: {exc.strerror or exc} "
-              "(free some space or pass --out to a writable place next time)", file=sys.stderr)
-        return False
-    print(f"hangdoc: bundle saved to {out} (replay: hangdoc report {out})", file=sys.stderr)
-    return True
 
 
 def finish(outcome, out: Path, fmt: Format) -> int:
     """Print the report, then save the bundle when there is something to show, and pick the exit code."""
-    code = verdict_exit_code(outcome.report.verdict)
-    if outcome.reason in ("hang", "crash"):
-        emit_report(outcome.report, fmt, [outcome.bundle])
-        if not save_or_say(outcome.bundle, out):
-            return EXIT_NOT_SAVED
-    elif outcome.reason == "timeout":
+    from hangdoc.report.verdict import exit_code
+
+    if outcome.reason is StopReason.TIMEOUT:
         print("hangdoc: --timeout reached, no hang found", file=sys.stderr)
-        emit_report(outcome.report, fmt, [outcome.bundle])
-    else:
+    elif outcome.reason is StopReason.ENDED:
         print("hangdoc: the job ended", file=sys.stderr)
-        emit_report(outcome.report, fmt, [outcome.bundle])
-        if outcome.report.verdict == "ended" and not save_or_say(outcome.bundle, out):
-            return EXIT_NOT_SAVED
-    return code
+    emit_report(outcome.report, fmt)
+    keep = outcome.reason in (StopReason.HANG, StopReason.CRASH) or (
+        outcome.reason is StopReason.ENDED and outcome.report.verdict == Verdict.ENDED)
+    if keep and not save_or_say(outcome.bundle, out, outcome.digest):
+        return EXIT_NOT_SAVED
+    return exit_code(outcome.report.verdict)
 
 
 def job_pid(target: str | None, by_job: bool) -> int:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from hangdoc.collect.procfs import ProcDenied, ProcFS, ProcGone
 from hangdoc.base.errors import NoSuchProcess, NotDistributed, NotPython, ProcessNotReadable
+from hangdoc.base.parse import to_int
 from hangdoc.model import Job, ProcessInfo, Role
 from hangdoc.base.redact import filter_env, redact_cmdline
 
@@ -20,18 +21,10 @@ _RANK_VARS = (("RANK", "WORLD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_
               ("PMI_RANK", "PMI_SIZE"))
 
 
-def env_int(value: str | None) -> int | None:
-    """An environment value as an int; None when unset or not a number."""
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
-
-
 def rank_identity(env: dict[str, str]) -> tuple[int, int] | None:
     """(rank, world size) from an environment, or None when it names no rank."""
     for rank_var, size_var in _RANK_VARS:
-        rank, size = env_int(env.get(rank_var)), env_int(env.get(size_var))
+        rank, size = to_int(env.get(rank_var)), to_int(env.get(size_var))
         if rank is not None and size is not None:
             return rank, size
     return None
@@ -135,7 +128,7 @@ def find_job(pid: int, procfs: ProcFS | None = None, single: bool = False,
             parents = {table.parent[r] for r in rank_pids}
             launcher = pid if pid in parents or len(parents) != 1 else parents.pop()
     if not rank_pids:
-        cmdline, exe = _safe_cmdline(procfs, pid), procfs.exe(pid)
+        cmdline, exe = procfs.cmdline_or_empty(pid), procfs.exe(pid)
         if not is_python(cmdline, exe):
             raise NotPython(pid, exe or (cmdline[0] if cmdline else "?"))
         if not single:
@@ -170,11 +163,11 @@ def job_identity(env: dict[str, str]) -> dict:
     """What tells one job from another, read from a rank's environment."""
     identity = rank_identity(env)
     return {"run_id": env.get("TORCHELASTIC_RUN_ID"), "master_addr": env.get("MASTER_ADDR"),
-            "master_port": env_int(env.get("MASTER_PORT")), "world_size": identity[1] if identity else None}
+            "master_port": to_int(env.get("MASTER_PORT")), "world_size": identity[1] if identity else None}
 
 
 def local_rank_of(env: dict[str, str]) -> int | None:
-    return env_int(env.get("LOCAL_RANK") or env.get("OMPI_COMM_WORLD_LOCAL_RANK"))
+    return to_int(env.get("LOCAL_RANK") or env.get("OMPI_COMM_WORLD_LOCAL_RANK"))
 
 
 def launcher_of(table: "_Table", rank_pid: int) -> int | None:
@@ -187,7 +180,7 @@ def launcher_of(table: "_Table", rank_pid: int) -> int | None:
 
 
 def looks_like_launcher(procfs: ProcFS, pid: int) -> bool:
-    words = " ".join(_safe_cmdline(procfs, pid))
+    words = " ".join(procfs.cmdline_or_empty(pid))
     return any(name in words for name in (
         "torchrun", "torch.distributed.run", "torch.distributed.launch", "deepspeed",
         "accelerate", "mpirun", "mpiexec", "orted", "prterun", "slurmstepd", "srun",
@@ -196,13 +189,6 @@ def looks_like_launcher(procfs: ProcFS, pid: int) -> bool:
 
 def _ranks_below(table: _Table, pid: int) -> list[int]:
     return sorted(p for p in table.descendants(pid) if table.is_rank(p))
-
-
-def _safe_cmdline(procfs: ProcFS, pid: int) -> tuple[str, ...]:
-    try:
-        return procfs.cmdline(pid)
-    except (ProcGone, ProcDenied):
-        return ()
 
 
 def _info(procfs: ProcFS, table: _Table, pid: int, role: Role,
@@ -217,7 +203,7 @@ def _info(procfs: ProcFS, table: _Table, pid: int, role: Role,
     identity = rank_identity(env)
     method = None
     if rank_info is not None:
-        parent_cmdline = _safe_cmdline(procfs, st.ppid)
+        parent_cmdline = procfs.cmdline_or_empty(st.ppid)
         method = start_method(cmdline, parent_cmdline)
     try:
         if role is Role.LAUNCHER:
@@ -241,7 +227,7 @@ def _info(procfs: ProcFS, table: _Table, pid: int, role: Role,
         env=filter_env(env),
         rank=identity[0] if identity else None,
         local_rank=local_rank_of(env),
-        group_rank=env_int(env.get("GROUP_RANK")),
+        group_rank=to_int(env.get("GROUP_RANK")),
         world_size=identity[1] if identity else None,
         rank_pid=rank_info.pid if rank_info else (pid if role is Role.RANK else None),
         start_method=method,

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from hangdoc.collect.discover import env_int
+from hangdoc.base.parse import to_int
 from hangdoc.model import FlightRecord, FrConfig, FrEntry, FrFrame, FrGroup, Job, ProcessInfo
 
 LEGACY_DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"   # torch releases before the cache-directory default
@@ -64,7 +64,7 @@ def fr_config(info: ProcessInfo, exists: Callable[[str], bool] = os.path.exists)
     timeout = env.get(DUMP_ON_TIMEOUT_VAR)
     return FrConfig(
         pid=info.node_pid, rank=info.rank,
-        buffer_size=env_int(_first(env, BUFFER_VARS)),
+        buffer_size=to_int(_first(env, BUFFER_VARS)),
         dump_prefix=_first(env, PREFIX_VARS) or default_prefixes()[0], prefix_set=_first(env, PREFIX_VARS) is not None,
         pipe=pipe, pipe_exists=bool(pipe) and exists(pipe),
         dump_on_timeout=None if timeout is None else timeout.strip().lower() not in ("0", "false", "no", "off", ""),
@@ -258,21 +258,12 @@ def load_dumps(paths) -> tuple[tuple[FlightRecord, ...], tuple[str, ...]]:
     return tuple(records), tuple(errors)
 
 
-def _int(value) -> int | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def _ranks(value) -> tuple[int, ...]:
     if isinstance(value, str):
         value = [v for v in re.split(r"[\s,\[\]]+", value) if v]
     if not isinstance(value, (list, tuple)):
         return ()
-    return tuple(r for r in (_int(v) for v in value) if r is not None)
+    return tuple(r for r in (to_int(v) for v in value) if r is not None)
 
 
 def _sizes(value) -> tuple[tuple[int, ...], ...]:
@@ -288,8 +279,8 @@ def _texts(value) -> tuple[str, ...]:
 def _entry(raw: dict) -> FrEntry:
     group = raw.get("process_group") or ("", "")
     is_p2p = bool(raw.get("is_p2p"))
-    seq = _int(raw.get("p2p_seq_id") if is_p2p else raw.get("collective_seq_id"))
-    frames = tuple(FrFrame(str(f.get("name", "?")), str(f.get("filename", "?")), _int(f.get("line")) or 0)
+    seq = to_int(raw.get("p2p_seq_id") if is_p2p else raw.get("collective_seq_id"))
+    frames = tuple(FrFrame(str(f.get("name", "?")), str(f.get("filename", "?")), to_int(f.get("line")) or 0)
                    for f in raw.get("frames") or () if isinstance(f, dict))
     duration = raw.get("duration_ms")
     return FrEntry(
@@ -298,7 +289,7 @@ def _entry(raw: dict) -> FrEntry:
         state=str(raw.get("state") or "?"), retired=bool(raw.get("retired")),
         input_sizes=_sizes(raw.get("input_sizes")), input_dtypes=_texts(raw.get("input_dtypes")),
         output_sizes=_sizes(raw.get("output_sizes")), output_dtypes=_texts(raw.get("output_dtypes")),
-        is_p2p=is_p2p, time_created_ns=_int(raw.get("time_created_ns")),
+        is_p2p=is_p2p, time_created_ns=to_int(raw.get("time_created_ns")),
         duration_ms=float(duration) if isinstance(duration, (int, float)) and not isinstance(duration, bool) else None,
         frames=frames,
     )
@@ -317,9 +308,9 @@ def _record(raw: dict, rank: int, source: str, form: str, trigger: str, mtime: f
         groups.append(FrGroup(
             name=str(name), desc=str(config.get("desc") or descs.get(name, "")),
             ranks=_ranks(config.get("ranks")),
-            last_enqueued=_int(st.get("last_enqueued_collective")),
-            last_started=_int(st.get("last_started_collective")),
-            last_completed=_int(st.get("last_completed_collective")),
+            last_enqueued=to_int(st.get("last_enqueued_collective")),
+            last_started=to_int(st.get("last_started_collective")),
+            last_completed=to_int(st.get("last_completed_collective")),
         ))
     return FlightRecord(rank=rank, source=source, form=form, version=str(raw.get("version", "?")),
                         trigger=trigger, groups=tuple(groups), entries=entries, mtime=mtime or None)

@@ -11,10 +11,11 @@ import socket
 from dataclasses import dataclass
 
 from hangdoc.base.words import rank_ranges
-from hangdoc.collect.discover import (_Table, env_int, is_python, job_identity, launcher_of, local_rank_of, rank_identity,
+from hangdoc.collect.discover import (_Table, is_python, job_identity, launcher_of, local_rank_of, rank_identity,
                                      start_method)
-from hangdoc.collect.procfs import ProcDenied, ProcFS, ProcGone
+from hangdoc.collect.procfs import ProcFS
 from hangdoc.base.errors import HangdocError
+from hangdoc.base.parse import to_int
 
 
 @dataclass(frozen=True)
@@ -64,14 +65,6 @@ def this_host() -> str:
     return socket.gethostname()
 
 
-
-def _safe_cmdline(procfs: ProcFS, pid: int | None) -> tuple[str, ...]:
-    try:
-        return procfs.cmdline(pid) if pid else ()
-    except (ProcGone, ProcDenied):
-        return ()
-
-
 def list_jobs(procfs: ProcFS | None = None) -> list[NodeJob]:
     """The jobs whose ranks this user can see on this node, ordered by run id, node and launcher."""
     table = _Table(procfs or ProcFS())
@@ -100,10 +93,10 @@ def _node_job(table: _Table, launcher: int | None, pids: list[int]) -> NodeJob:
     env = table.env(ranks[0].pid)
     return NodeJob(
         **job_identity(env),
-        group_rank=env_int(env.get("GROUP_RANK")),
-        group_world_size=env_int(env.get("GROUP_WORLD_SIZE")),
+        group_rank=to_int(env.get("GROUP_RANK")),
+        group_world_size=to_int(env.get("GROUP_WORLD_SIZE")),
         launcher_pid=launcher,
-        launcher=_launcher_name(_safe_cmdline(table.procfs, launcher)) if launcher is not None else None,
+        launcher=_launcher_name(table.procfs.cmdline_or_empty(launcher)) if launcher is not None else None,
         ranks=tuple(ranks),
     )
 
@@ -111,8 +104,8 @@ def _node_job(table: _Table, launcher: int | None, pids: list[int]) -> NodeJob:
 def _workers(table: _Table, rank_pid: int) -> int:
     count = 0
     for child in table.descendants(rank_pid):
-        cmdline = _safe_cmdline(table.procfs, child)
-        parent = _safe_cmdline(table.procfs, table.parent.get(child, 0))
+        cmdline = table.procfs.cmdline_or_empty(child)
+        parent = table.procfs.cmdline_or_empty(table.parent.get(child, 0))
         if (is_python(cmdline, None) and start_method(cmdline, parent)
                 and "resource_tracker" not in " ".join(cmdline)):
             count += 1

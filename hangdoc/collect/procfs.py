@@ -12,6 +12,7 @@ import stat as stat_mod
 from dataclasses import dataclass
 from pathlib import Path
 
+from hangdoc.base.parse import to_int
 from hangdoc.model import IoCounters, OpenFile, ProcStat, ThreadCounters
 
 # The libraries whose presence changes a diagnosis (fork-unsafe thread pools, NCCL, CUDA).
@@ -121,6 +122,13 @@ class ProcFS:
     def cmdline(self, pid: int) -> tuple[str, ...]:
         raw = self.read_bytes(pid, "cmdline")
         return tuple(part.decode("utf-8", "replace") for part in raw.split(b"\0") if part)
+
+    def cmdline_or_empty(self, pid: int | None) -> tuple[str, ...]:
+        """The command line, or () when there is no pid (None, 0) or it exited or is unreadable."""
+        try:
+            return self.cmdline(pid) if pid else ()
+        except (ProcGone, ProcDenied):
+            return ()
 
     def environ(self, pid: int) -> dict[str, str]:
         """The environment the process started with (raw: filter before storing it)."""
@@ -255,10 +263,7 @@ def _status_field(status: str, key: str) -> int | None:
         return None
     end = status.find("\n", at + 1)
     words = status[at + len(key) + 2:end if end >= 0 else None].split()
-    try:
-        return int(words[0]) if words else 0
-    except ValueError:
-        return None
+    return to_int(words[0]) if words else 0
 
 
 def _rss_bytes(status: str) -> int:

@@ -20,6 +20,7 @@ from typing import Callable, ClassVar, Protocol
 
 from hangdoc.collect.loopmark import loop_mark
 from hangdoc.base.errors import PySpyMissing
+from hangdoc.base.parse import to_int
 from hangdoc.model import Frame, Stack, Thread
 
 Runner = Callable[..., subprocess.CompletedProcess]
@@ -159,8 +160,8 @@ def parse_dump(data: list[dict], native: bool = False, took_s: float = 0.0,
             ))
             if f.get("name") == "_worker_loop" and f.get("locals"):
                 values = {v.get("name"): v.get("repr") for v in f["locals"]}
-                worker_id = _as_int(values.get("worker_id"))
-                num_workers = _as_int(values.get("num_workers"))
+                worker_id = to_int(values.get("worker_id"))
+                num_workers = to_int(values.get("num_workers"))
         name = raw.get("thread_name") or ""
         threads.append(Thread(
             tid=int(raw.get("os_thread_id") or raw.get("thread_id") or 0),
@@ -172,13 +173,6 @@ def parse_dump(data: list[dict], native: bool = False, took_s: float = 0.0,
         ))
     return Dump(Stack(threads=tuple(threads), native=native, took_s=round(took_s, 4)),
                 worker_id, num_workers)
-
-
-def _as_int(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True)

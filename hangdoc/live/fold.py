@@ -18,12 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hangdoc.analyze.diagnose import Census, Diagnosis, JobFacts, RankView, decide, node_digest, rank_views
+from hangdoc.analyze.diagnose import Census, Diagnosis, JobFacts, decide, node_digest, rank_views
 from hangdoc.analyze.flight import fr_step_times
 from hangdoc.analyze.timeline import timelines
 from hangdoc.bundle.files import load_bundle, load_head
-from hangdoc.base.errors import BadBundle, HangdocError
-from hangdoc.bundle.merge import JobId, check_one_job, exit_code_of, merge_bundles, options_of
+from hangdoc.base.errors import BadBundle
+from hangdoc.bundle.merge import JobId, check_distributed, check_one_job, exit_code_of, merge_bundles
 from hangdoc.model import DIGEST_VERSION, Bundle, FlightRecord, LogTail, NodeDigest, RankDigest
 
 # Merged jobs up to this many ranks are read whole: every rank gets its own row.
@@ -50,9 +50,7 @@ def read_node(path: Path) -> NodeRead:
     head = load_head(path)
     if head is not None and head.digest is not None and head.digest.version == DIGEST_VERSION:
         b = head.bundle
-        if b.job.single_process:
-            raise HangdocError(f"{path} is a --single capture of one process; only bundles of a "
-                               "distributed job's nodes can be merged")
+        check_distributed(b.job, str(path))
         ranks = tuple((r.rank, r.started) for r in head.digest.ranks)
         job = JobId(b.job.run_id, b.job.master_addr, b.job.master_port, b.job.world_size, ranks)
         return NodeRead(path, b.host.hostname, job, b.logs, b.exit_code, b.options.hang_after_s,
@@ -60,9 +58,7 @@ def read_node(path: Path) -> NodeRead:
     bundle = load_bundle(path)
     if not bundle.samples:
         raise BadBundle(f"{path} holds no sample")
-    if bundle.job.single_process:
-        raise HangdocError(f"{path} is a --single capture of one process; only bundles of a "
-                           "distributed job's nodes can be merged")
+    check_distributed(bundle.job, str(path))
     return NodeRead(path, bundle.host.hostname, JobId.of(bundle), bundle.logs, bundle.exit_code,
                     bundle.options.hang_after_s, bundle.options.interval_s, node_digest(bundle))
 

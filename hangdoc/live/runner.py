@@ -15,16 +15,17 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, TextIO
 
-from hangdoc.report import build_report, report_without_ranks
-from hangdoc.collect.discover import find_job
 from hangdoc.base.errors import HangdocError, NotDistributed
-from hangdoc.collect.procfs import ProcFS
-from hangdoc.model import Bundle, Finding, Job, LogTail, Options, Severity, Verdict
-from hangdoc.live.pipeline import make_bundle
 from hangdoc.base.redact import LineRedactor
-from hangdoc.rules.base import Rule, finding
+from hangdoc.collect.discover import find_job, is_python, looks_like_launcher
+from hangdoc.collect.procfs import ProcFS
+from hangdoc.live.capture import make_bundle
+from hangdoc.live.options import WatchOptions
 from hangdoc.live.proc import RunningJob, stop_job
-from hangdoc.live.watcher import Outcome, WatchConfig, Watcher
+from hangdoc.live.watcher import Outcome, Watcher
+from hangdoc.model import Bundle, Job, LogTail, StopReason
+from hangdoc.report import verdict
+from hangdoc.report.build import assess
 
 TAIL_LINES = 2000
 # A command with no ranks after this long is watched as a single process: soon for a plain
@@ -65,9 +66,9 @@ class RunResult:
     job_exit_code: int | None
 
 
-def run_command(cmd: list[str], config: WatchConfig, probes, sink: TextIO,
+def run_command(cmd: list[str], options: WatchOptions, probes, sink: TextIO,
                 on_sample: Callable | None = None, sleep: Callable[[float], None] = time.sleep) -> RunResult:
-    """Run `cmd` under watch until it ends, crashes, hangs or `config.timeout_s` passes."""
+    """Run `cmd` under watch until it ends, crashes, hangs or `options.timeout_s` passes."""
     try:
         popen = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, start_new_session=True,
@@ -79,21 +80,22 @@ def run_command(cmd: list[str], config: WatchConfig, probes, sink: TextIO,
     began = time.monotonic()
     watcher = None
     try:
-        watcher = _attach(popen, job, config, probes, tail, began, sleep)
+        watcher = _attach(popen, job, options, probes, tail, began, sleep)
         if watcher is None:
-            outcome = _ended_before_attach(popen, tail, config)
+            outcome = _ended_before_attach(popen, tail, options)
         else:
-            remaining = None if config.timeout_s is None else max(0.0, config.timeout_s - (time.monotonic() - began))
-            watcher.config = dataclasses.replace(config, timeout_s=remaining)
+            remaining = None if options.timeout_s is None else max(0.0, options.timeout_s - (time.monotonic() - began))
+            watcher.options = dataclasses.replace(watcher.options, timeout_s=remaining)
             outcome = watcher.run(on_sample, ended=lambda: popen.poll() is not None,
                                   on_round=job.refresh_tree)
-            if outcome.reason == "ended":
+            if outcome.reason is StopReason.ENDED:
                 popen.wait()
                 tail.join()
                 bundle = watcher.bundle()
-                outcome = Outcome(build_report(bundle, config.hang_after_s), bundle, "ended")
-            elif outcome.reason == "timeout":
-                outcome = _timed_out(outcome, config)
+                report, diagnosis = assess(bundle, options.hang_after_s)
+                outcome = Outcome(report, bundle, StopReason.ENDED, diagnosis.digest)
+            elif outcome.reason is StopReason.TIMEOUT:
+                outcome = dataclasses.replace(outcome, report=verdict.run_timed_out(outcome.report, options.timeout_s))
     finally:
         if popen.poll() is None:
             stop_job(job)
@@ -101,11 +103,9 @@ def run_command(cmd: list[str], config: WatchConfig, probes, sink: TextIO,
     return RunResult(outcome, popen.returncode)
 
 
-def _attach(popen, job: RunningJob, config: WatchConfig, probes, tail: OutputTail, began: float,
+def _attach(popen, job: RunningJob, options: WatchOptions, probes, tail: OutputTail, began: float,
             sleep) -> Watcher | None:
     """Wait until the command's ranks exist (or it ends, or it is a lone Python process)."""
-    from hangdoc.collect.discover import looks_like_launcher
-
     patience = LAUNCHER_SINGLE_AFTER_S if looks_like_launcher(probes.procfs, popen.pid) else SINGLE_AFTER_S
     while popen.poll() is None:
         job.refresh_tree()
@@ -119,18 +119,16 @@ def _attach(popen, job: RunningJob, config: WatchConfig, probes, tail: OutputTai
                 # The command is a wrapper (a shell): watch the first Python process below it.
                 child = _python_descendant(job, probes)
                 if child is not None:
-                    return _start(child, probes, config, popen, tail, single=True)
+                    return _start(child, probes, options, popen, tail, single=True)
         else:
-            return _start(popen.pid, probes, config, popen, tail, single=single)
-        if config.timeout_s is not None and time.monotonic() - began >= config.timeout_s:
+            return _start(popen.pid, probes, options, popen, tail, single=single)
+        if options.timeout_s is not None and time.monotonic() - began >= options.timeout_s:
             return None
         sleep(0.2)
     return None
 
 
 def _python_descendant(job: RunningJob, probes) -> int | None:
-    from hangdoc.collect.discover import is_python
-
     for pid in sorted(job.refresh_tree()):
         try:
             if is_python(probes.procfs.cmdline(pid), probes.procfs.exe(pid)):
@@ -140,68 +138,27 @@ def _python_descendant(job: RunningJob, probes) -> int | None:
     return None
 
 
-def _start(pid: int, probes, config: WatchConfig, popen, tail: OutputTail, single: bool) -> Watcher:
-    watcher = Watcher(pid, probes, dataclasses.replace(config, single=single),
+def _start(pid: int, probes, options: WatchOptions, popen, tail: OutputTail, single: bool) -> Watcher:
+    watcher = Watcher(pid, probes, dataclasses.replace(options, single=single),
                       exit_code=popen.poll, extra_logs=tail.logs)
     watcher.start()
     return watcher
 
 
-def _empty_bundle(popen, tail: OutputTail, config: WatchConfig) -> Bundle:
+def _empty_bundle(popen, tail: OutputTail, options: WatchOptions) -> Bundle:
     """The bundle of a command that ended (or ran out of time) before any rank could be watched."""
     job = Job(run_id=None, master_addr=None, master_port=None, world_size=None, launcher_pid=popen.pid,
               processes=())
-    return make_bundle(job, (), ProcFS(), Options(interval_s=config.interval_s, hang_after_s=config.hang_after_s),
-                       logs=tail.logs(), exit_code=popen.returncode)
+    record = dataclasses.replace(options.record("py-spy"), native=False, nonblocking=False)
+    return make_bundle(job, (), ProcFS(), record, logs=tail.logs(), exit_code=popen.returncode)
 
 
-def _ended_before_attach(popen, tail: OutputTail, config: WatchConfig) -> Outcome:
+def _ended_before_attach(popen, tail: OutputTail, options: WatchOptions) -> Outcome:
     """The command ended (or --timeout passed) before any process could be watched."""
     if popen.poll() is None:
-        bundle = _empty_bundle(popen, tail, config)
-        report = report_without_ranks(Verdict.HANG, (_timeout_finding(config),))
-        return Outcome(report, bundle, "timeout")
+        report = verdict.run_out_of_time_unwatched(options.timeout_s)
+        return Outcome(report, _empty_bundle(popen, tail, options), StopReason.TIMEOUT)
     popen.wait()
     tail.join()
-    bundle = _empty_bundle(popen, tail, config)
-    verdict = Verdict.HEALTHY if popen.returncode == 0 else Verdict.CRASH
-    findings = () if verdict == "healthy" else (finding(
-        COMMAND_FAILED, (), f"The command exited with code {popen.returncode} before any rank could be watched",
-        list(tail.lines)[-10:]),)
-    report = report_without_ranks(verdict, findings)
-    return Outcome(report, bundle, "ended")
-
-
-def _timeout_finding(config: WatchConfig) -> Finding:
-    return finding(RUN_TIMEOUT, (), f"The run did not finish within --timeout {config.timeout_s:g} s",
-                   ["no rank was blocked long enough for a hang verdict, but the run overstayed its budget"])
-
-
-COMMAND_FAILED = Rule(
-    slug="command-failed",
-    title="The command failed before any rank could be watched",
-    severity=Severity.CRITICAL,
-    summary="Raised by `hangdoc run` when the command it starts exits non-zero before hangdoc could "
-            "find a rank to watch (a typo, an import error, a bad argument): its last output lines are the evidence.",
-    fix="Read the command's output above; it failed at start-up.",
-    commands=("run",),
-)
-RUN_TIMEOUT = Rule(
-    slug="run-timeout",
-    title="The run overstayed its --timeout",
-    severity=Severity.CRITICAL,
-    summary="Raised by `hangdoc run` when the smoke run is still going at --timeout without a hang "
-            "verdict: CI must not wait forever, so it fails like a hang.",
-    fix="Lower --max-steps for the smoke run, or raise --timeout if the run is simply long.",
-    commands=("run",),
-)
-# The slugs `hangdoc run` raises itself (the registry, hangdoc/registry.py, lists them).
-RECORDS = (COMMAND_FAILED, RUN_TIMEOUT)
-
-
-def _timed_out(outcome: Outcome, config: WatchConfig) -> Outcome:
-    """A smoke run that outlives its budget fails like a hang: CI must not wait forever."""
-    report = outcome.report
-    if report.verdict in ("healthy", "suspect"):
-        report = dataclasses.replace(report, verdict="hang", findings=(_timeout_finding(config),) + report.findings)
-    return Outcome(report, outcome.bundle, "timeout")
+    report = verdict.command_ended_unwatched(popen.returncode, list(tail.lines))
+    return Outcome(report, _empty_bundle(popen, tail, options), StopReason.ENDED)

@@ -18,50 +18,39 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from hangdoc.report import build_report
 from hangdoc.analyze.progress import WAKEUPS_PER_DUMP
 from hangdoc.analyze.timeline import LiveTimelines
-from hangdoc.collect.discover import find_job
-from hangdoc.base.defaults import INTERVAL_S
+from hangdoc.base.errors import HangdocError
 from hangdoc.collect.datalists import copy_data_lists
+from hangdoc.collect.discover import find_job
 from hangdoc.collect.logs import log_sources, read_tails
 from hangdoc.collect.snapshot import Probes, capture
-from hangdoc.base.errors import HangdocError
-from hangdoc.model import Bundle, Job, Options, Report, Role, Snapshot
-from hangdoc.live.pipeline import engine_name, make_bundle, require_stacks
+from hangdoc.live.capture import make_bundle
+from hangdoc.live.options import WatchOptions
+from hangdoc.live.probes import engine_name, require_stacks
+from hangdoc.model import Bundle, Job, NodeDigest, Report, Role, Snapshot, StopReason
+from hangdoc.report.build import assess
+from hangdoc.report.verdict import stop_reason
 
 MAX_SAMPLES = 600   # about 20 minutes at the default interval; older samples are dropped
-# Every py-spy dump costs ~8 ms of CPU (a process start, reading the interpreter's symbols):
-# the workers of ranks that do not wait on their data, and the launcher, are read every
-# WORKER_EVERY-th round only (30 s at the default interval).
-WORKER_EVERY = 15
 
 
-@dataclass
-class WatchConfig:
-    interval_s: float = INTERVAL_S
-    hang_after_s: float | None = None      # None: learned from the job's step rhythm
-    timeout_s: float | None = None
-    native: bool = False
-    nonblocking: bool = False
-    worker_every: int = WORKER_EVERY
-    single: bool = False
-
-
-@dataclass
+@dataclass(frozen=True)
 class Outcome:
-    """How a watch ended: the verdict's report, the bundle to save, and why it stopped."""
+    """How a watch ended: the verdict's report, the bundle to save (with the digest its diagnosis
+    made, so the save does not analyse again), and why it stopped."""
 
     report: Report
     bundle: Bundle
-    reason: str            # "hang", "crash", "ended", "timeout"
+    reason: StopReason
+    digest: NodeDigest | None = None
 
 
 @dataclass
 class Watcher:
     pid: int
     probes: Probes
-    config: WatchConfig
+    options: WatchOptions
     sleep: Callable[[float], None] = time.sleep
     exit_code: Callable[[], int | None] = lambda: None   # the launcher's, when we started it
     extra_logs: Callable[[], tuple] = tuple              # output hangdoc itself captured
@@ -77,7 +66,7 @@ class Watcher:
 
     def start(self) -> Bundle:
         """Find the job and take the first full capture; attach errors surface here."""
-        self.job = find_job(self.pid, self.probes.procfs, single=self.config.single)
+        self.job = find_job(self.pid, self.probes.procfs, single=self.options.single)
         self.data_lists = copy_data_lists(self.job, self.probes.procfs.root)
         snapshot = self._capture(all_workers=True)
         require_stacks(snapshot, self.job)
@@ -85,50 +74,50 @@ class Watcher:
 
     def step(self) -> Bundle:
         self._rediscover()
-        self._capture(all_workers=self.rounds % self.config.worker_every == 0)
+        self._capture(all_workers=self.rounds % self.options.worker_every == 0)
         return self.bundle()
 
     def bundle(self) -> Bundle:
         logs = self.extra_logs() + (read_tails(self.sources) if self.sources else ())
         return dataclasses.replace(
             make_bundle(self.job, tuple(self.samples), self.probes.procfs,
-                        Options(interval_s=self.config.interval_s, hang_after_s=self.config.hang_after_s,
-                                native=self.config.native, nonblocking=self.config.nonblocking,
-                                engine=engine_name(self.probes.pyspy)),
+                        self.options.record(engine_name(self.probes.pyspy)),
                         logs=logs),
             exit_code=self.exit_code(),
             data_lists=self.data_lists,
         )
 
-    def run(self, on_sample: Callable[[Bundle, Report], None] | None = None,
+    def run(self, on_sample: Callable[[Report], None] | None = None,
             ended: Callable[[], bool] = lambda: False, on_round: Callable[[], object] = lambda: None) -> Outcome:
         """Sample until a verdict; the caller renders and saves. `start()` may have run already."""
         bundle = self.bundle() if self.samples else self.start()
         began = time.monotonic()
         while True:
-            bundle, report = self.assess(bundle)
+            bundle, report, digest = self.assess(bundle)
             if on_sample:
-                on_sample(bundle, report)
-            if report.verdict in ("hang", "crash"):
-                return Outcome(report, bundle, report.verdict)
-            if self._all_gone(bundle) or ended():
-                return Outcome(report, bundle, "ended")
-            if self.config.timeout_s is not None and time.monotonic() - began >= self.config.timeout_s:
-                return Outcome(report, bundle, "timeout")
+                on_sample(report)
+            reason = stop_reason(report)
+            if reason is None and (self._all_gone(bundle) or ended()):
+                reason = StopReason.ENDED
+            if reason is None and self.options.timeout_s is not None \
+                    and time.monotonic() - began >= self.options.timeout_s:
+                reason = StopReason.TIMEOUT
+            if reason is not None:
+                return Outcome(report, bundle, reason, digest)
             self.sleep(self._next_delay(bundle))
             on_round()
             bundle = self.step()
 
-    def assess(self, bundle: Bundle) -> tuple[Bundle, Report]:
-        """One round's analysis: the report, redone with the job's own records when it has any;
-        the ranks that stepped are read gently next round."""
-        report = build_report(bundle, self.config.hang_after_s, self.live)
-        bundle, report = self._with_flight_records(bundle, report)
+    def assess(self, bundle: Bundle) -> tuple[Bundle, Report, NodeDigest | None]:
+        """One round's analysis: the report, redone with the job's own records when it has any,
+        and the digest its diagnosis made; the ranks that stepped are read gently next round."""
+        report, diagnosis = assess(bundle, self.options.hang_after_s, self.live)
+        bundle, report, diagnosis = self._with_flight_records(bundle, report, diagnosis)
         self.stepping = {r.pid for r in report.ranks if r.progress == "active"}
-        return bundle, report
+        return bundle, report, diagnosis.digest
 
     # -- internals -------------------------------------------------------------------
-    def _with_flight_records(self, bundle: Bundle, report: Report) -> tuple[Bundle, Report]:
+    def _with_flight_records(self, bundle: Bundle, report: Report, diagnosis):
         """The job's own record: every rank's FR settings; once a rank looks stuck, its FR dumps
         (dump pipes written to once, a bounded wait) and NCCL RAS, with the report redone on them."""
         from hangdoc.collect.flight_recorder import FlightCollector, fr_configs
@@ -138,8 +127,9 @@ class Watcher:
         self.flight.gather(bundle.job, stuck)
         bundle = dataclasses.replace(bundle, flight_config=fr_configs(bundle.job), flight_records=self.flight.records,
                                      flight_errors=self.flight.errors, ras=self.flight.ras)
-        more = self.flight.records or self.flight.ras is not None
-        return bundle, (build_report(bundle, self.config.hang_after_s, self.live) if more else report)
+        if self.flight.records or self.flight.ras is not None:
+            return (bundle, *assess(bundle, self.options.hang_after_s, self.live))
+        return bundle, report, diagnosis
 
     def _capture(self, all_workers: bool) -> Snapshot:
         assert self.job is not None
@@ -149,7 +139,7 @@ class Watcher:
         light = {p.pid for p in self.job.processes if p.role is Role.WORKER and p.pid not in wanted
                  and p.rank_pid not in waiting_on_data}
         snapshot, self.job = capture(self.job, self.probes, stack_pids=wanted,
-                                     native=self.config.native, nonblocking=self._gentle_pids(), light=light)
+                                     native=self.options.native, nonblocking=self._gentle_pids(), light=light)
         self.samples.append(snapshot)
         for sample in snapshot.processes:
             if sample.stack is not None and sample.proc is not None:
@@ -161,7 +151,7 @@ class Watcher:
 
     def _gentle_pids(self) -> set[int]:
         """Processes read without pausing them: all with --nonblocking, else the stepping ranks'."""
-        if self.config.nonblocking:
+        if self.options.nonblocking:
             return {p.pid for p in self.job.processes}
         return {p.pid for p in self.job.processes
                 if p.pid in self.stepping or (p.role is not Role.RANK and p.rank_pid in self.stepping)}
@@ -224,7 +214,7 @@ class Watcher:
         for anchor in self._anchors():
             try:
                 known = {p.pid: p for p in self.job.processes}
-                fresh = find_job(anchor, self.probes.procfs, single=self.config.single, known=known)
+                fresh = find_job(anchor, self.probes.procfs, single=self.options.single, known=known)
             except HangdocError:
                 continue
             merged = list(self.job.processes)
@@ -249,5 +239,5 @@ class Watcher:
         last = bundle.last
         if any(not s.alive for s in last.processes if bundle.job.info(s.pid)
                and bundle.job.info(s.pid).role is Role.RANK):
-            return min(0.5, self.config.interval_s)
-        return self.config.interval_s
+            return min(0.5, self.options.interval_s)
+        return self.options.interval_s

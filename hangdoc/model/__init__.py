@@ -1,10 +1,11 @@
-"""The plain data at hangdoc's centre, in three rooms: what a capture holds (`capture`), a node's
-own reading of its ranks (`digest`), and what a report says (`report`), over one vocabulary
-(`vocab`). Frozen dataclasses and enums only; each room's schema version lives beside it.
+"""The plain data at hangdoc's centre: what a capture holds (`capture`), a node's
+own reading of its ranks (`digest`), what a report says (`report`), and the record every slug is
+declared by (`rule`), over one vocabulary (`vocab`). Frozen dataclasses and enums only; each
+room's schema version lives beside it.
 
 Every name is importable from `hangdoc.model` itself.
 """
-from hangdoc.model.vocab import Progress, RankState, Role, Severity, Verdict, Word, WorkerState
+from hangdoc.model.vocab import Progress, RankState, Role, Severity, StopReason, Verdict, Word, WorkerState
 from hangdoc.model.capture import (
     BUNDLE_SCHEMA, PID_STRIDE, Bundle, DataListCopy, FlightRecord, FrConfig, FrEntry, FrFrame, FrGroup, Frame,
     FrameMark, GpuDevice, GpuProcess, GpuState, Host, IoCounters, Job, LogTail, LoopMark, OpenFile, Options,
@@ -12,14 +13,17 @@ from hangdoc.model.capture import (
 )
 from hangdoc.model.digest import DIGEST_VERSION, DigestWorker, NodeDigest, RankDigest, StepSummary
 from hangdoc.model.report import (
-    REPORT_SCHEMA, Finding, RankGpu, RankReport, Report, Threshold, WorkerReport,
+    REPORT_SCHEMA, Finding, FlightSummary, GpuTrend, RankGpu, RankReport, Report, StackClass, Threshold,
+    WorkerReport,
 )
+from hangdoc.model.rule import Rule, finding
 
 __all__ = [
     "Progress",
     "RankState",
     "Role",
     "Severity",
+    "StopReason",
     "Verdict",
     "Word",
     "WorkerState",
@@ -60,10 +64,15 @@ __all__ = [
     "RankDigest",
     "StepSummary",
     "REPORT_SCHEMA",
+    "FlightSummary",
+    "GpuTrend",
+    "StackClass",
     "Finding",
     "RankGpu",
     "RankReport",
     "Report",
     "Threshold",
     "WorkerReport",
+    "Rule",
+    "finding",
 ]

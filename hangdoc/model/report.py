@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hangdoc.base.words import expand_ranges
 from hangdoc.model.vocab import Progress, Severity, Verdict
 
 REPORT_SCHEMA = "hangdoc/report-v1"
@@ -39,6 +40,35 @@ class RankGpu:
 
 
 @dataclass(frozen=True)
+class GpuTrend:
+    """A rank's GPU over the last samples (oldest first), for the live view's sparklines."""
+
+    utilization_pct: tuple[int | None, ...]
+    power_w: tuple[float | None, ...]
+    power_limit_w: float | None = None
+
+
+@dataclass(frozen=True)
+class StackClass:
+    """Ranks whose main threads stood in one stack at the last sample (an equivalence class, as
+    LLNL's STAT builds them): the frames of its lowest rank, innermost first, as labels."""
+
+    ranks: tuple[int, ...]
+    frames: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class FlightSummary:
+    """The ranks' Flight Recorder settings in a few facts, for `ps` and the live view."""
+
+    states: tuple[str, ...]
+    buffer_sizes: tuple[int, ...]
+    pipes: int                 # ranks whose dump pipe exists
+    ranks: int                 # ranks whose settings were read
+    dumps: int = 0             # dumps read so far
+
+
+@dataclass(frozen=True)
 class RankReport:
     rank: int | None
     pid: int
@@ -54,6 +84,14 @@ class RankReport:
     # `rank` is its lowest, `rank_set` all of them ("0-2047,2050-65535"), `rank_count` how many.
     rank_count: int = 1
     rank_set: str | None = None
+    gpu_trend: GpuTrend | None = None
+
+    @property
+    def members(self) -> tuple[int, ...]:
+        """The ranks this row stands for: its class's, or its own."""
+        if self.rank_set:
+            return tuple(expand_ranges(self.rank_set))
+        return (self.rank,) if self.rank is not None else ()
 
 
 @dataclass(frozen=True)
@@ -82,3 +120,21 @@ class Report:
     timeout_remaining_s: float | None = None
     host: str | None = None
     threshold: Threshold | None = None
+    # What every format prints besides the verdict and the rows (report-v1 fields added in 0.1):
+    cause: tuple[str, ...] = ()              # a crash's exception, quoted from the job's own output
+    missing_stacks: tuple[str, ...] = ()     # ranks without a stack, and why
+    stack_tree: tuple[str, ...] = ()         # the ranks' main-thread stacks as a folded prefix tree
+    stack_classes: tuple[StackClass, ...] = ()
+    samples: int = 0                         # samples the verdict was read from
+    flight: FlightSummary | None = None      # the ranks' Flight Recorder settings, when read
+
+    @property
+    def class_members(self) -> dict[int, tuple[int, ...]] | None:
+        """Rank -> the ranks it stands for, when the rows stand for classes; else None."""
+        if all(r.rank_set is None for r in self.ranks):
+            return None
+        return {r.rank: r.members for r in self.ranks if r.rank is not None}
+
+    @property
+    def ranks_seen(self) -> int:
+        return sum(r.rank_count for r in self.ranks)

@@ -23,6 +23,16 @@ class Verdict(Word):
     INTERRUPTED = "interrupted"    # the watch was stopped before a verdict
 
 
+class StopReason(Word):
+    """Why a watch stopped sampling."""
+
+    HANG = "hang"
+    CRASH = "crash"
+    ENDED = "ended"                # the job's ranks are gone, or the command hangdoc ran ended
+    TIMEOUT = "timeout"            # --timeout passed
+    INTERRUPTED = "interrupted"    # Ctrl-C or SIGTERM
+
+
 class RankState(Word):
     COLLECTIVE = "collective-wait"
     DATALOADER = "dataloader-wait"

@@ -11,12 +11,12 @@ from hangdoc.render.escape import xml
 from hangdoc.render.layout import layout
 
 
-def junit_xml(report: Report, cmd: list[str], bundles=None) -> str:
+def junit_xml(report: Report, cmd: list[str]) -> str:
     failed = report.verdict in ("hang", "crash")
     suite = ET.Element("testsuite", name="hangdoc", tests="1", failures=str(int(failed)), errors="0",
                        timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
     case = ET.SubElement(suite, "testcase", classname="hangdoc.run", name=xml(" ".join(redact_cmdline(cmd)))[:200])
-    doc = layout(report, bundles)
+    doc = layout(report)
     if failed:
         failure = ET.SubElement(case, "failure", message=xml(doc.headline), type=report.verdict)
         body = [doc.headline, *doc.cause, *doc.missing]
@@ -28,5 +28,5 @@ def junit_xml(report: Report, cmd: list[str], bundles=None) -> str:
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)
 
 
-def write_junit(path: Path, report: Report, cmd: list[str], bundles=None) -> None:
-    Path(path).write_text(junit_xml(report, cmd, bundles) + "\n")
+def write_junit(path: Path, report: Report, cmd: list[str]) -> None:
+    Path(path).write_text(junit_xml(report, cmd) + "\n")

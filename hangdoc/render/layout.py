@@ -8,11 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hangdoc.analyze.classes import StackClass, stack_classes, stack_tree
-from hangdoc.model import Bundle, Finding, RankReport, Report
-from hangdoc.render.words import (
-    class_members, crash_cause, gpu_cell, headline, missing_stacks, row_ranks, threshold_line, timeout_line,
-)
+from hangdoc.model import Finding, RankReport, Report, StackClass
+from hangdoc.render.words import gpu_cell, headline, threshold_line, timeout_line
 from hangdoc.base.words import duration, rank_label, rank_ranges, rank_set
 
 # Past this many ranks the table lists the culprits and groups the others by what they do.
@@ -60,21 +57,17 @@ class ReportLayout:
     stacks: tuple[Stacks, ...]
 
 
-def layout(report: Report, bundles: list[Bundle] | None = None) -> ReportLayout:
-    members = class_members(report)
+def layout(report: Report) -> ReportLayout:
     stacks = []
-    for bundle in bundles or []:
-        classes = stack_classes(bundle, members)
-        tree = stack_tree(bundle, members)
-        if classes or tree:
-            stacks.append(Stacks(stacks_heading(classes), tuple(tree), tuple(classes)))
+    if report.stack_classes or report.stack_tree:
+        stacks.append(Stacks(stacks_heading(report.stack_classes), report.stack_tree, report.stack_classes))
     return ReportLayout(
         alarm=report.verdict in ("hang", "crash"),
         headline=headline(report),
         places=tuple(culprit_places(report)),
         notes=tuple(line for line in (threshold_line(report), timeout_line(report)) if line),
-        cause=tuple(crash_cause(report, bundles)),
-        missing=tuple(missing_stacks(bundles)),
+        cause=report.cause,
+        missing=report.missing_stacks,
         findings=report.findings,
         spans_nodes=spans_nodes(report),
         rows=tuple(_rows(report)),
@@ -106,7 +99,7 @@ def culprit_places(report: Report, limit: int = 8) -> list[str]:
 def rank_rows(report: Report) -> list[list[RankReport]]:
     """The ranks table's rows: one rank each, or past MAX_RANK_ROWS, the culprits one by one and
     the other ranks grouped by state, progress and top frame (a report by class is grouped already)."""
-    if len(report.ranks) <= MAX_RANK_ROWS or class_members(report) is not None:
+    if len(report.ranks) <= MAX_RANK_ROWS or report.class_members is not None:
         return [[r] for r in report.ranks]
     culprits = set(report.culprit_ranks)
     groups: dict[tuple, list[RankReport]] = {}
@@ -143,7 +136,7 @@ def _group_row(rows: list[RankReport]) -> Row:
         nodes, hosts = set(), {"-"}
     first = rows[0]
     return Row(
-        rank=rank_set([x for r in rows for x in row_ranks(r)]).removeprefix("ranks "),
+        rank=rank_set([x for r in rows for x in r.members]).removeprefix("ranks "),
         pid="-",
         node=rank_ranges(nodes) if len(nodes) <= 4 else f"{len(nodes)} nodes",
         host=next(iter(hosts)) if len(hosts) == 1 else f"{len(hosts)} hosts",
@@ -152,7 +145,7 @@ def _group_row(rows: list[RankReport]) -> Row:
     )
 
 
-def stacks_heading(classes: list[StackClass]) -> str:
+def stacks_heading(classes: tuple[StackClass, ...]) -> str:
     ranks = sum(len(c.ranks) for c in classes)
     return (f"Stacks of {ranks} rank{'s' if ranks != 1 else ''} in {len(classes)} "
             f"class{'es' if len(classes) != 1 else ''} "

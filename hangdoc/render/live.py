@@ -10,9 +10,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from hangdoc.model import Bundle, Report
+from hangdoc.model import RankReport, Report
 from hangdoc.render.escape import terminal as esc
 from hangdoc.render.text import make_console
+from hangdoc.render.words import flight_words
 from hangdoc.base.words import duration, rank_label
 
 _BARS = "▁▂▃▄▅▆▇█"
@@ -28,26 +29,21 @@ def sparkline(values: list[float | None], top: float) -> str:
     return "".join(out)
 
 
-def gpu_history(bundle: Bundle, pid: int, width: int = 12) -> tuple[str, str]:
-    util, power, limit = [], [], 0.0
-    for snapshot in list(bundle.samples)[-width:]:
-        device = snapshot.gpu.device_of(pid) if snapshot.gpu.available else None
-        util.append(device.utilization_pct if device else None)
-        power.append(device.power_w if device else None)
-        if device and device.power_limit_w:
-            limit = max(limit, device.power_limit_w)
-    if all(v is None for v in util):
+def gpu_history(rank: RankReport) -> tuple[str, str]:
+    trend = rank.gpu_trend
+    if trend is None:
         return "-", "-"
-    return sparkline(util, 100), sparkline(power, limit or max(p or 0 for p in power))
+    top = trend.power_limit_w or max(p or 0 for p in trend.power_w)
+    return sparkline(list(trend.utilization_pct), 100), sparkline(list(trend.power_w), top)
 
 
-def live_table(bundle: Bundle, report: Report, width: int = 80, now: str | None = None) -> Group:
+def live_table(report: Report, width: int = 80, now: str | None = None) -> Group:
     """Laid out for 80 columns first: RANK, STATE and FOR always show; TOP FRAME takes what is left
     and is cut with an ellipsis; the GPU sparklines show only when there are GPUs and room."""
     rows = []
     culprits = set(report.culprit_ranks)
     for rank in report.ranks:
-        util, power = gpu_history(bundle, rank.pid)
+        util, power = gpu_history(rank)
         style = "bold red" if rank.rank in culprits else ""
         rows.append(([rank_label(rank.rank), esc(rank.state), duration(rank.waiting_s), esc(rank.progress),
                       util, power, esc(rank.top_frame or "-")], style))
@@ -67,8 +63,8 @@ def live_table(bundle: Bundle, report: Report, width: int = 80, now: str | None 
         table.add_column(names[i], no_wrap=True, overflow="ellipsis", width=min(fit, caps[i]))
     for cells, style in rows:
         table.add_row(*(cells[i] for i in shown), style=style)
-    head = Text(f"hangdoc watching {len(report.ranks)} ranks · sample {len(bundle.samples)} · "
-                f"{now or time.strftime('%H:%M:%S')} · {_pace(report)}{flight_note(bundle)}",
+    head = Text(f"hangdoc watching {len(report.ranks)} ranks · sample {report.samples} · "
+                f"{now or time.strftime('%H:%M:%S')} · {_pace(report)}{flight_note(report)}",
                 style="bold", no_wrap=True, overflow="ellipsis")
     return Group(head, table)
 
@@ -81,21 +77,19 @@ def _pace(report: Report) -> str:
     return f"{learned}quiet {t.quiet_s:.0f} s of {t.hang_after_s:g} s ({t.source})"
 
 
-def status_line(bundle: Bundle, report: Report) -> str:
+def status_line(report: Report) -> str:
     parts = [f"r{rank_label(r.rank)} {esc(r.state)} {duration(r.waiting_s)} {esc(r.progress)}" for r in report.ranks]
-    return (f"hangdoc: {time.strftime('%H:%M:%S')} sample {len(bundle.samples)} ({_pace(report)})"
-            f"{flight_note(bundle)}: " + " | ".join(parts))
+    return (f"hangdoc: {time.strftime('%H:%M:%S')} sample {report.samples} ({_pace(report)})"
+            f"{flight_note(report)}: " + " | ".join(parts))
 
 
-def flight_note(bundle: Bundle) -> str:
+def flight_note(report: Report) -> str:
     """" · FR on (2000 entries), 2 dumps" when the watcher knows the ranks' Flight Recorder settings."""
-    from hangdoc.analyze.flight import fr_summary
-
-    if not bundle.flight_config:
+    summary = report.flight
+    if summary is None:
         return ""
-    dumps = f", {len(bundle.flight_records)} dump{'s' if len(bundle.flight_records) != 1 else ''}" \
-        if bundle.flight_records else ""
-    return f" · FR {fr_summary(bundle.flight_config)}{dumps}"
+    dumps = f", {summary.dumps} dump{'s' if summary.dumps != 1 else ''}" if summary.dumps else ""
+    return f" · FR {flight_words(summary)}{dumps}"
 
 
 class LiveView:
@@ -110,12 +104,12 @@ class LiveView:
             self._live = Live(console=make_console(out), refresh_per_second=4, transient=False)
             self._live.start()
 
-    def update(self, bundle: Bundle, report: Report) -> None:
+    def update(self, report: Report) -> None:
         self.count += 1
         if self._live is not None:
-            self._live.update(live_table(bundle, report, self._live.console.width))
+            self._live.update(live_table(report, self._live.console.width))
         elif self.count == 1 or self.count % self.every == 0:
-            print(status_line(bundle, report), file=self.out, flush=True)
+            print(status_line(report), file=self.out, flush=True)
 
     def close(self) -> None:
         if self._live is not None:

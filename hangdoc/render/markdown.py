@@ -4,13 +4,14 @@ from __future__ import annotations
 from typing import TextIO
 
 from hangdoc.base.words import rank_ranges
-from hangdoc.model import Bundle, Report
+from hangdoc.model import Report
 from hangdoc.render.escape import md_cell, md_code, md_fence, md_text
+from hangdoc.render.finding import finding_markdown
 from hangdoc.render.layout import layout
 
 
-def report_markdown(report: Report, bundles: list[Bundle] | None = None) -> str:
-    doc = layout(report, bundles)
+def report_markdown(report: Report) -> str:
+    doc = layout(report)
     lines = [f"## hangdoc: {md_text(doc.headline)}", ""]
     if doc.places:
         lines += [f"- {md_text(line)}" for line in doc.places] + [""]
@@ -23,10 +24,7 @@ def report_markdown(report: Report, bundles: list[Bundle] | None = None) -> str:
     if doc.findings:
         lines += ["### Findings", ""]
     for finding in doc.findings:
-        ranks = f" (ranks {rank_ranges(finding.ranks)})" if finding.ranks else ""
-        lines += [f"**{finding.severity.value}** `{md_code(finding.rule)}`{ranks}: {md_text(finding.title)}", ""]
-        lines += [f"- {md_text(e).strip()}" for e in finding.evidence]
-        lines += ["", f"**Fix:** {md_text(finding.fix)}", ""]
+        lines += finding_markdown(finding) + [""]
     lines += ["### Ranks", "", "| rank | pid | host | state | for | progress | GPU | top frame |",
               "|---:|---:|---|---|---:|---|---|---|"]
     for row in doc.rows:
@@ -48,10 +46,10 @@ def report_markdown(report: Report, bundles: list[Bundle] | None = None) -> str:
         for cls in block.classes:
             lines += [f"<details><summary>ranks {rank_ranges(cls.ranks)} ({len(cls.ranks)})</summary>", "",
                       "```"]
-            lines += [md_fence(f.label) for f in cls.frames] or ["(no stack)"]
+            lines += [md_fence(label) for label in cls.frames] or ["(no stack)"]
             lines += ["```", "", "</details>", ""]
     return "\n".join(lines)
 
 
-def render_markdown(report: Report, out: TextIO, bundles: list[Bundle] | None = None) -> None:
-    out.write(report_markdown(report, bundles) + "\n")
+def render_markdown(report: Report, out: TextIO) -> None:
+    out.write(report_markdown(report) + "\n")

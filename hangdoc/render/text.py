@@ -8,11 +8,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from hangdoc.model import Bundle, Report
+from hangdoc.model import Report
 from hangdoc.render.escape import terminal as esc
+from hangdoc.render.finding import draw_finding
 from hangdoc.render.layout import ReportLayout, layout
 
-_SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 # Lines are not wrapped when not on a terminal; this only bounds rich's layout.
 PIPED_WIDTH = 4096
 
@@ -34,9 +34,8 @@ def make_console(out: TextIO, width: int | None = None, terminal: bool | None = 
                    force_terminal=tty, highlight=False, soft_wrap=False, emoji=False)
 
 
-def render_text(report: Report, out: TextIO, width: int | None = None,
-                bundles: list[Bundle] | None = None, terminal: bool | None = None) -> None:
-    draw_text(layout(report, bundles), out, width, terminal)
+def render_text(report: Report, out: TextIO, width: int | None = None, terminal: bool | None = None) -> None:
+    draw_text(layout(report), out, width, terminal)
 
 
 def draw_text(doc: ReportLayout, out: TextIO, width: int | None = None, terminal: bool | None = None) -> None:
@@ -52,13 +51,7 @@ def draw_text(doc: ReportLayout, out: TextIO, width: int | None = None, terminal
     for line in doc.missing:
         console.print(Text(f"  {esc(line)}", style="yellow"), soft_wrap=not console.is_terminal)
     for finding in doc.findings:
-        sev = finding.severity.value
-        console.print()
-        console.print(Text.assemble((f"{sev.upper():<8} ", _SEVERITY_STYLE.get(sev, "")),
-                                    (esc(finding.rule), "bold"), "  ", esc(finding.title)))
-        for line in finding.evidence:
-            console.print(Text("    " + esc(line)), overflow=fold)
-        console.print(Text.assemble(("  fix: ", "bold"), esc(finding.fix)), overflow=fold)
+        draw_finding(console, finding, overflow=fold)
     if doc.rows:
         console.print()
         console.print(ranks_table(doc))

@@ -1,26 +1,8 @@
 """Phrases every renderer shares, so text, Markdown and the live view say the same thing."""
 from __future__ import annotations
 
-from hangdoc.base.words import expand_ranges, rank_label, rank_ranges
-from hangdoc.model import RankGpu, RankReport, Report
-
-
-def row_ranks(row: RankReport) -> list[int]:
-    """The ranks a row stands for: its class's, or its own."""
-    if row.rank_set:
-        return expand_ranges(row.rank_set)
-    return [row.rank] if row.rank is not None else []
-
-
-def class_members(report: Report) -> dict[int, list[int]] | None:
-    """Rank -> the ranks it stands for, when the report's rows stand for classes; else None."""
-    if all(r.rank_set is None for r in report.ranks):
-        return None
-    return {r.rank: row_ranks(r) for r in report.ranks if r.rank is not None}
-
-
-def ranks_seen(report: Report) -> int:
-    return sum(r.rank_count for r in report.ranks)
+from hangdoc.base.words import rank_ranges
+from hangdoc.model import FlightSummary, RankGpu, Report
 
 
 def headline(report: Report) -> str:
@@ -28,7 +10,7 @@ def headline(report: Report) -> str:
     if report.verdict == "hang" and any(f.rule == "run-timeout" for f in report.findings):
         # A budget ran out: say that, not a collective wait nobody saw (there may be no rank at all).
         who = f"rank {culprits} is the culprit; " if culprits else ""
-        return f"HANG: {who}the run did not finish within --timeout ({ranks_seen(report)} ranks watched)"
+        return f"HANG: {who}the run did not finish within --timeout ({report.ranks_seen} ranks watched)"
     if report.verdict == "hang":
         if any(f.rule == "no-progress" for f in report.findings):
             who = "nothing moves (no CPU, no I/O, same frames)"
@@ -42,7 +24,7 @@ def headline(report: Report) -> str:
         who = f"rank {culprits} failed first" if culprits else "the job failed"
         return f"CRASH: {who}"
     if report.verdict == "suspect":
-        waiting = [x for r in report.ranks if r.state == "collective-wait" for x in row_ranks(r)
+        waiting = [x for r in report.ranks if r.state == "collective-wait" for x in r.members
                    if x not in report.culprit_ranks]
         others = ", ".join(f"rank {r.rank} in {r.state}" for r in report.ranks if r.rank in report.culprit_ranks)
         who = f"rank {rank_ranges(waiting)} wait in a collective" if waiting else "the ranks wait in different collectives"
@@ -90,42 +72,10 @@ def gpu_cell(gpu: RankGpu | None) -> str:
     return " ".join(parts)
 
 
-def stackless_ranks(bundle) -> list[tuple[int | None, int, str]]:
-    """(rank, pid, why) for each live rank without a stack in the last sample, as the bundle recorded it."""
-    out = []
-    last = bundle.last
-    for rank in bundle.job.ranks:
-        sample = last.sample_of(rank.pid)
-        if sample is not None and sample.alive and sample.stack is None:
-            out.append((rank.rank, rank.node_pid, sample.stack_failure or "py-spy gave nothing"))
-    return out
-
-
-def missing_stacks(bundles, limit: int = 8) -> list[str]:
-    """Why ranks have no stack: a rank named culprit "at no stack" must say why (ptrace refused
-    by another tracer, a py-spy that does not run here, ...)."""
-    lines = [f"rank {rank_label(rank)} (pid {pid}) has no stack: {why}"
-             for bundle in bundles or [] for rank, pid, why in stackless_ranks(bundle)]
-    if len(lines) > limit:
-        lines = lines[:limit] + [f"... and {len(lines) - limit} more ranks without a stack"]
-    return lines
-
-
-def crash_cause(report: Report, bundles, limit: int = 2) -> list[str]:
-    """For a crash: the exception the culprit rank (or its worker) printed, quoted from the job's
-    output, and where it was raised. The root cause is there, not in the stacks."""
-    from hangdoc.analyze.logs import rank_exception
-
-    if report.verdict != "crash" or any(f.severity.value == "critical" for f in report.findings):
-        return []   # a rule already names the cause, with its evidence
-    lines = []
-    for bundle in bundles or []:
-        for rank in (report.culprit_ranks or (None,))[:limit]:
-            raised = rank_exception(bundle.logs, rank)
-            if raised is None:
-                continue
-            who = f"rank {rank}" if rank is not None else "the job"
-            lines.append(f"{who} raised {' -> '.join(m[:300] for m in raised.messages)}")
-            if raised.where:
-                lines.append(f"  at {raised.where}" + (f": {raised.code[:200]}" if raised.code else ""))
-    return lines
+def flight_words(summary: FlightSummary | None) -> str:
+    """"on (2000 entries), pipe on 8 of 8 ranks" for `ps` and the live view."""
+    if summary is None:
+        return "-"
+    words = "/".join(summary.states) + (f" ({'/'.join(map(str, summary.buffer_sizes))} entries)"
+                                        if summary.buffer_sizes else "")
+    return words + (f", pipe on {summary.pipes} of {summary.ranks} ranks" if summary.pipes else "")

@@ -1,5 +1,8 @@
-"""From a bundle to the report: diagnose, run every rule, lay out the ranks. Pure."""
+"""From a bundle to the report: diagnose, run every rule, lay out the ranks, read what every format
+prints. Pure."""
 from __future__ import annotations
+
+import dataclasses
 
 from hangdoc.base.words import rank_ranges
 from hangdoc.analyze.diagnose import Diagnosis, RankView, diagnose
@@ -7,6 +10,7 @@ from hangdoc.analyze.timeline import LiveTimelines, Timeline, timelines
 from hangdoc.model import REPORT_SCHEMA, Bundle, Finding, RankGpu, RankReport, Report, Threshold, Verdict, WorkerReport, WorkerState
 from hangdoc.rules import run_rules
 from hangdoc.rules.base import Context
+from hangdoc.report import facts
 
 NCCL_TIMEOUT_S = 600.0
 GLOO_TIMEOUT_S = 1800.0
@@ -14,8 +18,15 @@ GLOO_TIMEOUT_S = 1800.0
 
 def build_report(bundle: Bundle, hang_after: float | None = None, live: LiveTimelines | None = None) -> Report:
     """`live`: a watch's timelines, kept from round to round (the same report, for one sample's work)."""
+    return assess(bundle, hang_after, live)[0]
+
+
+def assess(bundle: Bundle, hang_after: float | None = None,
+           live: LiveTimelines | None = None) -> tuple[Report, Diagnosis]:
+    """The report and the diagnosis it came from (whose digest a save writes beside the samples)."""
     lines = live.of(bundle) if live is not None else timelines(bundle)
-    return report_of(bundle, diagnose(bundle, hang_after, lines), lines)
+    diagnosis = diagnose(bundle, hang_after, lines)
+    return report_of(bundle, diagnosis, lines), diagnosis
 
 
 def report_of(bundle: Bundle, diagnosis: Diagnosis, lines: dict[int, Timeline] | None = None) -> Report:
@@ -26,7 +37,7 @@ def report_of(bundle: Bundle, diagnosis: Diagnosis, lines: dict[int, Timeline] |
     remaining = None
     if diagnosis.verdict == Verdict.HANG and diagnosis.onset is not None and bundle.job.world_size:
         remaining = round(max(0.0, timeout - (diagnosis.decided_at - diagnosis.onset)), 1)
-    return Report(
+    report = Report(
         schema=REPORT_SCHEMA,
         verdict=diagnosis.verdict,
         detected_after_s=(round(diagnosis.decided_at - diagnosis.onset, 1)
@@ -38,7 +49,12 @@ def report_of(bundle: Bundle, diagnosis: Diagnosis, lines: dict[int, Timeline] |
         timeout_remaining_s=remaining,
         host=bundle.host.hostname,
         threshold=_threshold(diagnosis),
+        samples=len(bundle.samples),
+        flight=facts.flight(bundle),
+        missing_stacks=facts.missing_stacks(bundle),
     )
+    tree, classes = facts.stacks(report, bundle)
+    return dataclasses.replace(report, stack_tree=tree, stack_classes=classes, cause=facts.crash_cause(report, bundle))
 
 
 def report_without_ranks(verdict: Verdict, findings: tuple[Finding, ...]) -> Report:
@@ -85,4 +101,5 @@ def _rank_report(bundle: Bundle, diagnosis: Diagnosis, view: RankView) -> RankRe
         group_rank=view.info.group_rank,
         rank_count=view.count,
         rank_set=rank_ranges(view.members) if len(view.members) > 1 else None,
+        gpu_trend=facts.gpu_trend(bundle, view.info.pid),
     )

@@ -4,12 +4,14 @@ Every slug hangdoc prints (these, `hangdoc check`'s, `hangdoc run`'s) is in one 
 `hangdoc/registry.py`, which `hangdoc rules` and `hangdoc explain` read."""
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
 from hangdoc.model import Finding
 from hangdoc.rules.base import Context, Rule
 
-# Order matters only for display: root causes first, the generic findings after them.
+# Root causes first, the generic findings after them. The rules run in this order and each reads
+# the findings of those before it (dataloader-stall stays quiet where a more specific rule fired).
 RULE_MODULES = (
     "slow_decompression",
     "tar_member_decode",
@@ -37,7 +39,9 @@ def get_rule(slug: str) -> Rule | None:
 
 
 def run_rules(ctx: Context) -> tuple[Finding, ...]:
+    # The timelines are built once, here: a copy of the context does not carry the cached ones.
+    ctx = dataclasses.replace(ctx, lines=ctx.timelines)
     findings: list[Finding] = []
     for rule in all_rules():
-        findings.extend(rule.check(ctx))
+        findings.extend(rule.check(dataclasses.replace(ctx, findings=tuple(findings))))
     return tuple(sorted(findings, key=lambda f: f.severity.rank))

@@ -1,13 +1,17 @@
-"""What a rule is: a slug, a title, and a pure function of the analysed bundle."""
+"""What a live rule reads: the bundle, its analysis, and the findings of the rules before it.
+
+The record (`Rule`) and the one finding builder (`finding`) live on the model floor, shared with
+`check` and `run`; they are re-exported here, where the rules have always taken them from."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable
 
 from hangdoc.analyze.diagnose import Diagnosis, RankView
 from hangdoc.analyze.timeline import Timeline, timelines
-from hangdoc.model import Bundle, Finding, ProcessInfo, Role, Severity
+from hangdoc.model import Bundle, Finding, ProcessInfo, Role, Rule, finding
+
+__all__ = ["Context", "Rule", "finding"]
 
 
 @dataclass(frozen=True)
@@ -17,6 +21,7 @@ class Context:
     bundle: Bundle
     diagnosis: Diagnosis
     lines: dict[int, Timeline] | None = None    # the bundle's timelines, when already built
+    findings: tuple[Finding, ...] = ()          # what the rules before this one found (run_rules' order)
 
     @cached_property
     def timelines(self) -> dict[int, Timeline]:
@@ -34,30 +39,3 @@ class Context:
 
     def workers_of(self, rank_pid: int) -> list[ProcessInfo]:
         return [p for p in self.bundle.job.children_of(rank_pid) if p.role is Role.WORKER]
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One slug hangdoc can print, said once: what it is called, how bad it is, what it looks at,
-    the fix it proposes, and (for the live rules) the pure function that finds it. Its page is
-    `hangdoc/rules/pages/<slug>.md`, shipped in the package (`hangdoc explain SLUG`)."""
-
-    slug: str
-    title: str
-    severity: Severity
-    check: Callable[[Context], list[Finding]] | None = None   # None: raised by `check` or `run`, not a live rule
-    summary: str = ""     # one paragraph: what the rule looks at
-    fix: str = ""
-    snippet: str | None = None                  # code the fix shows
-    commands: tuple[str, ...] = ("watch", "report", "run")   # the commands that print it
-
-    @property
-    def page(self) -> str:
-        return f"{self.slug}.md"
-
-
-def finding(rule: Rule, ranks, title: str, evidence, fix: str | None = None, severity: Severity | None = None) -> Finding:
-    """A finding of `rule`: its fix unless the finding words its own (with figures of this job)."""
-    return Finding(rule=rule.slug, severity=severity or rule.severity,
-                   ranks=tuple(sorted(r for r in ranks if r is not None)),
-                   title=title, evidence=tuple(evidence), fix=fix if fix is not None else rule.fix)

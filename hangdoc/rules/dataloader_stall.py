@@ -9,7 +9,9 @@ from hangdoc.rules.evidence import (above_worker_loop, chain, cpu_use, file_read
                                     kernel_wait, latest_frames, rank_line, samples_of, worker_name)
 
 # The rules that name a cause for a rank's workers; when one fires for a rank, this one stays quiet.
-SPECIFIC = (slow_decompression, tar_member_decode, worker_deadlock, worker_died, worker_error, fork_unsafe_arm)
+# They run before this one (hangdoc/rules/__init__.py), so their findings are in the context.
+SPECIFIC = frozenset(m.RULE.slug for m in (slow_decompression, tar_member_decode, worker_deadlock, worker_died,
+                                           worker_error, fork_unsafe_arm))
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -17,7 +19,7 @@ def check(ctx: Context) -> list[Finding]:
     waiting = ctx.starved_culprits()
     if not waiting:
         return []
-    explained = {r for module in SPECIFIC for f in module.RULE.check(ctx) for r in f.ranks}
+    explained = {r for f in ctx.findings if f.rule in SPECIFIC for r in f.ranks}
     findings = []
     for view in waiting:
         if view.info.rank in explained:

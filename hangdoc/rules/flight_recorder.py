@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from hangdoc.base.words import rank_ranges
-from hangdoc.analyze.flight import (GroupFlight, flight_groups, frames_lines, mismatch_line, progress_lines,
-                                    stuck_line)
+from hangdoc.analyze.flight import GroupFlight, flight_groups
+from hangdoc.rules.flight_words import frames_lines, mismatch_line, progress_lines, stuck_line
 from hangdoc.model import Finding, Severity
 from hangdoc.rules.collective_mismatch import RULE as MISMATCH
 from hangdoc.rules.base import Context, Rule, finding

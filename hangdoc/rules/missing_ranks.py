@@ -1,6 +1,7 @@
 """missing-ranks: the bundle holds fewer ranks than the job's world size (nodes not captured)."""
 from __future__ import annotations
 
+from hangdoc.base.parse import to_int
 from hangdoc.base.words import rank_ranges, rank_set
 from hangdoc.model import Finding, Job, Severity
 from hangdoc.rules.base import Context, Rule, finding
@@ -8,13 +9,6 @@ from hangdoc.rules.base import Context, Rule, finding
 FIX = ("Capture every node of the job at about the same moment and merge the bundles: "
        "`srun --overlap --jobid=$JOB --ntasks-per-node=1 hangdoc watch --job --once --out $DIR/<host>.json` "
        "(or kubectl exec / pdsh on each node; docs/cluster.md), then `hangdoc report $DIR`.")
-
-
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
 
 
 def missing(job: Job) -> tuple[int, list[int], list[int] | None]:
@@ -26,7 +20,7 @@ def missing(job: Job) -> tuple[int, list[int], list[int] | None]:
     if not world or not present:
         return world, [], None
     absent = [r for r in range(world) if r not in present]
-    nodes = max((n for p in ranks if (n := _int(p.env.get("GROUP_WORLD_SIZE")))), default=None)
+    nodes = max((n for p in ranks if (n := to_int(p.env.get("GROUP_WORLD_SIZE")))), default=None)
     groups = {p.group_rank for p in ranks if p.group_rank is not None}
     absent_nodes = [g for g in range(nodes) if g not in groups] if nodes and groups else None
     return world, absent, absent_nodes

@@ -47,18 +47,18 @@ def evaluate(scenario: Scenario, workdir: str | Path | None = None, *, hang_afte
              interval: float = 1.0, timeout: float = 120.0, max_steps: int | None = None,
              on_sample: Callable | None = None, probes=None) -> ScenarioResult:
     """Prepare the scenario, run it under watch until the verdict, end it, score the answer."""
-    from hangdoc.live.pipeline import make_probes
+    from hangdoc.live.options import WatchOptions
+    from hangdoc.live.probes import make_probes
     from hangdoc.live.runner import run_command
-    from hangdoc.live.watcher import WatchConfig
 
     with tempfile.TemporaryDirectory(prefix=f"hangdoc-{scenario.name}-") as tmp:
         work = Path(workdir) if workdir else Path(tmp)
         scenario.prepare(work)
-        config = WatchConfig(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout)
+        options = WatchOptions(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout)
         started = time.monotonic()
         with open(work / "job.log", "w") as log:
-            result = run_command(scenario.command(work, max_steps=max_steps), config,
-                                 probes or make_probes(gpu=True), log, on_sample=on_sample)
+            result = run_command(scenario.command(work, max_steps=max_steps), options,
+                                 probes or make_probes(options), log, on_sample=on_sample)
         verdict_at = time.time()
         fault = scenario.read_fault(work)
         report = result.outcome.report

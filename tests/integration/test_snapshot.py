@@ -10,7 +10,9 @@ import pytest
 from conftest import CMDLINE_SECRET, PLANTED_SECRETS, hangdoc_cmd
 from hangdoc.bundle.files import load_bundle
 from hangdoc.model import Role
-from hangdoc.live.pipeline import make_probes, snapshot_once
+from hangdoc.live.capture import snapshot_once
+from hangdoc.live.options import WatchOptions
+from hangdoc.live.probes import make_probes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -24,7 +26,7 @@ def _topology(bundle):
 def test_discovery_from_launcher_rank_and_worker_agree(probe_job):
     # GIVEN a running 2-rank job with 2 workers per rank
     job = probe_job()
-    probes = make_probes(gpu=False)
+    probes = make_probes(WatchOptions(gpu=False))
     launcher = snapshot_once(job.pid, probes)
     rank_pid = launcher.job.ranks[1].pid
     worker_pid = next(p.pid for p in launcher.job.by_role(Role.WORKER) if p.rank == 1)
@@ -49,7 +51,7 @@ def test_every_rank_stack_holds_the_training_frames(probe_job):
     # GIVEN a running job
     job = probe_job()
     # WHEN it is captured
-    bundle = snapshot_once(job.pid, make_probes(gpu=False))
+    bundle = snapshot_once(job.pid, make_probes(WatchOptions(gpu=False)))
     # THEN each rank's main thread runs train_loop under <module>, workers run _worker_loop
     for rank in bundle.job.ranks:
         frames = [f.name for f in bundle.last.sample_of(rank.pid).stack.main.frames]
@@ -64,7 +66,7 @@ def test_every_rank_stack_holds_the_training_frames(probe_job):
 def test_worker_read_position_grows_between_captures(probe_job, tmp_path):
     # GIVEN a job whose workers read a data file
     job = probe_job()
-    probes = make_probes(gpu=False)
+    probes = make_probes(WatchOptions(gpu=False))
     data = str(tmp_path / "data.bin")
 
     def positions(bundle):
@@ -105,7 +107,7 @@ def test_planted_secrets_never_reach_the_bundle(probe_job, tmp_path):
 def test_worker_that_exits_mid_capture_is_recorded(probe_job, tmp_path):
     # GIVEN a job and a snapshot taken while all workers live
     job = probe_job("--exit-worker")
-    probes = make_probes(gpu=False)
+    probes = make_probes(WatchOptions(gpu=False))
     before = snapshot_once(job.pid, probes)
     victim = next(p for p in before.job.by_role(Role.WORKER) if p.rank == 1 and p.worker_index == 1)
 
@@ -174,7 +176,7 @@ def test_unwritable_out_is_refused_before_capture(tmp_path):
 def test_the_stack_engine_reads_each_ranks_loop_position(probe_job):
     # GIVEN a running 2-rank job stepping through its DataLoader
     job = probe_job()
-    probes = make_probes(gpu=False)
+    probes = make_probes(WatchOptions(gpu=False))
     # WHEN it is captured twice, a moment apart
     first = snapshot_once(job.pid, probes)
     time.sleep(0.5)
@@ -196,7 +198,7 @@ def test_the_pystack_engine_reads_the_same_job_as_py_spy(probe_job):
     # GIVEN a running 2-rank job with 2 workers per rank
     job = probe_job()
     # WHEN it is captured through the fallback engine, pystack, in-process
-    bundle = snapshot_once(job.pid, make_probes(gpu=False, engine="pystack"))
+    bundle = snapshot_once(job.pid, make_probes(WatchOptions(gpu=False, engine="pystack")))
     # THEN the same ranks and worker indices are found, each rank's loop is read, and the bundle names the engine
     ranks, workers = _topology(bundle)
     assert sorted(ranks) == [0, 1]

@@ -10,7 +10,7 @@ import pytest
 from hangdoc.collect.stacks import PySpy, StackError, find_py_spy
 from hangdoc.base.errors import PtraceDenied, PySpyMissing
 from hangdoc.model import Job, ProcessInfo, ProcSample, Role, Snapshot, GpuState
-from hangdoc.live.pipeline import require_stacks
+from hangdoc.live.probes import require_stacks
 
 PY_SPY_DENIED = ("Error: Permission Denied: Try running again with elevated permissions by going "
                  "'sudo env \"PATH=$PATH\" !!'\n")

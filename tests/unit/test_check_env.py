@@ -9,7 +9,7 @@ import pytest
 
 from hangdoc.registry import record
 from hangdoc.check.env import check_env
-from hangdoc.check.host import Probes
+from hangdoc.check.host import HostProbes
 from hangdoc.check.model import NvmlFacts
 from hangdoc.cli import main
 
@@ -19,7 +19,7 @@ CAP_NONE = "0000000000000000"
 
 def fake_host(tmp_path: Path, *, arch: str = "x86_64", scope: int | None = None, cap_eff: str = CAP_ALL,
               cpus: int = 8, cpu_max: str | None = None, libs: tuple[str, ...] = (),
-              env: dict[str, str] | None = None, py_spy: bool = True, start_method: str = "fork") -> Probes:
+              env: dict[str, str] | None = None, py_spy: bool = True, start_method: str = "fork") -> HostProbes:
     proc = tmp_path / "proc"
     (proc / "self").mkdir(parents=True, exist_ok=True)
     (proc / "self/status").write_text(f"Name:\tpython\nCapEff:\t{cap_eff}\n")
@@ -40,7 +40,7 @@ def fake_host(tmp_path: Path, *, arch: str = "x86_64", scope: int | None = None,
         spy = bindir / "py-spy"
         spy.write_text("#!/bin/sh\n")
         spy.chmod(0o755)
-    return Probes(
+    return HostProbes(
         proc_root=proc, sys_root=sys_root, shm_path=tmp_path, arch=arch, env=env or {},
         start_method=start_method, cpu_online=cpus, cpu_affinity=cpus, uid=1000,
         find_library=lambda name: None, lib_dirs=(torch_lib,), python=str(bindir / "python"),

@@ -8,11 +8,11 @@ import pytest
 
 from hangdoc.check.data import check_data
 from hangdoc.check.env import check_env
-from hangdoc.check.host import Probes
+from hangdoc.check.host import HostProbes
 from hangdoc.check.model import CheckResult, NvmlFacts
-from hangdoc.check.render_json import render_json
-from hangdoc.check.render_markdown import render_markdown
-from hangdoc.check.render_text import render_text
+from hangdoc.render.check_json import render_json
+from hangdoc.render.check_markdown import render_markdown
+from hangdoc.render.check_text import render_text
 from hangdoc.check.sections import layout
 from factories import write_list, write_shard
 from hangdoc.base.serde import from_dict
@@ -76,7 +76,7 @@ def test_json_round_trips_through_serde(seven, tmp_path):
     out = io.StringIO()
     render_json(seven, out)
     assert from_dict(CheckResult, json.loads(out.getvalue())) == seven
-    env = check_env(num_workers=2, probes=Probes(arch="aarch64", env={}, nvml=lambda: NvmlFacts(False, "none")))
+    env = check_env(num_workers=2, probes=HostProbes(arch="aarch64", env={}, nvml=lambda: NvmlFacts(False, "none")))
     out = io.StringIO()
     render_json(env, out)
     assert from_dict(CheckResult, json.loads(out.getvalue())) == env

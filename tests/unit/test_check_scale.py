@@ -12,10 +12,11 @@ import pytest
 
 from hangdoc.check.data import check_data
 from hangdoc.check.progress_bar import Progress
-from hangdoc.check.render_json import render_json
-from hangdoc.check.render_markdown import render_markdown
-from hangdoc.check.render_text import render_text
-from hangdoc.check.sections import MAX_EVIDENCE_LINES, layout
+from hangdoc.render.check_json import render_json
+from hangdoc.render.check_markdown import render_markdown
+from hangdoc.render.check_text import render_text
+from hangdoc.render.finding import MAX_EVIDENCE_LINES
+from hangdoc.check.sections import layout
 from factories import write_list, write_shard
 from hangdoc.check.tarscan import fast_members
 

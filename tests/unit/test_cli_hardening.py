@@ -16,9 +16,7 @@ from hangdoc.report import build_report
 from hangdoc.bundle.files import load_bundle, save_bundle
 from hangdoc.cli import main
 from hangdoc.collect.stacks import PySpy, StackError
-from hangdoc.model import Report
 from hangdoc.render.words import headline
-from hangdoc.rules import all_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
@@ -99,11 +97,9 @@ def test_the_same_bundle_with_its_log_is_healthy():
 
 
 def test_a_run_timeout_with_no_rank_does_not_claim_a_collective():
-    from hangdoc.live.runner import _timeout_finding
-    from hangdoc.live.watcher import WatchConfig
+    from hangdoc.report.verdict import run_out_of_time_unwatched
 
-    report = Report(schema="hangdoc/report-v1", verdict="hang", detected_after_s=None, culprit_ranks=(),
-                    findings=(_timeout_finding(WatchConfig(timeout_s=5)),), ranks=())
+    report = run_out_of_time_unwatched(5)
     line = headline(report)
     assert "collective" not in line and "--timeout" in line
 
@@ -135,7 +131,7 @@ def test_every_py_spy_failure_says_why(result, words):
 
 
 def test_a_rank_without_a_stack_is_explained_in_the_report():
-    from hangdoc.render.words import missing_stacks
+    from hangdoc.report.facts import missing_stacks
     from hangdoc.base.serde import from_dict, to_dict
     from hangdoc.model import Bundle
 
@@ -145,7 +141,7 @@ def test_a_rank_without_a_stack_is_explained_in_the_report():
     victim = next(p for p in last if p["pid"] in ranks and p["alive"])
     victim["stack"] = None
     victim["errors"] = ["stack: could not collect: ptrace refused: process 4242 already traces pid 1"]
-    lines = missing_stacks([from_dict(Bundle, data)])
+    lines = missing_stacks(from_dict(Bundle, data))
     assert len(lines) == 1 and "already traces" in lines[0]
 
 
@@ -168,7 +164,10 @@ def test_a_rank_exception_is_quoted_from_the_jobs_output():
     assert report.verdict == "crash" and report.culprit_ranks == (0,)
     # WHEN rendered THEN the exception and where it was raised are quoted
     out = io.StringIO()
-    render_text(report, out, bundles=[bundle])
+    render_text(report, out)
     assert "rank 0 raised ValueError: bad lr -1" in out.getvalue()
     assert "train.py:10 in main: raise ValueError" in out.getvalue()
-    assert "ValueError: bad lr -1" in report_markdown(report, [bundle])
+    assert "ValueError: bad lr -1" in report_markdown(report)
+    # AND the JSON report carries the same lines: it says all the text says
+    from hangdoc.render.json import report_json
+    assert "rank 0 raised ValueError: bad lr -1" in json.loads(report_json(report))["cause"]

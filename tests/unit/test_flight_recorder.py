@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from hangdoc.analyze.flight import flight_groups, fr_progress, stuck_line
+from hangdoc.analyze.flight import flight_groups, flight_summary, fr_progress
+from hangdoc.rules.flight_words import stuck_line
 from hangdoc.report import build_report
 from hangdoc.bundle.files import bundle_from_json, load_bundle
 from hangdoc.collect.flight_recorder import FlightCollector, collect_dumps, fr_config, load_dumps, read_dump
-from hangdoc.live.pipeline import report_inputs
+from hangdoc.live.inputs import report_inputs
 from hangdoc.model import ProcessInfo, Role
 from hangdoc.base.serde import to_dict
 
@@ -290,7 +291,8 @@ def test_a_bundle_named_like_a_dump_is_still_a_bundle(tmp_path):
 
 
 def test_ps_and_the_live_view_say_whether_fr_is_on(tmp_path):
-    from hangdoc.analyze.flight import fr_summary
+    from hangdoc.render.words import flight_words
+    from hangdoc.report import build_report
     from hangdoc.collect.flight_recorder import rank_flight_text
     from hangdoc.collect.procfs import ProcFS
     from hangdoc.render.live import flight_note
@@ -308,6 +310,6 @@ def test_ps_and_the_live_view_say_whether_fr_is_on(tmp_path):
     assert rank_flight_text(13, 2, procfs) == "?"
     env = {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": f"{tmp_path}/pipe_"}
     configs = (fr_config(rank_info(0, env)), fr_config(rank_info(1, env)))
-    assert fr_summary(configs) == "on (2000 entries), pipe on 1 of 2 ranks"
+    assert flight_words(flight_summary(configs)) == "on (2000 entries), pipe on 1 of 2 ranks"
     bundle = load_bundle(GOLDEN / "fr-straggler" / "bundle.json")
-    assert flight_note(bundle) == " · FR on (2000 entries), 2 dumps"
+    assert flight_note(build_report(bundle)) == " · FR on (2000 entries), 2 dumps"

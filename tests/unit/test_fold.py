@@ -11,13 +11,12 @@ import zstandard
 from hangdoc.bundle import codec as bundle_v2
 from hangdoc.analyze.diagnose import node_digest
 from hangdoc.report import build_report
-from factories import node_bundle
-from hangdoc.bundle.files import load_bundles, save_bundle
+from factories import node_bundle, save_node
+from hangdoc.bundle.files import load_bundles
 from hangdoc.base.errors import BadBundle, HangdocError
 from hangdoc.live.fold import FOLD_ABOVE_RANKS
-from hangdoc.live.pipeline import report_from_files
+from hangdoc.live.inputs import report_from_files
 from hangdoc.render.text import render_text
-from hangdoc.render.words import row_ranks
 from hangdoc.base.serde import to_json
 
 T0 = 1_700_000_000.0
@@ -35,7 +34,7 @@ def write_job(folder, culprit: int, nodes: int = NODES, skip=(), how: str = "v2"
         elif how == "no-digest":
             (folder / f"node{n:02d}.json.zst").write_bytes(zstandard.ZstdCompressor().compress(bundle_v2.encode(bundle)))
         else:
-            save_bundle(bundle, folder / f"node{n:02d}.json.zst")
+            save_node(bundle, folder / f"node{n:02d}.json.zst")
     return folder
 
 
@@ -65,7 +64,7 @@ def test_a_job_of_128_ranks_by_class_names_the_same_culprit_and_findings_as_the_
     # the rows are classes: every rank in exactly one row, the culprit alone
     rows = folded.ranks
     assert len(rows) == 2 and len(full.ranks) == 128
-    covered = [r for row in rows for r in row_ranks(row)]
+    covered = [r for row in rows for r in row.members]
     assert sorted(covered) == list(range(128))
     culprit_row = next(r for r in rows if r.rank == 77)
     assert culprit_row.rank_count == 1 and culprit_row.rank_set is None
@@ -80,7 +79,7 @@ def test_the_text_report_of_a_folded_job_shows_class_rows_and_the_whole_stack_tr
     bundle, report = report_from_files([folder])
 
     out = io.StringIO()
-    render_text(report, out, width=200, bundles=[bundle])
+    render_text(report, out, width=200)
     text = out.getvalue()
 
     assert "0-76,78-127 (127)" in text
@@ -170,3 +169,20 @@ def test_a_merge_keeps_every_nodes_flight_recorder_dumps_and_data_lists():
                                                                  (2, "node0001"), (3, "node0001")]
     assert merged.flight_errors == ("node0000: rank 0: late", "node0001: rank 2: late")
     assert len(merged.data_lists) == 1
+
+
+@pytest.mark.parametrize("how", ["v2", "no-digest"])
+def test_a_single_process_capture_is_refused_by_class_as_it_is_whole(tmp_path, how):
+    # GIVEN a job folded by class, one node's bundle replaced by a --single capture (with a digest, or read whole)
+    folder = write_job(tmp_path, culprit=77)
+    single = node_bundle(3, NODES, 77, T0, workers=2)
+    single = dataclasses.replace(single, job=dataclasses.replace(single.job, single_process=True))
+    (folder / "node03.json.zst").unlink()
+    if how == "v2":
+        save_node(single, folder / "node03.json.zst")
+    else:
+        (folder / "node03.json.zst").write_bytes(zstandard.ZstdCompressor().compress(bundle_v2.encode(single)))
+    # WHEN the folder is reported
+    # THEN one line names the file, as the whole merge does
+    with pytest.raises(HangdocError, match=r"node03\.json\.zst is a --single capture of one process"):
+        report_from_files([folder])

@@ -15,7 +15,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
 def drawn(bundle, report, width: int) -> list[str]:
     out = io.StringIO()
-    make_console(out, width, terminal=True).print(live_table(bundle, report, width, now="12:00:00"))
+    make_console(out, width, terminal=True).print(live_table(report, width, now="12:00:00"))
     return [line.rstrip() for line in out.getvalue().splitlines()]
 
 
@@ -54,6 +54,6 @@ def test_gpu_sparklines_show_when_there_are_gpus_and_power_when_there_is_room(mo
 
 def test_off_a_terminal_the_view_is_one_status_line_per_round():
     bundle = load_bundle(GOLDEN / "bz2-shards" / "bundle.json")
-    line = status_line(bundle, build_report(bundle))
+    line = status_line(build_report(bundle))
     assert line.startswith("hangdoc: ") and " sample 8 (quiet 4 s of 4 s (given)): " in line
     assert line.endswith("r0 collective-wait 4s stuck | r1 dataloader-wait 4s slow")

@@ -33,7 +33,7 @@ def names(n: int) -> list[str]:
 
 def text_of(report, bundle) -> str:
     out = io.StringIO()
-    render_text(report, out, width=200, bundles=[bundle])
+    render_text(report, out, width=200)
     return out.getvalue()
 
 
@@ -149,6 +149,19 @@ def test_bundles_of_two_runs_of_one_job_are_refused():
         merge_bundles([a, b], ["a.json", "b.json"])
 
 
+def test_a_single_process_capture_is_refused_naming_its_file():
+    # GIVEN node 1's bundle taken with --single (one process, not the job's node)
+    a = node_bundle(0, 2, 9, T0, workers=1)
+    b = node_bundle(1, 2, 9, T0, workers=1)
+    b = dataclasses.replace(b, job=dataclasses.replace(b.job, single_process=True))
+    # WHEN merged THEN one line, exit 2, naming the file
+    with pytest.raises(HangdocError) as err:
+        merge_bundles([a, b], ["a.json", "b.json"])
+    assert err.value.exit_code == EXIT_USAGE
+    assert str(err.value) == ("b.json is a --single capture of one process; only bundles of a "
+                              "distributed job's nodes can be merged")
+
+
 def test_one_node_given_twice_is_refused():
     # GIVEN the same node's bundle twice (two captures of one node)
     a = node_bundle(0, 2, 9, T0, workers=1)
@@ -203,7 +216,7 @@ def test_many_ranks_print_the_culprit_and_the_others_grouped():
     report = build_report(merged)
     # WHEN rendered as text and as Markdown
     text = text_of(report, merged)
-    markdown = report_markdown(report, [merged])
+    markdown = report_markdown(report)
     # THEN the culprit has its own row with its node and host, the others one row for all of them
     lines = text.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("RANK "))

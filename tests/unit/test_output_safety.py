@@ -101,10 +101,10 @@ def outputs() -> dict[str, str]:
         rule="collective-mismatch", severity=Severity.CRITICAL, ranks=(1,), title=poison,
         evidence=(poison, "rank 1 at <module> (train.py:3)"), fix=poison),))
     text = io.StringIO()
-    render_text(report, text, bundles=[bundle])
+    render_text(report, text)
     cmd = ["torchrun", "train.py", *[word for shape, _ in SECRET_SHAPES if shape.startswith("--")
                                       for word in shape.split()], "--note", HOSTILE]
-    return {"text": text.getvalue(), "markdown": report_markdown(report, [bundle]), "json": report_json(report),
+    return {"text": text.getvalue(), "markdown": report_markdown(report), "json": report_json(report),
             "junit": junit_xml(report, cmd)}
 
 
@@ -155,7 +155,7 @@ def test_live_view_at_80_columns_keeps_rank_and_for():
 
     bundle = load_bundle(GOLDEN / "bz2-shards" / "bundle.json")
     console = Console(file=io.StringIO(), width=80, color_system=None)
-    console.print(live_table(bundle, build_report(bundle), 80))
+    console.print(live_table(build_report(bundle), 80))
     lines = console.file.getvalue().splitlines()
     assert lines[1].split()[:3] == ["RANK", "STATE", "FOR"]
     assert max(len(line) for line in lines) <= 80
@@ -170,6 +170,6 @@ def test_piped_text_is_not_wrapped(monkeypatch):
     command = "hangdoc watch --job --out /a/very/long/path/" + "x" * 150 + "/bundle.json"
     report = dataclasses.replace(report, findings=(dataclasses.replace(report.findings[0], fix=command),))
     out = io.StringIO()
-    render_text(report, out, bundles=[bundle])
+    render_text(report, out)
     # THEN the command is on one line, whole
     assert any(command in line for line in out.getvalue().splitlines())

@@ -34,3 +34,14 @@ def test_status_gives_memory_and_the_main_threads_switches():
     assert abs(stat.rss_bytes - rss_kb * 1024) < 64 << 20
     assert stat.main_thread is not None and stat.main_thread.voluntary_switches >= 0
     assert not stat.full and stat.open_files == ()
+
+
+def test_a_command_line_that_cannot_be_read_is_empty(tmp_path):
+    # GIVEN a /proc tree holding only pid 5, and no pid at all (a rank without a launcher)
+    (tmp_path / "5").mkdir()
+    (tmp_path / "5" / "cmdline").write_bytes(b"torchrun\0--nproc_per_node=2\0train.py\0")
+    procfs = ProcFS(tmp_path)
+    # WHEN command lines are read without failing
+    # THEN pid 5's is its words, and a gone pid, pid 0 or None read as ()
+    assert procfs.cmdline_or_empty(5) == ("torchrun", "--nproc_per_node=2", "train.py")
+    assert procfs.cmdline_or_empty(6) == procfs.cmdline_or_empty(0) == procfs.cmdline_or_empty(None) == ()

@@ -9,7 +9,7 @@ from hangdoc.collect import pystack_engine
 from hangdoc.collect.pystack_engine import _thread
 from hangdoc.collect.stacks import PySpy, parse_dump
 from hangdoc.base.errors import PySpyMissing, PyStackMissing
-from hangdoc.live.pipeline import engine_name, stack_engine
+from hangdoc.live.probes import engine_name, stack_engine
 
 
 @dataclass
@@ -99,7 +99,7 @@ def test_auto_takes_py_spy_when_installed_and_pystack_when_asked(monkeypatch):
 
 def test_auto_falls_back_to_pystack_where_py_spy_is_missing(monkeypatch):
     # GIVEN no py-spy anywhere, pystack importable
-    import hangdoc.live.pipeline as pipeline
+    import hangdoc.live.probes as pipeline
 
     def missing(explicit=None):
         raise PySpyMissing()

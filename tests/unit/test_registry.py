@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
-import re
-from pathlib import Path
 
 import pytest
 
-import hangdoc.check
+from hangdoc.check import ckpt_rules, data_rules, env_rules
 from hangdoc.cli import main
+from hangdoc.model import Rule
 from hangdoc.registry import page, record, records
 from hangdoc.rules import all_rules
 
@@ -45,12 +44,14 @@ def test_code_fixes_carry_a_snippet():
     assert "state_dict()" in record("resume-restarts-epoch").snippet
 
 
-def test_every_slug_the_check_rules_raise_is_registered_for_check():
-    # the checkers name their slugs as string literals passed to make(...)
-    source = "".join(p.read_text() for p in Path(hangdoc.check.__file__).parent.glob("*_rules.py"))
-    raised = set(re.findall(r'make\("([a-z0-9-]+)"', source))
-    raised |= set(re.findall(r'"([a-z]+(?:-[a-z]+)+)": \(', source))  # data_rules' per-status titles
-    assert raised and all("check" in record(slug).commands for slug in raised)
+@pytest.mark.parametrize("checker", [env_rules, data_rules, ckpt_rules], ids=lambda m: m.__name__)
+def test_every_record_a_checker_raises_is_registered_for_check(checker):
+    # GIVEN the records a checker builds its findings from: every Rule it names at module level
+    named = [value for value in vars(checker).values() if isinstance(value, Rule)]
+    # THEN each is declared (RECORDS) or shared from a live rule (SHARED), and is the registry's
+    # record for its slug, listed for `check`
+    assert named and set(named) <= {*checker.RECORDS, *getattr(checker, "SHARED", ())}
+    assert all(record(r.slug) is r and "check" in r.commands for r in named)
 
 
 def test_hangdoc_rules_lists_every_slug(capsys):

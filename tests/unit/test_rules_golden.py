@@ -72,7 +72,7 @@ def test_near_miss_rules_stay_quiet(name):
 def test_markdown_report_is_the_golden_one(name):
     # GIVEN a golden bundle WHEN rendered as Markdown, as `hangdoc report --format markdown` does
     bundle, report, _ = golden(name)
-    text = report_markdown(report, [bundle]) + "\n"
+    text = report_markdown(report) + "\n"
     # THEN it is exactly expected.md
     assert text == (GOLDEN / name / "expected.md").read_text()
 
@@ -83,7 +83,7 @@ def test_text_report_is_the_golden_one(name, monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
     bundle, report, _ = golden(name)
     out = io.StringIO()
-    render_text(report, out, width=120, bundles=[bundle], terminal=True)
+    render_text(report, out, width=120, terminal=True)
     # THEN it is exactly expected.txt, the same renderer `hangdoc report` and the README's demo use
     assert out.getvalue() == (GOLDEN / name / "expected.txt").read_text()
 

@@ -5,7 +5,8 @@ from collections import deque
 
 from hangdoc.collect.snapshot import Probes
 from hangdoc.model import Role
-from hangdoc.live.watcher import WatchConfig, Watcher
+from hangdoc.live.options import WatchOptions
+from hangdoc.live.watcher import Watcher
 from tests.factories import node_bundle
 
 T0 = 1_700_000_000.0
@@ -17,7 +18,7 @@ def watcher_after(*culprits: int) -> tuple[Watcher, dict]:
     samples = [node_bundle(0, 1, culprit, T0 + 2 * i, samples=1, workers=2, ranks_per_node=2).samples[0]
                for i, culprit in enumerate(culprits)]
     job = node_bundle(0, 1, 0, T0, samples=1, workers=2, ranks_per_node=2).job
-    watcher = Watcher(job.launcher_pid, Probes(), WatchConfig(), job=job, samples=deque(samples))
+    watcher = Watcher(job.launcher_pid, Probes(), WatchOptions(), job=job, samples=deque(samples))
     workers = {r.rank: {p.pid for p in job.processes if p.role is Role.WORKER and p.rank_pid == r.pid}
                for r in job.ranks}
     return watcher, workers

@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 from typing import TextIO
 
-from hangdoc.check.model import CheckResult
 from hangdoc.base.serde import to_dict
+from hangdoc.check.model import CheckResult
 
 
 def render_json(result: CheckResult, out: TextIO) -> None:

@@ -9,12 +9,10 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from hangdoc.check.sections import Document, Table, shown_evidence, shown_ranks
+from hangdoc.check.sections import Document, Table
+from hangdoc.model import Severity
 from hangdoc.render.escape import terminal as esc
-from hangdoc.model import Finding, Severity
-from hangdoc.registry import records
-
-STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "cyan"}
+from hangdoc.render.finding import CHECK, draw_finding
 
 
 def render_text(doc: Document, out: TextIO, width: int | None = None) -> None:
@@ -24,26 +22,11 @@ def render_text(doc: Document, out: TextIO, width: int | None = None) -> None:
     console.print(Text(doc.heading, style="bold"))
     console.print(doc.summary)
     for finding in doc.findings:
-        _finding(console, finding)
+        # On a terminal an info finding stays short: no code under its fix (Markdown shows it).
+        snippet = doc.snippets.get(finding.rule) if finding.severity is not Severity.INFO else None
+        draw_finding(console, finding, CHECK, snippet)
     for table in doc.tables:
         _table(console, table)
-
-
-def _finding(console: Console, f: Finding) -> None:
-    console.print()
-    head = Text(f"{f.severity.value.upper():<8} ", style=STYLE[f.severity])
-    head.append(f.rule, style="bold")
-    if f.ranks:
-        head.append(f"  {shown_ranks(f)}")
-    console.print(head)
-    console.print(Text(f"  {esc(f.title)}"))
-    for line in shown_evidence(f):
-        console.print(Text(f"  - {esc(line)}", style="dim"))
-    console.print(Text(f"  fix: {esc(f.fix)}", style="green"))
-    snippet = records()[f.rule].snippet if f.rule in records() else None
-    if snippet and f.severity is not Severity.INFO:
-        for line in snippet.splitlines():
-            console.print(Text(f"      {line}", style="green"))
 
 
 def _table(console: Console, table: Table) -> None:

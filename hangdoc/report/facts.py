@@ -1,0 +1,79 @@
+"""What every format prints beside the findings, read once from the bundle so that no renderer
+has to: a crash's own exception, the ranks without a stack and why, the ranks' stack classes,
+their GPUs over the last samples, and the Flight Recorder settings."""
+from __future__ import annotations
+
+from hangdoc.analyze.classes import stack_classes, stack_tree
+from hangdoc.analyze.flight import flight_summary
+from hangdoc.analyze.logs import rank_exception
+from hangdoc.base.words import rank_label
+from hangdoc.model import Bundle, GpuTrend, Report, Severity, StackClass, Verdict
+
+TREND_SAMPLES = 12     # the live view's sparklines
+
+
+def stackless_ranks(bundle: Bundle) -> list[tuple[int | None, int, str]]:
+    """(rank, pid, why) for each live rank without a stack in the last sample, as the bundle recorded it."""
+    out = []
+    last = bundle.last
+    for rank in bundle.job.ranks:
+        sample = last.sample_of(rank.pid)
+        if sample is not None and sample.alive and sample.stack is None:
+            out.append((rank.rank, rank.node_pid, sample.stack_failure or "py-spy gave nothing"))
+    return out
+
+
+def missing_stacks(bundle: Bundle | None, limit: int = 8) -> tuple[str, ...]:
+    """Why ranks have no stack: a rank named culprit "at no stack" must say why (ptrace refused
+    by another tracer, a py-spy that does not run here, ...)."""
+    if bundle is None or not bundle.samples:
+        return ()
+    lines = [f"rank {rank_label(rank)} (pid {pid}) has no stack: {why}" for rank, pid, why in stackless_ranks(bundle)]
+    if len(lines) > limit:
+        lines = lines[:limit] + [f"... and {len(lines) - limit} more ranks without a stack"]
+    return tuple(lines)
+
+
+def crash_cause(report: Report, bundle: Bundle, limit: int = 2) -> tuple[str, ...]:
+    """For a crash: the exception the culprit rank (or its worker) printed, quoted from the job's
+    output, and where it was raised. The root cause is there, not in the stacks."""
+    if report.verdict != Verdict.CRASH or any(f.severity is Severity.CRITICAL for f in report.findings):
+        return ()   # a rule already names the cause, with its evidence
+    lines = []
+    for rank in (report.culprit_ranks or (None,))[:limit]:
+        raised = rank_exception(bundle.logs, rank)
+        if raised is None:
+            continue
+        who = f"rank {rank}" if rank is not None else "the job"
+        lines.append(f"{who} raised {' -> '.join(m[:300] for m in raised.messages)}")
+        if raised.where:
+            lines.append(f"  at {raised.where}" + (f": {raised.code[:200]}" if raised.code else ""))
+    return tuple(lines)
+
+
+def stacks(report: Report, bundle: Bundle) -> tuple[tuple[str, ...], tuple[StackClass, ...]]:
+    """The main-thread stacks of the last sample: the folded tree and the classes (frame labels only:
+    a report never carries a frame's locals)."""
+    if not bundle.samples:
+        return (), ()
+    members = report.class_members
+    classes = stack_classes(bundle, members)
+    tree = stack_tree(bundle, members)
+    return tuple(tree), tuple(StackClass(c.ranks, tuple(f.label for f in c.frames)) for c in classes)
+
+
+def gpu_trend(bundle: Bundle, pid: int, width: int = TREND_SAMPLES) -> GpuTrend | None:
+    util, power, limit = [], [], 0.0
+    for snapshot in list(bundle.samples)[-width:]:
+        device = snapshot.gpu.device_of(pid) if snapshot.gpu.available else None
+        util.append(device.utilization_pct if device else None)
+        power.append(device.power_w if device else None)
+        if device and device.power_limit_w:
+            limit = max(limit, device.power_limit_w)
+    if all(v is None for v in util):
+        return None
+    return GpuTrend(tuple(util), tuple(power), limit or None)
+
+
+def flight(bundle: Bundle):
+    return flight_summary(bundle.flight_config, len(bundle.flight_records))

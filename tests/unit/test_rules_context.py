@@ -1,0 +1,51 @@
+"""The rules run in order and each reads the findings of those before it from its Context."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import hangdoc.rules
+from hangdoc.analyze.diagnose import diagnose
+from hangdoc.bundle.files import load_bundle
+from hangdoc.model import Rule, Severity, finding
+from hangdoc.rules import all_rules, dataloader_stall, run_rules, worker_deadlock
+from hangdoc.rules.base import Context
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+
+
+def context_of(case: str) -> Context:
+    bundle = load_bundle(GOLDEN / case / "bundle.json")
+    return Context(bundle, diagnose(bundle))
+
+
+def test_dataloader_stall_fires_when_no_earlier_finding_explains_the_rank():
+    # GIVEN rank 1 of stuck-fetch waiting on its DataLoader, and no finding before this rule
+    ctx = context_of("stuck-fetch")
+    # WHEN dataloader-stall runs THEN it names rank 1
+    assert [f.ranks for f in dataloader_stall.check(ctx)] == [(1,)]
+
+
+def test_dataloader_stall_stays_quiet_where_a_more_specific_rule_already_fired():
+    # GIVEN the same rank, already explained by a worker-deadlock finding of an earlier rule
+    ctx = context_of("stuck-fetch")
+    explained = finding(worker_deadlock.RULE, [1], "DataLoader worker 0 of rank 1 is deadlocked", ["stack"])
+    # WHEN dataloader-stall reads it from the context THEN it adds nothing
+    assert dataloader_stall.check(Context(ctx.bundle, ctx.diagnosis, findings=(explained,))) == []
+
+
+def test_every_rule_dataloader_stall_defers_to_runs_before_it():
+    order = [r.slug for r in all_rules()]
+    assert dataloader_stall.SPECIFIC
+    assert all(order.index(slug) < order.index("dataloader-stall") for slug in dataloader_stall.SPECIFIC)
+
+
+def test_run_rules_hands_each_rule_the_findings_of_the_rules_before_it(monkeypatch):
+    # GIVEN two rules: the first finds something, the second records what its context holds
+    seen = []
+    first = Rule("first", "First", Severity.WARNING, check=lambda ctx: [finding(first, [0], "one", [])])
+    second = Rule("second", "Second", Severity.INFO, check=lambda ctx: seen.append(ctx.findings) or [])
+    monkeypatch.setattr(hangdoc.rules, "all_rules", lambda: [first, second])
+    # WHEN they run THEN the second sees the first's finding
+    findings = run_rules(context_of("stuck-fetch"))
+    assert [f.rule for f in findings] == ["first"]
+    assert seen == [findings]
