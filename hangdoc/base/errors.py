@@ -65,7 +65,11 @@ class NotPython(HangdocError):
 
 
 class NotDistributed(HangdocError):
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, why: str = ""):
+        if why:
+            super().__init__(f"pid {pid} is not a distributed job yet: {why}; is it the right pid? "
+                             "`hangdoc ps` lists this node's jobs")
+            return
         super().__init__(
             f"pid {pid} is a Python process but not part of a distributed job "
             "(no RANK/WORLD_SIZE in its environment nor among its children); "

@@ -60,6 +60,9 @@ def watch(
                            nonblocking=nonblocking, single=single, engine=engine.value, py_spy=py_spy,
                            gpu=not no_gpu)
     probes = make_probes(options)
+    from hangdoc.live.attach import find_job_waiting
+
+    find_job_waiting(pid, probes.procfs, single=single, notify=lambda line: print(f"hangdoc: {line}", file=sys.stderr))
     if once:
         from hangdoc.bundle.files import save_bundle
 
