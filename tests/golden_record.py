@@ -52,7 +52,8 @@ KEEP_LOG_LINES = 400   # what the collector keeps: the whole tail
 WATCH = ("--interval", "0.5", "--hang-after", "4", "--no-live", "--no-gpu", "--format", "json")
 ALL_RULES = ("slow-decompression", "tar-member-decode", "uneven-shards", "worker-died", "worker-error", "no-progress", "missing-ranks",
              "worker-deadlock", "fork-unsafe-arm", "dataloader-stall", "gpu-starved",
-             "collective-straggler", "collective-mismatch", "flight-recorder")
+             "collective-straggler", "collective-mismatch", "flight-recorder", "rank-died",
+             "debugger-prompt", "file-lock-wait", "child-process-wait", "helper-thread-died")
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,22 @@ def rules_job(mode: str, layout: str = "plain", *, fault: bool = True, fault_aft
     return start
 
 
+def exit_job(mode: str, *extra: str):
+    """A mode of tests/jobs/exit_job.py: how a rank ends (crash modes wait only for ready, so watch sees it)."""
+    def start(workdir: Path):
+        cmd = torchrun_cmd(JOBS / "exit_job.py", "--workdir", str(workdir), "--mode", mode, *extra)
+        return cmd, [workdir / "ready.0", workdir / "ready.1"]
+    return start
+
+
+def own_waits_job(mode: str):
+    """A mode of tests/jobs/own_waits_job.py: a hang in the job's own code (pdb, flock, a child, a thread)."""
+    def start(workdir: Path):
+        cmd = torchrun_cmd(JOBS / "own_waits_job.py", "--workdir", str(workdir), "--mode", mode)
+        return cmd, [workdir / "ready.0", workdir / "ready.1", workdir / "fault"]
+    return start
+
+
 def on_aarch64(bundle: Bundle) -> Bundle:
     """The x86 segfault as a Kunpeng host shows it: aarch64, OpenMP and ACL mapped in every process."""
     arm_libs = ("/opt/arm/acl/lib/libarm_compute.so",)
@@ -130,7 +147,7 @@ CASES = [
     Case("uneven-shards", "5 shards over 2 ranks x 2 workers: rank 1 reaches the epoch barrier first",
          "hang", (1,), ("uneven-shards", "collective-mismatch"), scenario("uneven-shards")),
     Case("barrier-mismatch", "stall_job: rank 1 calls barrier() mid-epoch while rank 0 is in all_reduce",
-         "hang", (1,), ("uneven-shards", "collective-mismatch"), stall_job("mismatch")),
+         "hang", (1,), ("collective-mismatch",), stall_job("mismatch")),
     Case("worker-segfault", "a rank-1 worker segfaults (x86_64): the job crashes",
          "crash", (1,), ("worker-died",), scenario("worker-segfault", fault=False)),
     Case("worker-segfault-aarch64", "the worker-segfault bundle as an aarch64 host with OpenMP/ACL shows it",
@@ -159,6 +176,20 @@ CASES = [
          "healthy", (), (), scenario("healthy", fault=False, max_steps=600), timeout_s=40),
     Case("checkpoint-pause", "rank 0 writes a checkpoint for 3.5 s every 10 steps; rank 1 waits in a barrier",
          "healthy", (), (), scenario("checkpoint-pause", fault=False, max_steps=400), timeout_s=12),
+    Case("pdb-breakpoint", "rank 0 stops at a breakpoint() left in at step 5; its stdin is a pipe nobody writes",
+         "hang", (0,), ("debugger-prompt", "collective-straggler"), own_waits_job("breakpoint")),
+    Case("flock-worker", "a rank-1 DataLoader worker asks for an flock that a child of rank 0 holds",
+         "hang", (1,), ("file-lock-wait", "collective-straggler"), own_waits_job("flock")),
+    Case("subprocess-fifo", "rank 1 runs subprocess.run(['cat', fifo]) with no timeout; nobody opens the FIFO to write",
+         "hang", (1,), ("child-process-wait", "collective-straggler"), own_waits_job("subprocess")),
+    Case("prefetch-thread-died", "rank 1's prefetch thread raises 4 s in and dies; rank 1 waits in Queue.get",
+         "hang", (1,), ("helper-thread-died", "collective-straggler"), own_waits_job("thread-died")),
+    Case("rank-sigkill", "rank 1 grows by 200 MB and is SIGKILLed, as the OOM killer does; read as it dies",
+         "crash", (1,), ("rank-died",), exit_job("kill9", "--fault-after", "4")),
+    Case("rank-abort", "rank 1 all_reduces a tensor of another size: gloo aborts rank 0 (SIGABRT)",
+         "crash", (0,), ("rank-died",), exit_job("mismatch", "--fault-after", "4")),
+    Case("ragged-exit", "a silent job whose rank 1 leaves 6 s after rank 0; both exit 0",
+         "healthy", (), (), exit_job("ragged", "--steps", "60", "--linger", "6"), timeout_s=40),
 ]
 BY_NAME = {c.name: c for c in CASES}
 

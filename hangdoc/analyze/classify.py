@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hangdoc.model import Frame, ProcSample, RankState, Stack, Thread, WorkerState
+from hangdoc.model import Frame, ProcSample, ProcStat, RankState, Stack, Thread, Wait, WorkerState
 
 
 # c10d's public collectives, as they appear in torch/distributed/distributed_c10d.py.
@@ -31,6 +31,10 @@ _NATIVE_WAITS = ("ProcessGroupNCCL", "ncclGroupEnd", "ncclAllReduce", "cudaStrea
                  "cudaDeviceSynchronize", "cudaEventSynchronize", "_local_scalar_dense",
                  "ProcessGroupGloo", "gloo::", "c10d::Reducer", "Work::wait", "WorkNCCL::wait")
 _BACKWARD = ("_engine_run_backward", "run_backward")
+# DDP's forward runs collectives from C++ with no Python frame of c10d's above them: the first
+# iteration's bucket rebuild, buffer broadcasts, find_unused_parameters' bookkeeping.
+_DDP_FORWARD = ("DistributedDataParallel._pre_forward", "DistributedDataParallel._post_forward",
+                "_pre_forward", "_post_forward")
 _DATALOADER_NEXT = ("_next_data", "_get_data", "_try_get_data", "__next__")
 _IO_FRAMES = ("save", "_save", "_legacy_save", "load", "_load", "_legacy_load", "copyfileobj",
               "write", "read", "readinto", "flush", "fsync")
@@ -41,6 +45,18 @@ _DECODE_FILES = ("wave.py", "aifc.py", "soundfile", "torchaudio", "librosa", "au
 _READ_FILES = ("tarfile.py", "zipfile.py", "io.py", "_pyio.py", "codecs.py", "shutil.py")
 _LOCK_FRAMES = ("acquire", "__enter__", "Condition.wait", "Lock.acquire", "RLock.acquire",
                 "Semaphore.acquire", "Event.wait")
+# Waits of the job's own line outside collectives and the DataLoader (a Reading's detail is a Wait).
+_DEBUGGER_FILES = ("/pdb.py", "/bdb.py", "/cmd.py")
+_DEBUGGER_PACKAGES = ("/ipdb/", "/pudb/", "/IPython/", "/prompt_toolkit/", "/pydevd", "/debugpy/")
+_PROMPTS = ("cmdloop", "_cmdloop", "interaction", "set_trace", "_prompt_for_confirmation")
+_LOCK_CALLS = ("flock", "lockf", "lockf64", "__flock", "fcntl_flock", "fcntl_lockf", "fcntl_flock_impl",
+               "fcntl_lockf_impl")
+_SUBPROCESS_WAITS = ("run", "call", "check_call", "check_output", "getoutput", "getstatusoutput", "Popen.wait",
+                     "Popen._wait", "Popen._try_wait", "Popen.communicate", "Popen._communicate")
+_CHILD_WCHANS = ("do_wait", "kernel_wait4", "wait_consider_task")
+_HANDOFF_FILES = ("/threading.py", "/queue.py", "concurrent/futures/")
+_HANDOFFS = ("Queue.get", "Queue.put", "Queue.join", "Event.wait", "Condition.wait", "Condition.wait_for",
+             "Future.result", "Barrier.wait")
 
 
 @dataclass(frozen=True)
@@ -80,6 +96,50 @@ def _in_dataloader_wait(frames: tuple[Frame, ...]) -> Frame | None:
     return None
 
 
+def own_frame(frames: tuple[Frame, ...]) -> Frame | None:
+    """The innermost frame of the job's own code (not the standard library's, not torch's, not a
+    debugger's): the user's line a thread stands at."""
+    return next((f for f in frames if f.is_job_code and not any(p in f.filename for p in _DEBUGGER_PACKAGES)), None)
+
+
+def _leading(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
+    """The library frames the job's own innermost line called into (all of them when it has none)."""
+    own = own_frame(frames)
+    return frames[:frames.index(own)] if own is not None else frames
+
+
+def _is_debugger(frame: Frame) -> bool:
+    return frame.filename.endswith(_DEBUGGER_FILES) or any(p in frame.filename for p in _DEBUGGER_PACKAGES)
+
+
+def waits_on(thread: Thread, proc: ProcStat | None = None) -> Wait | None:
+    """What a thread's own line waits on outside collectives and the DataLoader, from its frames
+    and (for the main thread, whose wchan /proc/PID shows) the kernel: a debugger's prompt, a
+    file lock, a child process, or (idle) a queue or event another thread feeds. None: none of these."""
+    lead = _leading(thread.frames)
+    if any(_is_debugger(f) and f.name.rsplit(".", 1)[-1] in _PROMPTS for f in lead):
+        return Wait.DEBUGGER
+    if proc is not None and proc.in_file_lock or any(f.name.rsplit(".", 1)[-1] in _LOCK_CALLS for f in lead):
+        return Wait.FILE_LOCK
+    if (proc is not None and proc.wchan in _CHILD_WCHANS) or any(
+            f.filename.endswith("/subprocess.py") and f.name in _SUBPROCESS_WAITS for f in lead):
+        return Wait.CHILD
+    if (not thread.active and lead and len(lead) < len(thread.frames)
+            and all(any(p in f.filename for p in _HANDOFF_FILES) for f in lead)
+            and any(f.name in _HANDOFFS for f in lead)):
+        return Wait.THREAD
+    return None
+
+
+def _kernel_wait(proc: ProcStat | None) -> Wait | None:
+    """What the kernel alone says a process without a stack sleeps on."""
+    if proc is None:
+        return None
+    if proc.in_file_lock:
+        return Wait.FILE_LOCK
+    return Wait.CHILD if proc.wchan in _CHILD_WCHANS else None
+
+
 def classify_rank(sample: ProcSample | None) -> Reading:
     """The state of a rank from its main thread (and the kernel's view of it)."""
     if sample is None or not sample.alive or (sample.proc and sample.proc.state in ("Z", "X")):
@@ -88,6 +148,9 @@ def classify_rank(sample: ProcSample | None) -> Reading:
     if main is None or not main.frames:
         if sample.proc and sample.proc.state == "D":
             return Reading(RankState.IO, "uninterruptible sleep (disk)", None)
+        kernel = _kernel_wait(sample.proc)
+        if kernel is not None:
+            return Reading(RankState.IDLE, kernel, None)
         return Reading(RankState.UNKNOWN, None, None)
     frames = main.frames
     hit = collective_frame(frames)
@@ -96,10 +159,17 @@ def classify_rank(sample: ProcSample | None) -> Reading:
     dl = _in_dataloader_wait(frames)
     if dl:
         return Reading(RankState.DATALOADER, "DataLoader.__next__", dl)
+    wait = waits_on(main, sample.proc)
+    if wait is not None:
+        # A wait, whatever the job's code: the line it waits at is the evidence.
+        return Reading(RankState.IDLE, wait, own_frame(frames) or frames[0])
     top = frames[0]
     if any(f.name.endswith(_BACKWARD) for f in frames[:3]) and not main.active:
         # DDP's reducer all-reduces gradients from C++ inside backward: idle there means waiting on it.
         return Reading(RankState.COLLECTIVE, "DDP gradient all_reduce (backward)", top)
+    if top.name in _DDP_FORWARD and "torch/nn/parallel/distributed.py" in top.filename and not main.active:
+        # Idle in DDP's own forward hooks: its reducer waits on the other ranks from C++.
+        return Reading(RankState.COLLECTIVE, "DDP forward sync", top)
     if any(p in f.filename for f in frames for p in _IO_FILES) or (sample.proc and sample.proc.state == "D"):
         frame = next((f for f in frames if any(p in f.filename for p in _IO_FILES)), top)
         return Reading(RankState.IO, frame.name, frame)
@@ -120,6 +190,11 @@ def classify_worker(sample: ProcSample | None) -> Reading:
     above = frames[:loop]   # the frames the worker loop called into
     if above and above[-1].name.endswith("get") and "queue" in above[-1].filename.lower():
         return Reading(WorkerState.IDLE, "waiting for work on its index queue", above[-1])
+    wait = waits_on(main, sample.proc) if above else None
+    if wait is Wait.FILE_LOCK:
+        return Reading(WorkerState.LOCK_WAIT, wait, own_frame(above) or above[0])
+    if wait in (Wait.DEBUGGER, Wait.CHILD):
+        return Reading(WorkerState.IDLE, wait, own_frame(above) or above[0])
     for frame in above:
         if any(p in frame.filename for p in _DECOMPRESS_FILES) or "decompress" in frame.name.lower():
             return Reading(WorkerState.DECOMPRESSING, frame.short_filename, frame)
@@ -153,3 +228,49 @@ def signature(sample: ProcSample | None) -> tuple:
     if main is None:
         return ()
     return main.frames
+
+
+# What a parked main thread sleeps in, for a poll loop's reading: its Python frames first (a wait
+# written in Python), then the kernel's wait channel (time.sleep and select are C: no frame).
+_PARKED_FRAMES = (
+    (("/threading.py",), "a lock or Event wait"),
+    (("/queue.py",), "a queue get"),
+    (("/selectors.py", "/asyncio/"), "select/poll"),
+    (("/socket.py", "/ssl.py"), "a socket read"),
+    (("/subprocess.py",), "a subprocess wait"),
+    (("/genericpath.py", "/posixpath.py", "/pathlib.py"), "os.path.exists/stat"),
+)
+_PARKED_WCHANS = (
+    (("nanosleep",), "time.sleep"),
+    (("poll_schedule_timeout", "do_select", "do_sys_poll", "ep_poll", "core_sys_select"), "select/poll"),
+    (("sk_wait_data", "inet_csk_accept", "unix_stream", "tcp_recvmsg", "wait_woken"), "a socket read"),
+    (("futex",), "a lock or Event wait"),
+    (("pipe_read", "pipe_wait", "anon_pipe_read"), "a pipe read"),
+    (("do_wait", "kernel_wait4"), "a subprocess wait"),
+)
+_PARKED_NATIVE = (
+    (("nanosleep",), "time.sleep"),
+    (("select", "poll"), "select/poll"),
+    (("recv",), "a socket read"),
+    (("pthread_cond", "futex", "sem_"), "a lock or Event wait"),
+)
+
+
+def parked_in(sample: ProcSample | None) -> str | None:
+    """What a rank's main thread sleeps in between two tries of a poll or retry loop, in words
+    ("time.sleep", "select/poll", "a socket read", "a lock or Event wait", "os.path.exists/stat"):
+    the library frames above its own innermost line, else a native frame, else the kernel's wait
+    channel. None: it runs, or nothing names its wait."""
+    main = sample.stack.main if sample and sample.stack else None
+    if main is None or main.active:
+        return None
+    for frame in main.frames:
+        if frame.is_job_code:
+            break
+        table = _PARKED_NATIVE if frame.native else _PARKED_FRAMES
+        where = frame.name if frame.native else frame.filename
+        words = next((w for keys, w in table if any(k in where for k in keys)), None)
+        if words is not None:
+            return words
+    wchan = (sample.proc.wchan if sample.proc else None) or ""
+    return next((words for keys, words in _PARKED_WCHANS if wchan and any(k in wchan for k in keys)), None)

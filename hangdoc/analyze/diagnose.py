@@ -15,21 +15,23 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hangdoc.analyze.classify import Reading, signature
+from hangdoc.analyze.classify import Reading, parked_in, signature
 from hangdoc.analyze.flight import fr_step_times
 from hangdoc.analyze.logs import failed_worker_rank, killed_workers, says_failure, torchrun_root_cause
-from hangdoc.analyze.progress import Rhythm, blocked_since, progress_word, rank_progress, rhythm
+from hangdoc.analyze.progress import PollLoop, Rhythm, blocked_since, poll_loop, progress_word, rank_progress, rhythm
+from hangdoc.analyze.rendezvous import joining, joining_since, not_joined, setup_name
 from hangdoc.analyze.timeline import Timeline, timelines
 from hangdoc.base.parse import to_int
 from hangdoc.model import (
     DIGEST_VERSION, Bundle, DigestWorker, Frame, LogTail, NodeDigest, ProcessInfo, RankDigest, RankState, Role,
-    Verdict, WorkerState,
+    ProcSample, Verdict, Word, WorkerState,
 )
 
 # Collectives on the common path of a training step: the rank elsewhere left that path.
 CRASH_GRACE_S = 5.0
 _STEP_COLLECTIVES = ("all_reduce", "DDP gradient all_reduce (backward)", "reduce_scatter",
                      "reduce_scatter_tensor", "all_gather_into_tensor", "cuda synchronize")
+_SIGTERM = 15      # what torchrun sends the other ranks once one failed
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,9 @@ class RankView:
     # The ranks this view stands for in a job diagnosed by class (its own rank and the ranks
     # of other nodes that look the same); empty: only its own.
     members: tuple[int, ...] = ()
+    joining: Frame | None = None         # the process-group setup it waits in for every rank to join
+    joining_since: float | None = None
+    poll: PollLoop | None = None         # the poll or retry loop it goes round (no steps: a wait)
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -148,26 +153,48 @@ def rank_views(bundle: Bundle, lines: dict[int, Timeline]) -> list[RankView]:
             for w in workers if w.pid in lines
         )
         exited_at = next((p.time for p in line.points if p.reading.state == RankState.EXITED), None)
-        views.append(RankView(rank, line.last.reading, line.state_since(), blocked_since(line),
-                              progress_word(line, worker_lines), worker_states, exited_at))
+        since = joining_since(line)
+        setup = joining(line.last) if since is not None else None
+        poll = poll_loop(line)
+        reading = _plain_reading(line, setup, poll, bundle.last.sample_of(rank.pid))
+        views.append(RankView(rank, reading, line.state_since(), blocked_since(line),
+                              progress_word(line, worker_lines), worker_states, exited_at,
+                              joining=setup, joining_since=since, poll=poll))
     return views
+
+
+def _plain_reading(line: Timeline, setup: Frame | None, poll: PollLoop | None,
+                   sample: ProcSample | None) -> Reading:
+    """The rank's reading, said plainly where the classifier left only a function's name: a rank
+    in process-group setup waits in the setup call (`init_process_group`), a rank in a poll loop
+    in that loop's wait, at the job's own line. A wait the classifier named (a Word) is kept."""
+    reading = line.last.reading
+    if isinstance(reading.detail, Word) or (setup is None and poll is None):
+        return reading
+    if setup is not None:
+        return Reading(reading.state, setup_name(setup), setup)
+    wait = parked_in(sample)
+    own = next((f for f in line.last.sig if f.is_job_code), reading.frame)
+    return Reading(reading.state, f"a poll loop ({wait})" if wait else "a poll loop", own)
 
 
 def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
     """The verdict from the ranks' digests: one node's, or every node's of a job."""
     now = facts.now
     beat = rhythm([r.rhythm for r in ranks], facts.first, facts.hang_after, list(facts.collective_steps))
-    crash = _crash(ranks, facts)
+    told = _told_by_exits(ranks, facts)
+    crash = told.crash if told is not None else _crash(ranks, facts)
     if crash is not None:
         return Decision(Verdict.CRASH, crash[0], crash[1], rhythm=beat)
-    if ranks and all(r.exited_at is not None for r in ranks):
-        return Decision(Verdict.HEALTHY if ended_readably(facts) else Verdict.ENDED, rhythm=beat)
+    if ranks and all(_gone_at(r) is not None for r in ranks):
+        ended_well = (told is not None and told.ended_well) or ended_readably(facts)
+        return Decision(Verdict.HEALTHY if ended_well else Verdict.ENDED, rhythm=beat)
     if not ranks and facts.exit_code not in (None, 0):
         return Decision(Verdict.CRASH, rhythm=beat)
 
     quiet = now - beat.quiet_since
     culprits, mismatch = _culprits(ranks)
-    waiting = any(r.exited_at is None and r.state == RankState.COLLECTIVE for r in ranks)
+    waiting = any(r.exited_at is None and (r.state == RankState.COLLECTIVE or r.joining) for r in ranks)
     split = bool(mismatch) or (waiting and bool(culprits))
     if quiet >= beat.threshold_s and waiting:
         return Decision(Verdict.HANG, culprits, beat.quiet_since, mismatch, rhythm=beat)
@@ -207,13 +234,22 @@ def digest_of(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView])
             stack_key=stack_key(signature(sample)), state_since=view.state_since,
             blocked_since=view.blocked_since, exited_at=view.exited_at, progress=view.progress,
             rhythm=rank_progress(line), unmoved_since=max(since) if since else None, points=len(line.points),
+            joining=setup_name(view.joining) if view.joining else None, world_size=view.info.world_size,
+            local_rank=view.info.local_rank, local_world_size=to_int(view.info.env.get("LOCAL_WORLD_SIZE")),
             workers=tuple(DigestWorker(pid=w.node_pid, index=w.worker_index, state=r.state if alive else WorkerState.EXITED,
                                        top_frame=r.frame.label if r.frame else None, alive=alive)
                           for w, r, alive in view.workers),
-            started=view.info.start_time))
+            started=view.info.start_time, **_exit_fields(bundle, view.info.pid)))
     nodes = max((n for p in bundle.job.ranks if (n := to_int(p.env.get("GROUP_WORLD_SIZE")))), default=None)
     return NodeDigest(DIGEST_VERSION, bundle.samples[0].time, bundle.last.time, tuple(ranks),
                       tuple(fr_step_times(bundle.flight_records)), nodes)
+
+
+def _exit_fields(bundle: Bundle, pid: int) -> dict:
+    record = bundle.exit_of(pid)
+    if record is None:
+        return {}
+    return {"exit_time": record.time, "exit_code": record.code, "exit_signal": record.signal}
 
 
 def stack_key(frames: tuple[Frame, ...]) -> str:
@@ -230,8 +266,60 @@ def ended_readably(facts: JobFacts) -> bool:
     return facts.exit_code == 0 or any(line.strip() for tail in facts.logs for line in tail.lines)
 
 
+@dataclass(frozen=True)
+class _Exits:
+    """What the ranks' exit statuses say: a crash (culprit ranks, onset), or none so far."""
+
+    crash: tuple[tuple[int, ...], float] | None
+    ended_well: bool = False       # every rank exited with code 0
+
+
+def _gone_at(rank: RankDigest) -> float | None:
+    """When the rank exited: its exit record's time (the moment it died, when a pidfd told),
+    else the first sample that found it gone."""
+    return rank.exit_time if rank.exit_time is not None else rank.exited_at
+
+
+def _told_by_exits(ranks: Sequence[RankDigest], facts: JobFacts) -> _Exits | None:
+    """The verdict the exit statuses give, or None where they do not decide: no exit records
+    (an older bundle), a rank gone with its status unread and no failure read, ranks that exited
+    0 under a launcher that failed. A rank that died by a signal or a non-zero code is the crash;
+    the ranks that died after it (torchrun's SIGTERM tearing the job down, a peer's "Connection
+    closed") are not culprits. Ranks that exited 0, however far apart, did not crash."""
+    if not any(r.exit_time is not None for r in ranks):
+        return None
+    gone = sorted((r for r in ranks if _gone_at(r) is not None), key=_gone_at)
+    failed = [r for r in gone if r.exit_failed]
+    unread = [r for r in gone if not r.exit_told]
+    if not failed:
+        if unread or facts.exit_code not in (None, 0):
+            return None
+        return _Exits(None, ended_well=len(gone) == len(ranks))
+    first = _gone_at(failed[0])
+    earlier = [r for r in unread if _gone_at(r) < first]
+    if earlier:   # gone before the first failure read, its status unread: it went first
+        onset = _gone_at(earlier[0])
+        root = torchrun_root_cause(facts.logs)
+        culprits = (root.rank,) if root is not None else tuple(
+            r.rank for r in earlier if _gone_at(r) == onset and r.rank is not None)
+        return _Exits((tuple(culprits), onset))
+    tied = [r for r in failed if _gone_at(r) == first]
+    # Read at one instant: a fatal signal is the likelier cause, an error exit next (a peer's
+    # "Connection closed by peer"), SIGTERM last (the launcher's teardown).
+    likely = min(map(_teardown_order, tied))
+    causes = [r for r in tied if _teardown_order(r) == likely]
+    return _Exits((tuple(sorted(r.rank for r in causes if r.rank is not None)), first))
+
+
+def _teardown_order(rank: RankDigest) -> int:
+    if rank.exit_signal == _SIGTERM:
+        return 2
+    return 0 if rank.exit_signal is not None else 1
+
+
 def _crash(ranks: Sequence[RankDigest], facts: JobFacts) -> tuple[tuple[int, ...], float | None] | None:
-    """(culprit ranks, onset) when the job crashed, None when it did not (or not yet)."""
+    """(culprit ranks, onset) when the job crashed, None when it did not (or not yet), read
+    from the samples and the logs: the bundle has no exit status that decides."""
     exited = sorted((r for r in ranks if r.exited_at is not None), key=lambda r: r.exited_at)
     if not exited:
         return None
@@ -268,13 +356,20 @@ def _all_frozen(ranks: Sequence[RankDigest], now: float, beat: Rhythm) -> float 
 
 
 def _culprits(ranks: Sequence[RankDigest]) -> tuple[tuple[int, ...], dict[str, tuple[int, ...]]]:
-    waiting = [r for r in ranks if r.state == RankState.COLLECTIVE]
-    others = [r for r in ranks if r.state != RankState.COLLECTIVE]
+    # Ranks in process-group setup wait for every rank to join: the ones that have not are the
+    # culprits, present or not. Beside ranks in a collective (a new_group), setup is one more
+    # collective to match.
+    if not any(r.exited_at is None and r.state == RankState.COLLECTIVE for r in ranks):
+        late = not_joined(ranks)
+        if late:
+            return late, {}
+    waiting = [r for r in ranks if r.state == RankState.COLLECTIVE or r.joining]
+    others = [r for r in ranks if not (r.state == RankState.COLLECTIVE or r.joining)]
     if others and waiting:
         return tuple(sorted(r.rank for r in others if r.rank is not None)), {}
     groups: dict[str, list[int]] = defaultdict(list)
     for rank in waiting:
-        groups[rank.detail or "?"].append(rank.rank)
+        groups[rank.joining or rank.detail or "?"].append(rank.rank)
     if len(groups) < 2:
         return (), {}
     mismatch = {name: tuple(sorted(r)) for name, r in groups.items()}

@@ -9,6 +9,14 @@ A rank *stepped* between two samples when its own code shows it (`stepped`):
 Identity churn in the innermost frame of a computing rank is not a step: a loop that never
 ends (`while True: x = f(x)`) rebinds its locals forever.
 
+Only the training loop steps. A rank *parked* (idle, or in a wait of its own line: not
+computing, not in a collective or the DataLoader) at the same place, frame for frame and line
+for line, at both samples went at most round a loop around that wait: a poll or retry loop
+(`while not acquired: attempts += 1; time.sleep(0.2)`). The integers of its innermost frame
+count tries there, not steps (`polling`). A training loop that waits at one place every step
+still steps: its outer frames move (control came back to the loop that called the wait), or
+its innermost frame takes a new object (a new `batch` from a queue).
+
 Without locals (py-spy could not read them) the frames of the job and the main thread's
 kernel counters stand in, and the report says so.
 
@@ -19,6 +27,8 @@ waits DEFAULT_HANG_AFTER_S.
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 from dataclasses import dataclass
 
 from hangdoc.analyze.timeline import Point, Timeline, moved, moved_bytes
@@ -29,6 +39,9 @@ HANG_FLOOR_S = 10.0
 DEFAULT_HANG_AFTER_S = 60.0
 WAKEUPS_PER_DUMP = 2     # voluntary context switches one blocking py-spy dump adds to a parked thread
 WAIT_STATES = frozenset({RankState.COLLECTIVE, RankState.DATALOADER, RankState.IDLE})
+# Where a rank is not parked: it runs, or waits as a training step does, or is gone.
+_NOT_PARKED = frozenset({RankState.COMPUTE, RankState.IO, RankState.COLLECTIVE, RankState.DATALOADER,
+                         RankState.EXITED, RankState.UNKNOWN})
 
 
 def _common_depth(a: LoopMark, b: LoopMark) -> int:
@@ -40,16 +53,18 @@ def _common_depth(a: LoopMark, b: LoopMark) -> int:
     return depth
 
 
-def loop_moved(a: LoopMark, b: LoopMark, waiting: bool) -> bool:
-    """Did the job's own code move on between two LoopMarks of one thread (see module doc)?"""
+def loop_moved(a: LoopMark, b: LoopMark, waiting: bool, poll: bool = False) -> bool:
+    """Did the job's own code move on between two LoopMarks of one thread (see module doc)?
+    `poll`: the thread was parked at the same place at both: its innermost frame's integers
+    count the tries of a poll loop, not steps."""
     depth = _common_depth(a, b)
     last_a, last_b = len(a.frames) - 1, len(b.frames) - 1
     for i in range(depth):
         fa, fb = a.frames[i], b.frames[i]
-        ca, cb = dict(fa.counters), dict(fb.counters)
-        if any(ca[k] != cb[k] for k in ca.keys() & cb.keys()):
-            return True
         innermost = i == last_a or i == last_b
+        ca, cb = dict(fa.counters), dict(fb.counters)
+        if not (poll and innermost) and any(ca[k] != cb[k] for k in ca.keys() & cb.keys()):
+            return True
         if not innermost and (fa.digest != fb.digest or fa.line != fb.line):
             return True
         if innermost and waiting and i == last_a == last_b and fa.digest != fb.digest:
@@ -71,7 +86,7 @@ def stepped(a: Point, b: Point) -> bool:
 def _stepped(a: Point, b: Point) -> bool:
     waiting = a.reading.state in WAIT_STATES and b.reading.state in WAIT_STATES
     if a.loop is not None and b.loop is not None:
-        return loop_moved(a.loop, b.loop, waiting)
+        return loop_moved(a.loop, b.loop, waiting, polling(a, b))
     # No locals (an older bundle, or py-spy could not read them): the job's frames stand in for
     # the marks, and a waiting rank that woke up or moved bytes counts, to stay on the safe side.
     # A blocking py-spy dump itself costs a parked thread 2 voluntary switches (measured), hence
@@ -83,6 +98,49 @@ def _stepped(a: Point, b: Point) -> bool:
     woke = (a.main is not None and b.main is not None and b.main.cpu_s - a.main.cpu_s > 0.02
             and b.main.voluntary_switches > a.main.voluntary_switches + WAKEUPS_PER_DUMP)
     return moved_bytes(a, b) or woke
+
+
+def parked(point: Point) -> bool:
+    """Asleep outside a training step's own waits: idle, or in a wait of its own line (a sleep, a
+    select, a lock), not computing, not in a collective or the DataLoader."""
+    return point.fresh and bool(point.sig) and point.reading.state not in _NOT_PARKED
+
+
+def polling(a: Point, b: Point) -> bool:
+    """Parked at the same place, frame for frame and line for line, at both points: in between,
+    the rank at most went round a loop around that wait (see module doc)."""
+    return parked(a) and parked(b) and a.sig == b.sig
+
+
+@dataclass(frozen=True)
+class PollLoop:
+    """A rank going round a poll or retry loop: parked at one place since `since`, while the
+    integers of its innermost frame (`counter`, its tries) moved from `tries[0]` to `tries[1]`."""
+
+    since: float
+    function: str                  # the job's innermost frame, whose loop it is
+    counter: str
+    tries: tuple[int, int]
+
+
+def poll_loop(line: Timeline) -> PollLoop | None:
+    """The poll loop a rank is in at its last sample (None: it is not in one, or nothing counts)."""
+    last = line.last
+    prev = next((p for p in itertools.islice(reversed(line.points), 1, None) if p.fresh), None)
+    if prev is None or not polling(prev, last):
+        return None
+    since = line.run_start("polling", polling)
+    first = line.points[bisect.bisect_left(line.points, since, key=lambda p: p.time)]
+    a, b = first.loop, last.loop
+    if a is None or b is None or not a.frames or not b.frames or a.frames[-1].function != b.frames[-1].function:
+        return None
+    before, after = dict(a.frames[-1].counters), dict(b.frames[-1].counters)
+    counted = sorted(((abs(after[k] - before[k]), k) for k in before.keys() & after.keys() if after[k] != before[k]),
+                     reverse=True)
+    if not counted:
+        return None
+    name = counted[0][1]
+    return PollLoop(since, b.frames[-1].function, name, (before[name], after[name]))
 
 
 def frames_mark(frames: tuple[Frame, ...]) -> LoopMark:
@@ -175,7 +233,10 @@ def progress_word(line: Timeline, worker_lines: list[Timeline]) -> Progress:
     prev, last = fresh[-2], fresh[-1]
     if stepped(prev, last):
         return Progress.ACTIVE
-    if prev.sig != last.sig or moved(prev, last) or any(
-            len(w.points) >= 2 and moved(w.points[-2], w.last) for w in worker_lines):
+    if any(len(w.points) >= 2 and moved(w.points[-2], w.last) for w in worker_lines):
+        return Progress.SLOW
+    if polling(prev, last):
+        return Progress.STUCK      # what CPU it used went into polling
+    if prev.sig != last.sig or moved(prev, last):
         return Progress.SLOW
     return Progress.STUCK

@@ -78,9 +78,14 @@ def unpaired_members(facts: DataFacts) -> list[Finding]:
     ranks = (_where(facts, s.index)[0] for s in broken + strays)
     if broken:
         n = sum(len(s.unpaired) for s in broken)
-        title = (f"{plural(n, 'utterance')} in {plural(len(broken), 'shard')} "
-                 f"{'lacks' if n == 1 else 'lack'} audio or transcript: "
-                 "the pipeline gets samples without 'wav' or 'txt'")
+        if all(s.layout != "webdataset" for s in broken):
+            title = (f"{plural(n, 'utterance')} in {plural(len(broken), 'shard')} "
+                     f"{'lacks' if n == 1 else 'lack'} audio or transcript: "
+                     "the pipeline gets samples without 'wav' or 'txt'")
+        else:
+            title = (f"{plural(n, 'sample')} in {plural(len(broken), 'shard')} "
+                     f"{'lacks' if n == 1 else 'lack'} a member the other samples have: "
+                     "the pipeline gets samples without that field")
         return [finding(UNPAIRED_MEMBER, ranks, title, evidence,
                         severity=Severity.CRITICAL, max_evidence=MAX_EVIDENCE)]
     n = sum(len(s.strays) for s in strays)
@@ -264,13 +269,14 @@ UNREADABLE_SHARD = Rule(
 
 UNPAIRED_MEMBER = Rule(
     slug="unpaired-member",
-    title="A shard's members do not pair up as key.wav + key.txt",
+    title="A shard's members do not make whole samples (key.wav + key.txt, or a webdataset key's fields)",
     severity=Severity.CRITICAL,
-    summary='An utterance in a shard has audio without a transcript or a transcript without audio '
-            '(critical: the sample cannot be built), or a shard holds stray members only (warning). '
-            'Pipelines that pair `key.wav` with `key.txt` drop or crash on them.',
-    fix='Re-pack the shard so that every utterance is two adjacent members key.<audio> and key.txt, '
-        'with no other members.',
+    summary='In a speech shard (WeNet), an utterance has audio without a transcript or a transcript '
+            'without audio; in a webdataset shard (images, labels, JSON, arrays), a key lacks a member '
+            'most keys of its shard have, or holds one field twice (critical: the sample cannot be '
+            'built). A speech shard holding stray members only is a warning. Pipelines drop or crash on them.',
+    fix='Re-pack the shard so that every sample is whole: two adjacent members key.<audio> and key.txt '
+        "(speech, with no other members), or every field the other keys have (webdataset: key.jpg + key.cls).",
     commands=("check",),
 )
 

@@ -42,12 +42,13 @@ class DataList:
 
 @dataclass(frozen=True)
 class Pairing:
-    """How a shard's members group into utterances, the way WeNet's tar reader groups them."""
+    """How a shard's members group into samples, the way its reader groups them (check/pairing.py)."""
 
     members: int
-    utterances: int                # adjacent key.<audio> + key.txt pairs
-    unpaired: tuple[str, ...] = ()  # "utt3.wav has no utt3.txt"
-    strays: tuple[str, ...] = ()    # members that are neither audio nor transcript
+    utterances: int                # whole samples: adjacent key.<audio> + key.txt pairs, or whole webdataset keys
+    unpaired: tuple[str, ...] = ()  # "utt3.wav has no utt3.txt", "img7 has .jpg but no .cls, which ..."
+    strays: tuple[str, ...] = ()    # members no sample takes
+    layout: str = "speech"         # "speech" (WeNet) or "webdataset"
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class ShardInfo:
     unpaired: tuple[str, ...] = ()
     strays: tuple[str, ...] = ()
     error: str | None = None
+    layout: str | None = None      # "speech" or "webdataset" once its members were read (check/pairing.py)
 
     @property
     def counted(self) -> bool:

@@ -78,7 +78,8 @@ def _scan_plain_tar(index: int, path: str, dataset: str, size: int, f) -> ShardI
         pairing = pair_members(name for name, regular in fast if regular)
         strays = pairing.strays + tuple(name for name, regular in fast if not regular)
         return ShardInfo(index, path, dataset, "ok", size, NONE, members=len(fast),
-                         utterances=pairing.utterances, unpaired=pairing.unpaired, strays=strays)
+                         utterances=pairing.utterances, unpaired=pairing.unpaired, strays=strays,
+                         layout=pairing.layout)
     f.seek(0)
     try:
         with tarfile.open(fileobj=f, mode="r:") as tar:
@@ -99,4 +100,4 @@ def _scan_plain_tar(index: int, path: str, dataset: str, size: int, f) -> ShardI
     pairing = pair_members(m.name for m in members if m.isfile())
     strays = pairing.strays + tuple(m.name for m in members if not m.isfile())
     return ShardInfo(index, path, dataset, "ok", size, NONE, members=len(members),
-                     utterances=pairing.utterances, unpaired=pairing.unpaired, strays=strays)
+                     utterances=pairing.utterances, unpaired=pairing.unpaired, strays=strays, layout=pairing.layout)

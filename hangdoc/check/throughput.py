@@ -120,7 +120,7 @@ def measure_shard(shard: ShardInfo, scratch_dir: str | None = None) -> tuple[Thr
         return None, replace(shard, status="unreadable", error=why)
     pairing = pair_members(names)
     counted = replace(shard, members=pairing.members, utterances=pairing.utterances,
-                       unpaired=pairing.unpaired, strays=pairing.strays)
+                       unpaired=pairing.unpaired, strays=pairing.strays, layout=pairing.layout)
     seconds = max(seconds, 1e-9)
     return Throughput(
         index=shard.index, path=shard.path, compression=compression,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hangdoc.base.parse import to_int
-from hangdoc.model import IoCounters, OpenFile, ProcStat, ThreadCounters
+from hangdoc.model import FdLink, IoCounters, OpenFile, ProcStat, ThreadCounters
 
 # The libraries whose presence changes a diagnosis (fork-unsafe thread pools, NCCL, CUDA).
 INTERESTING_LIBS = re.compile(
@@ -202,6 +202,37 @@ class ProcFS:
             files.append(OpenFile(fd=fd, path=target, pos=pos, size=st.st_size, mode=mode))
         return tuple(files)
 
+    def fd_links(self, pid: int, fds: tuple[int, ...] | None = None, limit: int = 16) -> tuple[FdLink, ...]:
+        """The descriptors that are not regular files (pipes, FIFOs, sockets, devices): all of them
+        (`fds` None, the first `limit`) or the ones named (`(0,)`: stdin)."""
+        fd_dir = self.path(pid, "fd")
+        if fds is None:
+            try:
+                fds = tuple(sorted(int(n) for n in os.listdir(fd_dir) if n.isdigit()))
+            except (FileNotFoundError, ProcessLookupError):
+                raise ProcGone(f"process {pid} has exited") from None
+            except PermissionError:
+                raise ProcDenied(f"/proc/{pid}/fd: permission denied") from None
+        links = []
+        for fd in fds:
+            try:
+                target = os.readlink(f"{fd_dir}/{fd}")
+            except PermissionError:
+                raise ProcDenied(f"/proc/{pid}/fd: permission denied") from None
+            except OSError:
+                continue   # closed, or never open
+            kind = _link_kind(target, f"{fd_dir}/{fd}")
+            if kind is not None:
+                links.append(FdLink(fd, target, kind))
+                if len(links) >= limit:
+                    break
+        return tuple(links)
+
+    def locks_text(self) -> str:
+        """/proc/locks, the kernel's table of file locks (OSError when it cannot be read)."""
+        with open(f"{self._root}/locks", encoding="utf-8", errors="replace") as f:
+            return f.read()
+
     def thread_counters(self, pid: int, tid: int | None = None) -> ThreadCounters | None:
         """One thread's CPU time and context switches (the main thread by default: tid == pid)."""
         tid = pid if tid is None else tid
@@ -224,9 +255,10 @@ class ProcFS:
             involuntary_switches=_status_field(status, "nonvoluntary_ctxt_switches") or 0,
         )
 
-    def proc_stat(self, pid: int, full: bool = True) -> ProcStat:
+    def proc_stat(self, pid: int, full: bool = True, links: tuple[int, ...] | None = ()) -> ProcStat:
         """Everything a sample needs from /proc for one process; `full=False` leaves out the
-        kernel wait (wchan, syscall) and the open files, the costly part (about 0.5 ms a process)."""
+        kernel wait (wchan, syscall) and the open files, the costly part (about 0.5 ms a process).
+        `links`: the descriptors to name when not regular files (None: all, see `fd_links`)."""
         st = self.stat(pid)
         status = self.read_text(pid, "status")
         wchan = self._optional(pid, "wchan") if full else None
@@ -235,6 +267,10 @@ class ProcFS:
             open_files = self.open_files(pid) if full else ()
         except ProcDenied:
             open_files = ()
+        try:
+            fd_links = self.fd_links(pid, links) if full and links != () else ()
+        except ProcDenied:
+            fd_links = ()
         return ProcStat(
             state=st.state,
             wchan=wchan if wchan not in (None, "", "0") else None,
@@ -247,6 +283,7 @@ class ProcFS:
             open_files=open_files,
             main_thread=self._thread_counters(pid, pid, status),
             full=full,
+            fd_links=fd_links,
         )
 
     def _optional(self, pid: int, name: str) -> str | None:
@@ -254,6 +291,27 @@ class ProcFS:
             return self.read_text(pid, name).strip()
         except ProcDenied:
             return None
+
+
+def _link_kind(target: str, link: str) -> str | None:
+    """"pipe", "fifo", "socket", "tty", "device", "other"; None for a regular file (see open_files)."""
+    if target.startswith("pipe:"):
+        return "pipe"
+    if target.startswith("socket:"):
+        return "socket"
+    if target.startswith(("/dev/pts/", "/dev/tty", "/dev/console")):
+        return "tty"
+    if target.startswith("/dev/"):
+        return "device"
+    if not target.startswith("/"):
+        return "other"          # anon_inode:[eventfd] and the like
+    try:
+        mode = os.stat(link).st_mode
+    except OSError:
+        return "other"          # deleted, or gone meanwhile
+    if stat_mod.S_ISREG(mode):
+        return None
+    return "fifo" if stat_mod.S_ISFIFO(mode) else "device" if stat_mod.S_ISCHR(mode) else "other"
 
 
 def _status_field(status: str, key: str) -> int | None:

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
+from hangdoc.collect.locks import lock_waits
 from hangdoc.collect.procfs import ProcDenied, ProcFS, ProcGone
 from hangdoc.collect.stacks import Dump, DumpRequest, StackError, StackReader, dump_many
 from hangdoc.model import GpuState, Job, ProcessInfo, ProcSample, Role, Snapshot
@@ -58,7 +59,9 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
         stacks_future = (side.submit(dump_many, probes.pyspy, requests, probes.max_parallel)
                          if probes.pyspy is not None and requests else None)
         gpu_future = side.submit(probes.gpu)
-        procs = {pid: _read_proc(probes.procfs, pid, pid not in light) for pid in pids}
+        links = _links_wanted(job)
+        procs = {pid: _read_proc(probes.procfs, pid, pid not in light, links.get(pid, ())) for pid in pids}
+        procs = _with_lock_holders(probes.procfs, procs)
         if stacks_future is not None:
             dumps = stacks_future.result()
         gpu = gpu_future.result()
@@ -80,9 +83,36 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
     return snapshot, refine_job(job, dumps)
 
 
-def _read_proc(procfs: ProcFS, pid: int, full: bool = True):
+def _links_wanted(job: Job) -> dict[int, tuple[int, ...] | None]:
+    """The descriptors worth naming when not regular files: every one of a rank's other children
+    (what a child the rank waits for is blocked on), and a rank's stdin (what a pdb prompt reads)."""
+    wanted: dict[int, tuple[int, ...] | None] = {}
+    for proc in job.processes:
+        if proc.role is Role.CHILD:
+            wanted[proc.pid] = None
+        elif proc.role is Role.RANK:
+            wanted[proc.pid] = (0,)
+    return wanted
+
+
+def _with_lock_holders(procfs: ProcFS, procs: dict):
+    """The processes asleep on a file lock get the lock's line of /proc/locks: holder and path."""
+    waiting = {pid for pid, (stat, _, _) in procs.items() if stat is not None and stat.in_file_lock}
+    if not waiting:
+        return procs
+    found, error = lock_waits(procfs, waiting)
+    for pid in waiting:
+        stat, errors, alive = procs[pid]
+        if error is not None:
+            procs[pid] = (stat, errors + (f"locks: could not collect: {error}",), alive)
+        elif pid in found:
+            procs[pid] = (dataclasses.replace(stat, locks=found[pid]), errors, alive)
+    return procs
+
+
+def _read_proc(procfs: ProcFS, pid: int, full: bool = True, links: tuple[int, ...] | None = ()):
     try:
-        stat = procfs.proc_stat(pid, full)
+        stat = procfs.proc_stat(pid, full, links)
     except ProcGone:
         return None, ("proc: could not collect: the process has exited",), False
     except ProcDenied as exc:

@@ -9,6 +9,10 @@ thread has not run since its last stack. The launcher's stack is read on the ful
 Sampling is gentle: a rank that stepped at the last sample (and its workers) is read with
 `py-spy --nonblocking`, which does not pause its threads; a rank that looks stuck, and
 every process at the first round, is read blocking, for a consistent stack.
+
+Between rounds the loop waits on the exit watcher (collect/exits.py), not a plain sleep: every
+process's exit status is read the moment it dies, and a rank's or the launcher's exit brings
+the next round at once.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from hangdoc.analyze.timeline import LiveTimelines
 from hangdoc.base.errors import HangdocError
 from hangdoc.collect.datalists import copy_data_lists
 from hangdoc.collect.discover import find_job
+from hangdoc.collect.exits import ExitWatcher
 from hangdoc.collect.logs import log_sources, read_tails
 from hangdoc.collect.snapshot import Probes, capture
 from hangdoc.live.capture import make_bundle
@@ -63,10 +68,13 @@ class Watcher:
     flight: object = None                                # a FlightCollector, made on first use
     live: LiveTimelines = field(default_factory=LiveTimelines)   # the analysis's timelines, round to round
     stacked_at: dict = field(default_factory=dict)   # pid -> its main thread's counters when its stack was read
+    exit_watcher: ExitWatcher | None = None          # made at start() over the probes' /proc
 
     def start(self) -> Bundle:
         """Find the job and take the first full capture; attach errors surface here."""
         self.job = find_job(self.pid, self.probes.procfs, single=self.options.single)
+        if self.exit_watcher is None:
+            self.exit_watcher = ExitWatcher(proc_root=str(self.probes.procfs.root), sleep=self.sleep)
         self.data_lists = copy_data_lists(self.job, self.probes.procfs.root)
         snapshot = self._capture(all_workers=True)
         require_stacks(snapshot, self.job)
@@ -85,6 +93,7 @@ class Watcher:
                         logs=logs),
             exit_code=self.exit_code(),
             data_lists=self.data_lists,
+            exits=self.exit_watcher.exits if self.exit_watcher is not None else (),
         )
 
     def run(self, on_sample: Callable[[Report], None] | None = None,
@@ -92,21 +101,25 @@ class Watcher:
         """Sample until a verdict; the caller renders and saves. `start()` may have run already."""
         bundle = self.bundle() if self.samples else self.start()
         began = time.monotonic()
-        while True:
-            bundle, report, digest = self.assess(bundle)
-            if on_sample:
-                on_sample(report)
-            reason = stop_reason(report)
-            if reason is None and (self._all_gone(bundle) or ended()):
-                reason = StopReason.ENDED
-            if reason is None and self.options.timeout_s is not None \
-                    and time.monotonic() - began >= self.options.timeout_s:
-                reason = StopReason.TIMEOUT
-            if reason is not None:
-                return Outcome(report, bundle, reason, digest)
-            self.sleep(self._next_delay(bundle))
-            on_round()
-            bundle = self.step()
+        try:
+            while True:
+                bundle, report, digest = self.assess(bundle)
+                if on_sample:
+                    on_sample(report)
+                reason = stop_reason(report)
+                if reason is None and (self._all_gone(bundle) or ended()):
+                    reason = StopReason.ENDED
+                if reason is None and self.options.timeout_s is not None \
+                        and time.monotonic() - began >= self.options.timeout_s:
+                    reason = StopReason.TIMEOUT
+                if reason is not None:
+                    return Outcome(report, bundle, reason, digest)
+                self._wait(self._next_delay(bundle))
+                on_round()
+                bundle = self.step()
+        finally:
+            if self.exit_watcher is not None:
+                self.exit_watcher.close()
 
     def assess(self, bundle: Bundle) -> tuple[Bundle, Report, NodeDigest | None]:
         """One round's analysis: the report, redone with the job's own records when it has any,
@@ -117,6 +130,13 @@ class Watcher:
         return bundle, report, diagnosis.digest
 
     # -- internals -------------------------------------------------------------------
+    def _wait(self, delay: float) -> None:
+        """Until the next round: `delay` seconds, or less when a rank or the launcher exits."""
+        if self.exit_watcher is None:
+            self.sleep(delay)
+        else:
+            self.exit_watcher.wait(delay)
+
     def _with_flight_records(self, bundle: Bundle, report: Report, diagnosis):
         """The job's own record: every rank's FR settings; once a rank looks stuck, its FR dumps
         (dump pipes written to once, a bounded wait) and NCCL RAS, with the report redone on them."""
@@ -141,6 +161,10 @@ class Watcher:
         snapshot, self.job = capture(self.job, self.probes, stack_pids=wanted,
                                      native=self.options.native, nonblocking=self._gentle_pids(), light=light)
         self.samples.append(snapshot)
+        if self.exit_watcher is not None:
+            for proc in self.job.processes:
+                self.exit_watcher.watch(proc.pid, wake=proc.role in (Role.RANK, Role.LAUNCHER))
+            self.exit_watcher.observe(snapshot)
         for sample in snapshot.processes:
             if sample.stack is not None and sample.proc is not None:
                 self.stacked_at[sample.pid] = sample.proc.main_thread

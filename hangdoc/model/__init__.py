@@ -5,11 +5,12 @@ room's schema version lives beside it.
 
 Every name is importable from `hangdoc.model` itself.
 """
-from hangdoc.model.vocab import Progress, RankState, Role, Severity, StopReason, Verdict, Word, WorkerState
+from hangdoc.model.vocab import Progress, RankState, Role, Severity, StopReason, Verdict, Wait, Word, WorkerState
 from hangdoc.model.capture import (
-    BUNDLE_SCHEMA, PID_STRIDE, Bundle, DataListCopy, FlightRecord, FrConfig, FrEntry, FrFrame, FrGroup, Frame,
-    FrameMark, GpuDevice, GpuProcess, GpuState, Host, IoCounters, Job, LogTail, LoopMark, OpenFile, Options,
-    ProcessInfo, ProcSample, ProcStat, RasComm, RasStatus, Snapshot, Stack, Thread, ThreadCounters, is_job_file,
+    BUNDLE_SCHEMA, FILE_LOCK_WCHANS, PID_STRIDE, Bundle, DataListCopy, FdLink, FileLock, FlightRecord, FrConfig, FrEntry, FrFrame, FrGroup, Frame,
+    FrameMark, GpuDevice, GpuProcess, GpuState, Host, IoCounters, Job, LogTail, LoopMark, OomCount, OpenFile,
+    Options, ProcessExit, ProcessInfo, ProcSample, ProcStat, RasComm, RasStatus, Snapshot, Stack, Thread,
+    ThreadCounters, is_job_file,
 )
 from hangdoc.model.digest import DIGEST_VERSION, DigestWorker, NodeDigest, RankDigest, StepSummary
 from hangdoc.model.report import (
@@ -25,12 +26,16 @@ __all__ = [
     "Severity",
     "StopReason",
     "Verdict",
+    "Wait",
     "Word",
     "WorkerState",
     "BUNDLE_SCHEMA",
     "PID_STRIDE",
     "Bundle",
     "DataListCopy",
+    "FILE_LOCK_WCHANS",
+    "FdLink",
+    "FileLock",
     "FlightRecord",
     "FrConfig",
     "FrEntry",
@@ -46,8 +51,10 @@ __all__ = [
     "Job",
     "LogTail",
     "LoopMark",
+    "OomCount",
     "OpenFile",
     "Options",
+    "ProcessExit",
     "ProcessInfo",
     "ProcSample",
     "ProcStat",

@@ -132,6 +132,36 @@ class ThreadCounters:
 
 
 @dataclass(frozen=True)
+class FdLink:
+    """A descriptor that is not a regular file, as /proc/PID/fd/N names it: what a child process
+    or a rank's stdin is connected to."""
+
+    fd: int
+    target: str                    # "pipe:[288509]", "socket:[1234]", "/dev/null", "/tmp/x.fifo"
+    kind: str                      # "pipe", "fifo", "socket", "tty", "device" or "other"
+
+
+@dataclass(frozen=True)
+class FileLock:
+    """A file lock a process waits for, from /proc/locks, with the process that holds it."""
+
+    kind: str                      # "FLOCK", "POSIX", "OFDLCK"
+    mode: str                      # "WRITE" or "READ"
+    inode: str                     # "fe:00:2147933": device major:minor (hex) and inode, as /proc/locks says
+    path: str | None = None        # the locked file, found among the waiter's open files
+    holder_pid: int | None = None  # the pid /proc/locks names as holding it (None: not shown, an OFD lock)
+    holder_cmdline: tuple[str, ...] = ()   # the holder's command line, redacted
+
+
+# The kernel functions a process blocked on a file lock sleeps in (/proc/PID/wchan): flock(2) and
+# fcntl(F_SETLKW), which lockf(3) calls.
+FILE_LOCK_WCHANS = frozenset({
+    "locks_lock_inode_wait", "flock_lock_inode_wait", "locks_lock_file_wait", "fcntl_setlk",
+    "do_lock_file_wait", "posix_lock_inode_wait", "__x64_sys_flock", "__arm64_sys_flock", "__do_sys_flock",
+})
+
+
+@dataclass(frozen=True)
 class ProcStat:
     state: str                     # R, S, D, Z, T, ...
     wchan: str | None
@@ -146,10 +176,19 @@ class ProcStat:
     # False: a light read (state, CPU, memory, I/O, the main thread's counters) of a process
     # the round did not look at closely; wchan, syscall and open files were not read.
     full: bool = True
+    # Descriptors that are not regular files (pipes, FIFOs, sockets, devices): every one of a
+    # rank's other children, fd 0 of a rank. Empty where not read.
+    fd_links: tuple[FdLink, ...] = ()
+    locks: tuple[FileLock, ...] = ()  # the file locks it waits for (/proc/locks), with their holders
 
     @property
     def cpu_s(self) -> float:
         return self.utime_s + self.stime_s
+
+    @property
+    def in_file_lock(self) -> bool:
+        """Asleep on a file lock, as the kernel says (wchan)."""
+        return self.wchan in FILE_LOCK_WCHANS
 
 
 # --- GPUs ---------------------------------------------------------------------
@@ -440,6 +479,61 @@ class RasStatus:
     lines: tuple[str, ...] = ()    # the text answer, first lines
 
 
+# --- how a process ended ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OomCount:
+    """The kernel's count of OOM kills, read when hangdoc began watching a process and when it exited.
+
+    `source`: the cgroup file it came from (v2 `memory.events`, v1 `memory.oom_control`) or
+    `/proc/vmstat` (the whole machine's). A count that went up while the process ran means the
+    OOM killer struck in that cgroup (or on the machine) then: a SIGKILL's likeliest sender."""
+
+    source: str
+    before: int | None
+    after: int | None
+
+    @property
+    def rose(self) -> bool:
+        return self.before is not None and self.after is not None and self.after > self.before
+
+
+@dataclass(frozen=True)
+class ProcessExit:
+    """How one process of the job ended, read the moment it died (collect/exits.py).
+
+    `source` "zombie": its exit status was read from /proc/PID/stat (exit_code, field 52) while
+    it waited to be reaped, so `code` (it exited) or `signal` (it was killed) is known.
+    "unseen": it was gone before its status could be read (its parent reaped it first, no
+    pidfd on this kernel, another pid namespace, no permission); `errors` say why."""
+
+    pid: int
+    time: float                    # seconds since the epoch, when hangdoc saw it exit
+    code: int | None = None        # its exit status (0-255) when it exited by itself
+    signal: int | None = None      # the signal that killed it
+    core_dumped: bool = False
+    source: str = "unseen"         # "zombie" or "unseen"
+    last_rss_bytes: int | None = None   # its resident memory at the last sample before it vanished
+    peak_rss_bytes: int | None = None   # the most any sample saw
+    oom: tuple[OomCount, ...] = ()
+    errors: tuple[str, ...] = ()   # "could not read ...": facts, not failures
+
+    @property
+    def told(self) -> bool:
+        """Whether its exit status is known."""
+        return self.code is not None or self.signal is not None
+
+    @property
+    def failed(self) -> bool:
+        return self.signal is not None or (self.code is not None and self.code != 0)
+
+    @property
+    def oom_killed(self) -> bool:
+        """Killed by SIGKILL while an OOM counter went up."""
+        return self.signal == 9 and any(c.rose for c in self.oom)
+
+
 @dataclass(frozen=True)
 class Options:
     interval_s: float | None = None
@@ -465,6 +559,19 @@ class Bundle:
     flight_config: tuple[FrConfig, ...] = ()        # each rank's FR settings, from its environment
     flight_errors: tuple[str, ...] = ()             # dumps refused or unreadable, one line each
     ras: RasStatus | None = None
+    exits: tuple[ProcessExit, ...] = ()   # how its processes ended, as they died (older bundles: none)
+
+    def exit_of(self, pid: int) -> ProcessExit | None:
+        """The process's exit record: the one that tells its status when there are several."""
+        return self._exit_by_pid.get(pid)
+
+    @cached_property
+    def _exit_by_pid(self) -> dict[int, ProcessExit]:
+        index: dict[int, ProcessExit] = {}
+        for record in self.exits:
+            if record.pid not in index or (record.told and not index[record.pid].told):
+                index[record.pid] = record
+        return index
 
     @property
     def last(self) -> Snapshot:

@@ -5,7 +5,10 @@ import msgspec
 
 # The analysis that produced a digest: a digest of another version is recomputed from the
 # bundle's samples, so a newer hangdoc never trusts an older one's conclusions.
-DIGEST_VERSION = 1
+# 2: each rank's exit status (exit_time, exit_code, exit_signal).
+# 3: a poll loop's tries are no steps (rhythm); ranks in process-group setup (joining) and the
+#    numbers that tell which ranks a node should run (world_size, local_rank, local_world_size).
+DIGEST_VERSION = 3
 
 
 class StepSummary(msgspec.Struct, frozen=True, gc=False):
@@ -46,6 +49,26 @@ class RankDigest(msgspec.Struct, frozen=True, gc=False):
     points: int                    # samples of the rank
     workers: tuple[DigestWorker, ...] = ()
     started: float = 0.0           # the rank process's start time (tells one run from a restart)
+    # Its exit as the bundle's exit record has it (None: no record, an older bundle); a record
+    # whose code and signal are both None says it exited without its status being read.
+    exit_time: float | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    # What it waits in for every rank to join ("init_process_group", "new_group", "TCPStore"):
+    # None when it is not in process-group setup. With the numbers below, it tells whom the
+    # ranks in setup wait for: the ranks elsewhere, and those absent from a captured node.
+    joining: str | None = None
+    world_size: int | None = None
+    local_rank: int | None = None
+    local_world_size: int | None = None
+
+    @property
+    def exit_told(self) -> bool:
+        return self.exit_code is not None or self.exit_signal is not None
+
+    @property
+    def exit_failed(self) -> bool:
+        return self.exit_signal is not None or self.exit_code not in (None, 0)
 
 
 class NodeDigest(msgspec.Struct, frozen=True, gc=False):

@@ -85,6 +85,9 @@ class RankReport:
     rank_count: int = 1
     rank_set: str | None = None
     gpu_trend: GpuTrend | None = None
+    # DataLoader workers that ended with their epoch, loader or rank (not rows in `workers`,
+    # which holds the live ones and the dead ones).
+    retired_workers: int = 0
 
     @property
     def members(self) -> tuple[int, ...]:

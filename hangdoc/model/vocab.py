@@ -55,6 +55,16 @@ class WorkerState(Word):
     UNKNOWN = "unknown"
 
 
+class Wait(Word):
+    """What a rank or worker sleeps on outside collectives and its DataLoader: a Reading's detail
+    (its state stays a wait: `idle`, or `lock-wait` for a worker on a file lock)."""
+
+    DEBUGGER = "pdb prompt"          # pdb / bdb / cmd reading stdin: a breakpoint() left in
+    FILE_LOCK = "file lock"          # flock / fcntl / lockf: another process holds the file
+    CHILD = "subprocess wait"        # subprocess.run, Popen.wait, os.waitpid: a child never ends
+    THREAD = "thread handoff"        # queue.Queue.get / Event.wait / Condition.wait fed by a thread
+
+
 class Progress(Word):
     ACTIVE = "active"        # it stepped at the last sample
     SLOW = "slow"            # no step, but it or its workers are busy

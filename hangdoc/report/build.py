@@ -7,6 +7,7 @@ import dataclasses
 from hangdoc.base.words import rank_ranges
 from hangdoc.analyze.diagnose import Diagnosis, RankView, diagnose
 from hangdoc.analyze.timeline import LiveTimelines, Timeline, timelines
+from hangdoc.analyze.workers import workers_of_rank
 from hangdoc.model import REPORT_SCHEMA, Bundle, Finding, RankGpu, RankReport, Report, Threshold, Verdict, WorkerReport, WorkerState
 from hangdoc.rules import run_rules
 from hangdoc.rules.base import Context
@@ -79,6 +80,7 @@ def pg_timeout(bundle: Bundle) -> float:
 
 
 def _rank_report(bundle: Bundle, diagnosis: Diagnosis, view: RankView) -> RankReport:
+    fates = workers_of_rank(bundle, view.info.pid)   # live and dead workers are rows; retired ones a count
     device = bundle.last.gpu.device_of(view.info.pid) if bundle.last.gpu.available else None
     gpu = None
     if device is not None:
@@ -96,8 +98,9 @@ def _rank_report(bundle: Bundle, diagnosis: Diagnosis, view: RankView) -> RankRe
         workers=tuple(
             WorkerReport(pid=w.node_pid, index=w.worker_index, state=r.state if alive else WorkerState.EXITED,
                          top_frame=r.frame.label if r.frame else None, alive=alive)
-            for w, r, alive in view.workers
+            for w, r, alive in view.workers if w.pid in fates.shown
         ),
+        retired_workers=len(fates.retired),
         group_rank=view.info.group_rank,
         rank_count=view.count,
         rank_set=rank_ranges(view.members) if len(view.members) > 1 else None,

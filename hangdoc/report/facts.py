@@ -8,6 +8,7 @@ from hangdoc.analyze.flight import flight_summary
 from hangdoc.analyze.logs import rank_exception
 from hangdoc.base.words import rank_label
 from hangdoc.model import Bundle, GpuTrend, Report, Severity, StackClass, Verdict
+from hangdoc.rules.rank_died import RULE as RANK_DIED
 
 TREND_SAMPLES = 12     # the live view's sparklines
 
@@ -36,8 +37,10 @@ def missing_stacks(bundle: Bundle | None, limit: int = 8) -> tuple[str, ...]:
 
 def crash_cause(report: Report, bundle: Bundle, limit: int = 2) -> tuple[str, ...]:
     """For a crash: the exception the culprit rank (or its worker) printed, quoted from the job's
-    output, and where it was raised. The root cause is there, not in the stacks."""
-    if report.verdict != Verdict.CRASH or any(f.severity is Severity.CRITICAL for f in report.findings):
+    output, and where it was raised. The root cause is there, not in the stacks. rank-died says
+    how the rank died and leaves its exception to this line, said once."""
+    if report.verdict != Verdict.CRASH or any(f.severity is Severity.CRITICAL and f.rule != RANK_DIED.slug
+                                              for f in report.findings):
         return ()   # a rule already names the cause, with its evidence
     lines = []
     for rank in (report.culprit_ranks or (None,))[:limit]:

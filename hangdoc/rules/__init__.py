@@ -13,6 +13,10 @@ from hangdoc.rules.base import Context, Rule
 # Root causes first, the generic findings after them. The rules run in this order and each reads
 # the findings of those before it (dataloader-stall stays quiet where a more specific rule fired).
 RULE_MODULES = (
+    "debugger_prompt",
+    "file_lock_wait",
+    "child_process_wait",
+    "helper_thread_died",
     "slow_decompression",
     "tar_member_decode",
     "worker_deadlock",
@@ -27,6 +31,7 @@ RULE_MODULES = (
     "flight_recorder",
     "no_progress",
     "missing_ranks",
+    "rank_died",
 )
 
 

@@ -2,8 +2,32 @@
 from __future__ import annotations
 
 from hangdoc.model import Finding, Severity
+from hangdoc.rules import child_process_wait, debugger_prompt, file_lock_wait, helper_thread_died
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import frames_line, rank_line, waiting_line, worker_lines
+
+# Rules that name what holds a rank in its own code (they run before this one): for a rank one of
+# them explains, this finding stands back and points at it instead of the generic advice.
+OWN_CAUSES = tuple(m.RULE.slug for m in (debugger_prompt, file_lock_wait, child_process_wait, helper_thread_died))
+
+
+def explained_by(ctx: Context) -> dict[int, str]:
+    """rank -> the slug of the rule before this one that names why that rank is held."""
+    causes: dict[int, str] = {}
+    for found in ctx.findings:
+        if found.rule in OWN_CAUSES:
+            for rank in found.ranks:
+                causes.setdefault(rank, found.rule)
+    return causes
+
+
+def stand_back(ranks, causes: dict[int, str]) -> str:
+    """The fix of a generic finding whose ranks a specific rule explains: that rule's, by name."""
+    slugs = list(dict.fromkeys(causes[r] for r in ranks if r in causes))
+    held = [str(r) for r in ranks if r in causes]
+    who = f"Rank {held[0]} is" if len(held) == 1 else f"Ranks {', '.join(held)} are"
+    return (f"{who} held by its own code, not by its data or its share of the work: follow the fix "
+            f"of the {' and '.join(slugs)} finding above; the ranks waiting for it need no change.")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -16,6 +40,7 @@ def check(ctx: Context) -> list[Finding]:
     now = d.decided_at
     collective = waiting[0].reading.detail or "a collective"
     findings = []
+    causes = explained_by(ctx)
     for view in ctx.culprit_views():
         doing = view.reading.state + (f" ({view.reading.detail})" if view.reading.detail else "")
         evidence = [
@@ -31,7 +56,7 @@ def check(ctx: Context) -> list[Finding]:
         findings.append(finding(
             RULE, [view.info.rank],
             f"Rank {view.info.rank} is the straggler: the others wait in {collective} while it is in {doing}",
-            evidence, RULE.fix,
+            evidence, stand_back(view.ranks, causes) if causes.keys() & set(view.ranks) else RULE.fix,
         ))
     return findings
 

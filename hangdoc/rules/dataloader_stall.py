@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from hangdoc.model import Finding, Severity
-from hangdoc.rules import fork_unsafe_arm, slow_decompression, tar_member_decode, worker_deadlock, worker_died
-from hangdoc.rules import worker_error
+from hangdoc.rules import (file_lock_wait, fork_unsafe_arm, slow_decompression, tar_member_decode, worker_deadlock,
+                           worker_died, worker_error)
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import (above_worker_loop, chain, cpu_use, file_read_line, file_reads,
                                     kernel_wait, latest_frames, rank_line, samples_of, worker_name)
@@ -11,7 +11,7 @@ from hangdoc.rules.evidence import (above_worker_loop, chain, cpu_use, file_read
 # The rules that name a cause for a rank's workers; when one fires for a rank, this one stays quiet.
 # They run before this one (hangdoc/rules/__init__.py), so their findings are in the context.
 SPECIFIC = frozenset(m.RULE.slug for m in (slow_decompression, tar_member_decode, worker_deadlock, worker_died,
-                                           worker_error, fork_unsafe_arm))
+                                           worker_error, fork_unsafe_arm, file_lock_wait))
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -27,9 +27,12 @@ def check(ctx: Context) -> list[Finding]:
         evidence = [rank_line(view, d.decided_at)]
         doing = []
         for worker, reading, alive in view.workers:
-            evidence += _worker_evidence(ctx, worker, reading, alive)
             if alive:
+                evidence += _worker_evidence(ctx, worker, reading)
                 doing.append(_doing(worker, reading))
+        gone = sum(not alive for _, _, alive in view.workers)
+        if gone:
+            evidence.append(f"{gone} more worker(s) exited (earlier epochs' or loaders'; worker-died names a death)")
         if not view.workers:
             evidence.append("no DataLoader worker seen: the rank loads data in its main process (num_workers=0)")
         summary = "; ".join(doing) or "no worker alive"
@@ -48,10 +51,8 @@ def _doing(worker, reading) -> str:
     return f"worker {index} {reading.state} in {reading.frame.name if reading.frame else '?'}"
 
 
-def _worker_evidence(ctx: Context, worker, reading, alive: bool) -> list[str]:
+def _worker_evidence(ctx: Context, worker, reading) -> list[str]:
     name = worker_name(worker)
-    if not alive:
-        return [f"{name}: exited"]
     detail = f" ({reading.detail})" if reading.detail else ""
     lines = [f"{name}: {reading.state}{detail}"]
     frames = above_worker_loop(latest_frames(ctx.bundle, worker.pid))

@@ -10,7 +10,9 @@ import re
 from dataclasses import dataclass
 
 from hangdoc.analyze.diagnose import RankView
+from hangdoc.analyze.logs import killed_workers
 from hangdoc.analyze.logs import line_rank as log_rank  # noqa: F401  (re-exported for rules)
+from hangdoc.analyze.workers import worker_fates
 from hangdoc.model import Bundle, Frame, LogTail, ProcSample
 from hangdoc.base.words import mb
 
@@ -27,7 +29,7 @@ def frames_line(bundle: Bundle, pid: int, depth: int = 6) -> str | None:
     main = sample.stack.main if sample and sample.stack else None
     if main is None:
         return None
-    return " <- ".join(f.label for f in main.frames[:depth])
+    return chain(main.frames, depth)
 
 
 def rank_line(view: RankView, now: float) -> str:
@@ -59,11 +61,18 @@ def waiting_line(bundle: Bundle, view: RankView, now: float) -> str | None:
 
 
 def worker_lines(view: RankView) -> list[str]:
+    """The rank's live workers, one line each; the exited ones (earlier epochs' and loaders', or
+    dead: worker-died names those) in one count."""
     lines = []
     for worker, reading, alive in view.workers:
+        if not alive:
+            continue
         where = reading.frame.label if reading.frame else "-"
         index = worker.worker_index if worker.worker_index is not None else "?"
-        lines.append(f"  worker {index} (pid {worker.node_pid}): {reading.state if alive else 'exited'} at {where}")
+        lines.append(f"  worker {index} (pid {worker.node_pid}): {reading.state} at {where}")
+    gone = sum(not alive for _, _, alive in view.workers)
+    if gone:
+        lines.append(f"  {gone} more worker(s) exited")
     return lines
 
 
@@ -129,7 +138,16 @@ def above_worker_loop(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
 
 
 def chain(frames, depth: int = 6) -> str:
-    return " <- ".join(f.label for f in tuple(frames)[:depth])
+    """The innermost `depth` frames, innermost first, always reaching the job's own innermost line:
+    when it lies deeper, the frames between are counted and that line ends the excerpt."""
+    frames = tuple(frames)
+    own = next((i for i, f in enumerate(frames) if f.is_job_code), None)
+    if own is None or own < depth:
+        return " <- ".join(f.label for f in frames[:depth])
+    if own <= depth:    # one frame more: cheaper than saying one was left out
+        return " <- ".join(f.label for f in frames[:own + 1])
+    head = [f.label for f in frames[:depth - 1]]
+    return " <- ".join([*head, f"... ({own - len(head)} frames)", frames[own].label])
 
 
 def cpu_use(bundle: Bundle, pid: int) -> tuple[float, float] | None:
@@ -341,43 +359,60 @@ def worker_name(worker) -> str:
 
 @dataclass(frozen=True)
 class DeadWorker:
-    """A DataLoader worker that died: from the log line PyTorch prints, or seen alive then gone."""
+    """A DataLoader worker that died: from the log line PyTorch prints, its exit record, or seen
+    alive then gone alone while its rank waits for data (hangdoc/analyze/workers.py decides)."""
 
     pid: int
     rank: int | None
     how: str                       # "Segmentation fault", "Killed", "exited unexpectedly", "vanished"
     log: str | None                # the log line that says so, without torchrun's prefix
     info: object | None            # its ProcessInfo when the capture saw it alive
+    why: str | None = None         # the sign that decided it, when it was not the log line
+
+
+def fates(ctx) -> dict:
+    """Rank pid -> RankWorkers: every worker's fate (live, retired, dead), worked out once."""
+    return worker_fates(ctx.bundle, ctx.timelines)
+
+
+def live_workers(ctx, rank_pid: int) -> list:
+    """The workers a rank has now (ProcessInfo): the live ones, else its newest generation's."""
+    rank = fates(ctx).get(rank_pid)
+    return [w.info for w in rank.current] if rank is not None else []
+
+
+def generation_of(ctx, rank_pid: int, pid: int) -> list:
+    """The workers forked together with `pid` (itself included), as ProcessInfo; the rank's
+    current workers when `pid` is not one the capture followed."""
+    rank = fates(ctx).get(rank_pid)
+    if rank is None:
+        return []
+    own = [w.info for w in rank.workers if w.pid == pid]
+    if not own:
+        return [w.info for w in rank.current]
+    return own + [w.info for w in rank.siblings(pid)]
 
 
 def dead_workers(ctx) -> list[DeadWorker]:
-    """Workers killed (log lines), or gone while their rank lives on, waiting for data, unreplaced."""
-    from hangdoc.analyze.logs import killed_workers
-    from hangdoc.model import Role
-
+    """Workers killed (log lines, exit records), or gone alone while their rank waits for data."""
     bundle, d = ctx.bundle, ctx.diagnosis
+    dead = {}
+    for rank_pid, rank in fates(ctx).items():
+        owner = bundle.job.info(rank_pid)
+        for w in rank.dead:
+            dead[w.pid] = DeadWorker(w.pid, owner.rank if owner else w.info.rank, w.how or "vanished",
+                                     strip_rank(w.log) if w.log else None, w.info, None if w.log else w.why)
     lines = {}
     for tail in bundle.logs:
         for line in tail.lines:
             for pid in killed_workers((LogTail(tail.source, (line,)),)):
                 lines.setdefault(pid, line)
-    dead = {}
     for pid, how in killed_workers(bundle.logs).items():
+        if pid in dead:
+            continue
         info = bundle.job.info(pid)
         rank = info.rank if info is not None and info.rank is not None else log_rank(lines.get(pid, ""))
         if rank is None and len(d.culprits) == 1:
             rank = d.culprits[0]
         dead[pid] = DeadWorker(pid, rank, how, strip_rank(lines[pid]) if pid in lines else None, info)
-    for view in d.ranks:
-        if view.exited_at is not None or view.reading.state != "dataloader-wait":
-            continue
-        workers = [w for w in bundle.job.children_of(view.info.pid) if w.role is Role.WORKER]
-        for worker in workers:
-            seen = samples_of(bundle, worker.pid)
-            gone = next((t for t, s in seen if not s.alive), None)
-            if worker.pid in dead or gone is None or not any(s.alive for _, s in seen):
-                continue
-            if any(w.start_time >= gone - 1.0 for w in workers if w.pid != worker.pid):
-                continue   # new workers replaced it: an epoch ended, not a death
-            dead[worker.pid] = DeadWorker(worker.pid, view.info.rank, "vanished", None, worker)
     return sorted(dead.values(), key=lambda w: (w.rank is None, w.rank, w.pid))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from hangdoc.model import Finding, Severity
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import cpu_use, worker_name
+from hangdoc.rules.evidence import cpu_use, live_workers, worker_name
 
 MIN_SAMPLES = 6          # fewer samples say too little about a share
 STARVED_SHARE = 0.5      # a rank waiting on data in at least half its samples
@@ -62,13 +62,20 @@ def check(ctx: Context) -> list[Finding]:
         why = f" ({gpu.reason})" if gpu is not None and gpu.reason else ""
         evidence.append(f"GPU data unavailable{why}: judged on the dataloader-wait share alone")
     nranks = len(ctx.bundle.job.ranks)
-    per_rank = [len(ctx.workers_of(r.pid)) for r in ctx.bundle.job.ranks]
+    # The workers each rank has now: an epoch's workers end and new ones are forked, and every
+    # worker ever seen would count them over again.
+    current = {r.pid: live_workers(ctx, r.pid) for r in ctx.bundle.job.ranks}
+    per_rank = [len(current[r.pid]) for r in ctx.bundle.job.ranks]
     workers = max(per_rank, default=0)
     cores = ctx.bundle.host.cpu_count
-    evidence.append(f"{workers} DataLoader worker(s) per rank x {nranks} rank(s) = {sum(per_rank)} workers "
-                    f"on a {cores}-core host")
+    if len(set(per_rank)) <= 1:
+        evidence.append(f"{workers} DataLoader worker(s) per rank x {nranks} rank(s) = {sum(per_rank)} workers "
+                        f"on a {cores}-core host")
+    else:
+        counts = ", ".join(f"rank {r.rank} {n}" for r, n in zip(ctx.bundle.job.ranks, per_rank))
+        evidence.append(f"DataLoader workers: {counts} = {sum(per_rank)} workers on a {cores}-core host")
     for rank in ctx.bundle.job.ranks:
-        for worker in ctx.workers_of(rank.pid):
+        for worker in current[rank.pid]:
             used = cpu_use(ctx.bundle, worker.pid)
             if used and used[1] > 0:
                 evidence.append(f"rank {rank.rank} {worker_name(worker)}: {100 * used[0] / used[1]:.0f}% of a core busy")

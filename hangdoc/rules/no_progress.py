@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from hangdoc.model import Finding, Severity
 from hangdoc.rules.base import Context, Rule, finding
+from hangdoc.rules.collective_straggler import explained_by, stand_back
 from hangdoc.rules.evidence import frames_line, rank_line, worker_lines
 
 
@@ -19,8 +20,15 @@ def check(ctx: Context) -> list[Finding]:
             evidence.append(f"  stack: {stack}")
         evidence.extend(worker_lines(view))
     who = "The process" if d.count(d.ranks) == 1 else "Every rank"
-    return [finding(RULE, [r for v in d.ranks for r in v.ranks],
-                    f"{who} is frozen outside any collective (a deadlock or an endless wait)", evidence)]
+    ranks = [r for v in d.ranks for r in v.ranks]
+    causes = explained_by(ctx)
+    fix = None
+    if causes.keys() & set(ranks):
+        fix = stand_back(ranks, causes)
+        if not set(ranks) <= causes.keys():
+            fix += " For the others: " + RULE.fix
+    return [finding(RULE, ranks, f"{who} is frozen outside any collective (a deadlock or an endless wait)",
+                    evidence, fix)]
 
 
 RULE = Rule(

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from hangdoc.base.partition import classic_split
 from hangdoc.base.cmdline import data_list
-from hangdoc.model import DataListCopy, Finding, Role, Severity
+from hangdoc.model import DataListCopy, Finding, OpenFile, Role, Severity
 from hangdoc.rules.snippets import JOIN_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import basename, frames_line, latest_frames, samples_of
+from hangdoc.rules.evidence import basename, frames_line, latest_frames, live_workers, samples_of
 from hangdoc.base.words import mb
 
 # Where a rank that left its data loop waits: the end-of-epoch sync, Join, the next epoch's start.
@@ -15,18 +15,53 @@ LEFT_LOOP = ("barrier", "monitored_barrier", "Join.__exit__", "join hook", "DDP 
 # What ranks still in the epoch wait in: the step's gradient collective (or the sync NCCL hides behind).
 _STEP = ("all_reduce", "reduce_scatter", "all_gather", "synchronize")
 _NEXT_EPOCH = ("_share_dist_seed", "_get_iterator", "DataLoader.__iter__")
+# Where only a rank that left its loop waits (a barrier may sit inside the loop too).
+_JOINED = ("Join.__exit__", "join hook", "DDP join hook", "DDP join all_reduce")
 
 
 def _left(view, frames) -> bool:
     if view.reading.detail in LEFT_LOOP:
         return True
+    return _next_epoch(view, frames)
+
+
+def _next_epoch(view, frames) -> bool:
     return view.reading.detail == "broadcast" and any(f.name.endswith(_NEXT_EPOCH) for f in frames)
+
+
+def _data_reads(ctx: Context, pid: int, since: float | None = None) -> list[tuple[OpenFile, ...]]:
+    """The files `pid` held open for reading in each of its full /proc reads (since `since`)."""
+    return [tuple(f for f in s.proc.open_files if f.mode == "r") for t, s in samples_of(ctx.bundle, pid)
+            if s.alive and s.proc is not None and s.proc.full and (since is None or t >= since)]
+
+
+def _read_files(ctx: Context, pids) -> bool:
+    return any(files for pid in pids for files in _data_reads(ctx, pid))
+
+
+def _ran_out(ctx: Context, view, frames, stepping) -> bool:
+    """Positive evidence that the rank's data is file-backed and its share is read, not just a
+    barrier on its stack (a rank that syncs inside its loop, or reads from memory, waits there too).
+
+    The stack shows it left the loop (Join, the next epoch's iterator starting) and the job reads
+    files; or the rank and its workers hold no data file in any read since it stopped stepping,
+    while they held one earlier or the ranks still stepping hold theirs."""
+    rank_pid = view.info.pid
+    everyone = [rank_pid] + [w.pid for w in ctx.workers_of(rank_pid)]
+    peers = [pid for other in stepping for pid in [other.info.pid] + [w.pid for w in ctx.workers_of(other.info.pid)]]
+    if view.reading.detail in _JOINED or _next_epoch(view, frames):
+        return _read_files(ctx, everyone + peers) or bool(data_list(view.info.cmdline))
+    now = [rank_pid] + [w.pid for w in live_workers(ctx, rank_pid)]
+    recent = [files for pid in now for files in _data_reads(ctx, pid, view.blocked_since)]
+    if not recent or any(recent):
+        return False
+    return _read_files(ctx, everyone) or any(_open_shards(ctx, other.info.pid) for other in stepping)
 
 
 def _open_shards(ctx: Context, rank_pid: int) -> list[str]:
     """The data files the rank's workers hold open in their last full read (logs and pipes aside)."""
     lines = []
-    for worker in ctx.workers_of(rank_pid):
+    for worker in live_workers(ctx, rank_pid):
         sample = next((s for _, s in reversed(samples_of(ctx.bundle, worker.pid)) if s.proc and s.proc.full), None)
         if sample is None:
             continue
@@ -66,18 +101,20 @@ def check(ctx: Context) -> list[Finding]:
     d = ctx.diagnosis
     if d.verdict != "hang" or len(d.mismatch) < 2:
         return []
-    left = [v for v in ctx.culprit_views()
-            if _left(v, latest_frames(ctx.bundle, v.info.pid))]
     stepping = [v for v in d.waiting if v.info.rank not in d.culprits
                 and any(s in (v.reading.detail or "") for s in _STEP) and v.reading.detail not in LEFT_LOOP]
-    if not left or not stepping:
+    if not stepping:
+        return []
+    left = [v for v in ctx.culprit_views()
+            if _left(v, frames := latest_frames(ctx.bundle, v.info.pid)) and _ran_out(ctx, v, frames, stepping)]
+    if not left:
         return []
     common = stepping[0].reading.detail
     others = ", ".join(str(v.info.rank) for v in stepping)
     world = d.ranks[0].info.world_size or d.count(d.ranks)
     workers = max((w.num_workers for w in ctx.bundle.job.by_role(Role.WORKER) if w.num_workers), default=None)
     if workers is None:
-        workers = max((len(ctx.workers_of(v.info.pid)) for v in d.ranks), default=0) or None
+        workers = max((len(live_workers(ctx, v.info.pid)) for v in d.ranks), default=0) or None
     findings = []
     for view in left:
         rank = view.info.rank
@@ -127,7 +164,9 @@ RULE = Rule(
     check=check,
     summary="Fires on a collective mismatch where the ranks that left wait in a barrier, Join, or the "
             "next epoch's DataLoader seed broadcast while the others wait in the training step's "
-            "collective; cites the shards each rank's workers still hold and the data list.",
+            "collective, and the rank's data is read from files and used up (it and its workers held "
+            "data files earlier, or the others still do, and it holds none since it stopped); a barrier "
+            "alone is not enough. Cites the shards each rank's workers still hold and the data list.",
     fix='Make the shard count a multiple of world_size x num_workers with equal-sized shards, or make the'
         " ranks stop together: WeNet's join (a monitored_barrier on a gloo group with a short timeout) or"
         ' torch.distributed.algorithms.Join around the epoch loop.',

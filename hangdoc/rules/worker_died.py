@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from hangdoc.model import Finding, Severity
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import DeadWorker, dead_workers, samples_of
+from hangdoc.rules.evidence import DeadWorker, dead_workers, generation_of, samples_of
 from hangdoc.base.words import mb
 
 # What each way of dying usually means, said after the fix.
@@ -34,7 +34,7 @@ def _memory_line(ctx: Context, dead: DeadWorker) -> str | None:
     def peak(pid: int) -> int:
         return max((s.proc.rss_bytes for _, s in samples_of(ctx.bundle, pid) if s.proc), default=0)
 
-    workers = ctx.workers_of(rank_pid)
+    workers = generation_of(ctx, rank_pid, dead.pid)
     own = peak(dead.pid)
     parts = [f"this worker {mb(own)}"] if own else []
     others = [peak(w.pid) for w in workers if w.pid != dead.pid]
@@ -49,13 +49,27 @@ def _memory_line(ctx: Context, dead: DeadWorker) -> str | None:
 def _in_flight(ctx: Context, dead: DeadWorker) -> str:
     """The batches in flight on the worker's rank at the default prefetch_factor, and their memory."""
     rank_pid = dead.info.rank_pid if dead.info is not None else None
-    workers = ctx.workers_of(rank_pid) if rank_pid is not None else []
+    workers = generation_of(ctx, rank_pid, dead.pid) if rank_pid is not None else []
     n = max([w.num_workers for w in workers if w.num_workers] + [len(workers)])
     if not n:
         return ""
     peak = max((s.proc.rss_bytes for w in workers for _, s in samples_of(ctx.bundle, w.pid) if s.proc), default=0)
     held = f"; its workers held up to {mb(peak)} each" if peak else ""
     return f" Here: {n} workers x prefetch_factor 2 = {2 * n} batches in flight on rank {dead.rank}{held}."
+
+
+def _exit_lines(ctx: Context, pid: int) -> list[str]:
+    """What the worker's exit record says, when the capture read one."""
+    record = next((e for e in getattr(ctx.bundle, "exits", ()) if e.pid == pid and e.told), None)
+    if record is None:
+        return []
+    lines = [f"pid {pid} exit status: " + (f"killed by signal {record.signal}" if record.signal is not None
+                                            else f"exited with code {record.code}")
+             + (" (core dumped)" if record.core_dumped else "")]
+    if record.oom_killed:
+        rose = next(c for c in record.oom if c.rose)
+        lines.append(f"the OOM kill count of {rose.source} went from {rose.before} to {rose.after} while it ran")
+    return lines
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -76,6 +90,9 @@ def check(ctx: Context) -> list[Finding]:
                             f"gone at +{gone - start:.1f} s")
         elif not seen:
             evidence.append(f"pid {dead.pid} died before the capture saw it")
+        if dead.why and dead.how == "vanished":
+            evidence.append(f"pid {dead.pid} {dead.why}")
+        evidence += _exit_lines(ctx, dead.pid)
         if dead.info is not None and dead.info.start_method:
             evidence.append(f"start method: {dead.info.start_method}")
         memory = _memory_line(ctx, dead)
@@ -98,8 +115,10 @@ RULE = Rule(
     severity=Severity.CRITICAL,
     check=check,
     summary="Fires on `DataLoader worker (pid N) is killed by signal: X` / `exited unexpectedly` in the "
-            "log tails, or when a worker seen alive is gone while its rank still waits for data and no "
-            "new worker replaced it; SIGKILL points at the OOM killer (with the memory seen).",
+            "log tails, on an exit record that names a fatal signal, or when a worker seen alive is gone "
+            "alone (not with the other workers forked with it) while its rank waits for data without stepping "
+            "and no newer worker replaced it. Workers that ended with their epoch, their loader or their "
+            "rank are retired, not dead; SIGKILL points at the OOM killer (with the memory seen).",
     fix='Read the signal: Segmentation fault on aarch64 -> spawn start method; Bus error -> /dev/shm too '
         'small (docker --shm-size); Killed -> out of memory (fewer workers, smaller prefetch_factor).',
 )

@@ -255,3 +255,82 @@ def test_one_instant_never_says_healthy_when_the_ranks_are_split():
     # AND an instant where every rank computes is healthy
     busy = bundle([[(computing(0x1), 1.0, 5000, True), (computing(0x2), 1.0, 5000, True)]])
     assert build_report(busy).verdict == "healthy"
+
+
+# --- poll loops are waits, not steps -----------------------------------------------------------
+
+def polling(attempts, batch_addr=0x60):
+    """A retry loop of the job's (or a library's) own, asleep in time.sleep (C: no frame of its own)
+    between tries of a stale lock: only its `attempts` integer changes from try to try."""
+    return [pyframe("acquire_lock", "/home/user/asr/cache.py", 25,
+                    {"path": (batch_addr, '"/data/cache.lock"'), "attempts": (0x61, str(attempts))}),
+            main_frame(7, 0xB7, 80), pyframe("<module>", TRAIN, 120, {})]
+
+
+def in_queue_get(step, batch_addr):
+    """A training loop fed by a thread of its own: it waits at the same `queue.get()` line every step."""
+    lib = "/usr/lib/python3.11/"
+    return [pyframe("Condition.wait", lib + "threading.py", 327, {"waiter": (0x80, "<lock>")}),
+            pyframe("Queue.get", lib + "queue.py", 171, {"block": (0x81, "True")}),
+            main_frame(step, batch_addr, 84), pyframe("<module>", TRAIN, 120, {})]
+
+
+def test_a_counter_that_moves_while_parked_in_one_wait_is_a_poll_not_a_step():
+    def mark(frames):
+        return loop_mark(frames)
+    # GIVEN two marks of a retry loop asleep at the same line, only its attempts counter moved
+    a, b = mark(polling(3)), mark(polling(13))
+    # THEN parked at the same place it is no step; elsewhere the same change is one
+    assert not loop_moved(a, b, waiting=True, poll=True)
+    assert loop_moved(a, b, waiting=True)
+    # AND while parked, an outer frame that moved (control came back to the loop) or a new object in
+    # the waiting frame (a new batch) still is a step
+    assert loop_moved(mark(in_queue_get(1, 0xA1)), mark(in_queue_get(1, 0xA2)), waiting=True, poll=True)
+    outer = [polling(3)[0], main_frame(8, 0xB7, 80), polling(3)[2]]
+    assert loop_moved(a, mark(outer), waiting=True, poll=True)
+
+
+def test_a_rank_polling_a_stale_lock_while_the_other_waits_in_a_collective_is_a_hang_not_healthy():
+    # GIVEN rank 0 parked in NCCL backward (its counters frozen) and rank 1 asleep in a retry loop
+    # around a lock file, its `attempts` growing by 10 every sample (the loop moves; the job does not)
+    rows = [[(in_nccl_wait(104, 0xA4), 10.0 + i, 5000, False), (polling(10 * i), 3.0, 5000, False)]
+            for i in range(9)]
+    # WHEN diagnosed with --hang-after 10 (16 s of samples)
+    report = build_report(bundle(rows), hang_after=10.0)
+    # THEN no step was seen: a hang, rank 1 the culprit, read as waiting (idle, stuck), not active
+    assert report.threshold.steps_seen == 0
+    assert report.verdict == "hang" and report.culprit_ranks == (1,)
+    rank1 = next(r for r in report.ranks if r.rank == 1)
+    assert (rank1.state, rank1.progress) == ("idle", "stuck")
+    assert rank1.top_frame == "acquire_lock (cache.py:25)"
+
+
+def test_a_training_loop_that_waits_at_one_queue_get_every_step_still_steps():
+    # GIVEN rank 1 fed by a thread of its own, caught at the same `queue.get()` line in every sample
+    # (idle), a new batch each step, while rank 0 computes and waits in NCCL
+    def rank0(i):
+        return (in_nccl_wait(100 + i, 0xA0 + i), 10.0 + i, 5000, False) if i % 2 else \
+            (at_item(100 + i, 0xA0 + i), 10.0 + i, 5000, True)
+    rows = [[rank0(i), (in_queue_get(100 + i, 0xC0 + i), 10.0 + i, 5000, False)] for i in range(12)]
+    # WHEN diagnosed with a short --hang-after
+    report = build_report(bundle(rows), hang_after=4.0)
+    # THEN both ranks step: healthy, rank 1 active
+    assert report.verdict == "healthy"
+    assert {r.rank: r.progress for r in report.ranks}[1] == "active"
+
+
+def test_a_slow_loop_whose_samples_land_in_compute_and_all_reduce_keeps_stepping():
+    # GIVEN a step of ~6 s: two samples in its own compute (the forward rebinds its tensors), one in
+    # DDP's all_reduce, the step counter moving once a step
+    def forward(step, x_addr, line):
+        return [pyframe("forward", TRAIN, line, {"x": (x_addr, "<Tensor>")}),
+                main_frame(step, 0xB0 + step, 86), pyframe("<module>", TRAIN, 120, {})]
+    rows = []
+    for i in range(15):
+        step = 100 + i // 3
+        frames = in_nccl_wait(step, 0xB0 + step) if i % 3 == 2 else forward(step, 0x500 + i, 40 + i % 2)
+        rows.append([(frames, 10.0 + 2 * i, 5000, i % 3 != 2)] * 2)
+    report = build_report(bundle(rows))
+    # THEN steps are seen (about 6 s apart) and the job is healthy
+    assert report.threshold.steps_seen >= 8 and report.threshold.longest_step_s == pytest.approx(6.0)
+    assert report.verdict == "healthy"

@@ -1,0 +1,67 @@
+"""A 2-rank gloo job that ends one chosen way, for the tests of how a rank's exit is read.
+
+--mode quiet     --steps all_reduce steps, then both ranks exit 0; prints nothing at all
+--mode ragged    as quiet, but rank 1 lingers --linger s after the last collective before exiting 0
+--mode forever   steps until killed (a test kills a rank from outside)
+--mode kill9     --fault-after s after its first step rank 1 allocates --alloc-mb MB, touches it
+                 holds it 1.5 s and is SIGKILLed (what the kernel's OOM killer does)
+--mode mismatch  --fault-after s after its first step rank 1 all_reduces a tensor of another size:
+                 gloo aborts the rank that receives it (SIGABRT)
+--mode hog       --fault-after s after its first step rank 1 allocates --alloc-mb MB more every
+                 0.2 s until something (a memory cgroup's OOM killer) kills it
+Rank r writes WORKDIR/ready.r (its pid) after its first step; rank 1 writes WORKDIR/fault
+just before its fault.
+"""
+import argparse
+import os
+import signal
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--workdir", required=True)
+    p.add_argument("--mode", required=True)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--linger", type=float, default=4.0)
+    p.add_argument("--fault-after", type=float, default=3.0)
+    p.add_argument("--alloc-mb", type=int, default=200)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    total = torch.zeros(4)
+    step, started = 0, None
+    while args.mode not in ("quiet", "ragged") or step < args.steps:
+        late = started is not None and time.monotonic() - started > args.fault_after
+        if late and rank == 1 and args.mode == "mismatch":
+            Path(args.workdir, "fault").write_text(str(time.time()))
+            dist.all_reduce(torch.zeros(64))
+        if late and rank == 1 and args.mode == "kill9":
+            hog = torch.ones(args.alloc_mb << 18)          # 4-byte floats, every page touched
+            Path(args.workdir, "fault").write_text(str(hog.numel()))
+            time.sleep(1.5)                                # long enough for a sample to see it
+            os.kill(os.getpid(), signal.SIGKILL)
+        if late and rank == 1 and args.mode == "hog":
+            Path(args.workdir, "fault").write_text(str(time.time()))
+            hogs = []
+            while True:
+                hogs.append(torch.ones(args.alloc_mb << 18))
+                time.sleep(0.2)
+        dist.all_reduce(total)
+        if step == 0:
+            Path(args.workdir, f"ready.{rank}").write_text(str(os.getpid()))
+            started = time.monotonic()
+        step += 1
+        time.sleep(0.05)
+    if args.mode == "ragged" and rank == 1:
+        time.sleep(args.linger)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+"""DataLoader workers that end with their epoch or loader are retired, not dead: bundles built in code.
+
+A DataLoader with `persistent_workers=False` (its default) ends its workers when an epoch's
+iterator runs out and forks new ones for the next; a validation loader forks its own and ends
+them after the pass. None of that is a death: not a worker-died finding, not a row in the report,
+not a worker counted by gpu-starved. A worker killed alone while its sibling runs and its rank
+waits for data is.
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+
+import pytest
+
+from factories import DATALOADER_WAIT, WORKER_IDLE
+from hangdoc.analyze.workers import Fate, worker_fates
+from hangdoc.model import (
+    BUNDLE_SCHEMA, Bundle, FrameMark, GpuState, Host, IoCounters, Job, LogTail, LoopMark, Options, ProcessInfo,
+    ProcSample, ProcStat, Role, Snapshot, Stack, Thread,
+)
+from hangdoc.render.live import live_table
+from hangdoc.render.text import make_console
+from hangdoc.report import build_report
+
+T0 = 1_700_000_000.0
+LAUNCHER = 99
+
+
+def _stat(cpu: float) -> ProcStat:
+    return ProcStat(state="S", wchan="futex_wait_queue", syscall="202", utime_s=cpu, stime_s=0.0,
+                    rss_bytes=300 << 20, num_threads=4, io=IoCounters(0, 0, 0, 0, 0, 0))
+
+
+def _rank_sample(pid: int, step: int, frames=DATALOADER_WAIT) -> ProcSample:
+    loop = LoopMark((FrameMark("<module>", 262, "m"), FrameMark("main", 251, "a", (("step", step),))))
+    main = Thread(pid, "MainThread", False, False, frames, loop)
+    return ProcSample(pid, True, _stat(10.0 + step), Stack((main,)))
+
+
+def _worker_sample(pid: int, cpu: float) -> ProcSample:
+    return ProcSample(pid, True, _stat(cpu), Stack((Thread(pid, "MainThread", False, False, WORKER_IDLE),)))
+
+
+def _gone(pid: int) -> ProcSample:
+    return ProcSample(pid, False, errors=("proc: could not collect: the process has exited",))
+
+
+def epochs_job(epochs: int = 10, epoch_s: float = 6.0, interval_s: float = 2.0, workers: int = 2,
+               ranks: int = 2, kill: tuple[int, int, float] | None = None, validation: float | None = None,
+               stop_stepping_at: float | None = None) -> Bundle:
+    """A healthy 2-rank job watched every `interval_s`: every epoch's iterator forks `workers` new
+    workers per rank (persistent_workers=False) and ends them 0.2 s into the next epoch; the
+    ranks step at every sample and wait on their DataLoader.
+
+    `kill` = (rank, worker index, time): that worker of the last generation is gone from then on,
+    its sibling lives. `validation`: each rank forks 2 more workers at that time (a validation
+    loader) that end 3 s later. `stop_stepping_at`: the ranks' loops stand still from then on."""
+    infos = [ProcessInfo(LAUNCHER, 1, Role.LAUNCHER, ("torchrun", "train.py"), None, T0 - 5)]
+    spans: list[tuple[ProcessInfo, float, float]] = []   # worker, start, end
+    for r in range(ranks):
+        rpid = 100 + 1000 * r
+        env = {"RANK": str(r), "WORLD_SIZE": str(ranks)}
+        infos.append(ProcessInfo(rpid, LAUNCHER, Role.RANK, ("python", "train.py"), None, T0 - 4, env,
+                                 r, r, 0, ranks, rpid))
+        pid = rpid
+        for e in range(epochs):
+            for k in range(workers):
+                pid += 1
+                start = T0 + e * epoch_s + 0.3 + 0.02 * k
+                end = T0 + (e + 1) * epoch_s + 0.2 if e < epochs - 1 else float("inf")
+                if kill is not None and kill[0] == r and kill[1] == k and e == epochs - 1:
+                    end = kill[2]
+                w = ProcessInfo(pid, rpid, Role.WORKER, ("python", "train.py"), None, start, env, r, r, 0, ranks,
+                                rpid, k, workers, "fork")
+                infos.append(w)
+                spans.append((w, start, end))
+        if validation is not None:
+            for k in range(2):
+                pid += 1
+                w = ProcessInfo(pid, rpid, Role.WORKER, ("python", "train.py"), None, validation + 0.02 * k, env,
+                                r, r, 0, ranks, rpid, k, 2, "fork")
+                infos.append(w)
+                spans.append((w, validation + 0.02 * k, validation + 3.0))
+    samples = []
+    count = int(epochs * epoch_s / interval_s)
+    for i in range(count):
+        t = T0 + i * interval_s
+        step = i if stop_stepping_at is None or t < stop_stepping_at else int((stop_stepping_at - T0) / interval_s)
+        procs = [ProcSample(LAUNCHER, True, _stat(1.0))]
+        procs += [_rank_sample(p.pid, step) for p in infos if p.role is Role.RANK]
+        for w, start, end in spans:
+            if t >= start:
+                procs.append(_worker_sample(w.pid, 1.0 + 0.5 * (t - start)) if t < end else _gone(w.pid))
+        samples.append(Snapshot(t, 0.05, tuple(procs), GpuState("unavailable", "watched with --no-gpu")))
+    job = Job("run", "127.0.0.1", 29500, ranks, LAUNCHER, tuple(infos))
+    host = Host("node", "x86_64", "6.1", 2, "3.11", "2.13.0")
+    return Bundle(BUNDLE_SCHEMA, "0.1.0", samples[-1].time, host, job, tuple(samples),
+                  options=Options(interval_s=interval_s))
+
+
+def rules(bundle: Bundle) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for f in build_report(bundle).findings:
+        out.setdefault(f.rule, []).append(f)
+    return out
+
+
+# --- epochs and loaders end their workers ------------------------------------------------------------
+
+
+def test_workers_replaced_by_a_new_generation_every_epoch_did_not_die():
+    # GIVEN 10 epochs, each forking 2 new workers per rank (the old ones seen gone 1.8 s after the
+    # next epoch's workers started), the ranks waiting on their DataLoader at the last sample
+    bundle = epochs_job()
+    # WHEN the report is built
+    report = build_report(bundle)
+    found = {f.rule for f in report.findings}
+    # THEN no worker died, and each rank's rows are its 2 live workers; the 18 others are a count
+    assert report.verdict == "healthy"
+    assert "worker-died" not in found
+    for rank in report.ranks:
+        assert [(w.index, w.state, w.alive) for w in rank.workers] == [(0, "idle", True), (1, "idle", True)]
+        assert rank.retired_workers == 18
+
+
+def test_gpu_starved_counts_the_workers_each_rank_has_now():
+    # GIVEN the same job (its ranks wait on data in every sample: starved)
+    [starved] = rules(epochs_job())["gpu-starved"]
+    # THEN it counts the 2 live workers per rank, not the 20 each rank forked over 10 epochs
+    assert "2 DataLoader worker(s) per rank x 2 rank(s) = 4 workers on a 2-core host" in starved.evidence
+    assert sum("% of a core busy" in e for e in starved.evidence) == 4
+    assert "2 worker(s) per rank" in starved.fix
+
+
+def test_a_validation_loaders_workers_end_with_their_pass():
+    # GIVEN a training loader whose workers live on, and a validation loader's 2 workers forked
+    # mid-epoch and ended 3 s later; the ranks then wait on their training data without stepping
+    bundle = epochs_job(epochs=1, epoch_s=20.0, validation=T0 + 8.1, stop_stepping_at=T0 + 11.5)
+    # THEN they retired with their loader: no death, no row
+    report = build_report(bundle)
+    assert "worker-died" not in {f.rule for f in report.findings}
+    assert all(len(r.workers) == 2 and r.retired_workers == 2 for r in report.ranks)
+    fates = worker_fates(bundle)
+    ended = [w for rank in fates.values() for w in rank.retired]
+    assert {w.why for w in ended} == {"ended with the 1 other worker(s) of its generation"}
+
+
+def test_the_fate_of_each_epochs_workers_names_the_sign_that_decided_it():
+    # GIVEN the 10-epoch job WHEN the fates are read
+    fates = worker_fates(epochs_job())
+    rank0 = fates[100]
+    # THEN ten generations of two, the newest live, the others retired because newer workers came
+    assert [w.generation for w in rank0.workers] == [g for g in range(10) for _ in range(2)]
+    assert [w.pid for w in rank0.live] == [119, 120]
+    assert {w.why for w in rank0.retired} == {"a newer worker of its rank was forked after it"}
+    assert rank0.dead == ()
+
+
+# --- a death is still a death ---------------------------------------------------------------------------
+
+
+def test_a_lone_worker_killed_while_its_sibling_lives_and_its_rank_waits_died():
+    # GIVEN rank 1's worker 0 gone alone at +5 s of its epoch (its sibling runs on), no log line,
+    # and the ranks stuck waiting on their DataLoader since
+    bundle = epochs_job(epochs=1, epoch_s=20.0, kill=(1, 0, T0 + 5.0), stop_stepping_at=T0 + 5.0)
+    # WHEN the report is built
+    report = build_report(bundle)
+    [died] = [f for f in report.findings if f.rule == "worker-died"]
+    # THEN worker-died names it, and the report shows it among rank 1's workers
+    assert died.ranks == (1,) and "DataLoader worker 0 (pid 1101) of rank 1 vanished" in died.title
+    assert any("unreplaced, while its rank waits for data" in e for e in died.evidence)
+    rank1 = next(r for r in report.ranks if r.rank == 1)
+    assert [(w.index, w.alive) for w in rank1.workers] == [(0, False), (1, True)]
+    assert rank1.retired_workers == 0
+
+
+def test_a_lone_worker_gone_while_its_rank_still_steps_did_not_die():
+    # GIVEN the same disappearance, but the ranks keep stepping after it (the loop got its data)
+    bundle = epochs_job(epochs=1, epoch_s=20.0, kill=(1, 0, T0 + 5.0))
+    # THEN it is not a death
+    assert "worker-died" not in rules(bundle)
+    assert worker_fates(bundle)[1100].retired[0].why == "its rank stepped after it was gone"
+
+
+def test_pytorchs_log_line_makes_a_death_whatever_else_the_bundle_shows():
+    # GIVEN a generation that ended together, and a log line saying one of them was killed
+    bundle = epochs_job(epochs=2)
+    line = "[rank0]: RuntimeError: DataLoader worker (pid 101) is killed by signal: Killed."
+    bundle = dataclasses.replace(bundle, logs=(LogTail("/tmp/job.log", (line,)),))
+    # THEN that worker died (and only it)
+    assert [f.title for f in rules(bundle)["worker-died"]] == [
+        "DataLoader worker 0 (pid 101) of rank 0 was killed by signal: Killed"]
+
+
+def test_an_exit_record_tells_a_retirement_from_a_kill():
+    # GIVEN exit records (when the capture read them): one worker exited 0, one was SIGKILLed
+    import hangdoc.model
+
+    ProcessExit = getattr(hangdoc.model, "ProcessExit", None)
+    if ProcessExit is None:
+        pytest.skip("this tree's bundles carry no exit records")
+    bundle = epochs_job(epochs=2)
+    exits = (ProcessExit(101, T0 + 6.2, code=0, source="zombie"),
+             ProcessExit(102, T0 + 6.2, signal=9, source="zombie"))
+    fates = worker_fates(dataclasses.replace(bundle, exits=exits))[100]
+    # THEN the first is retired by its status, the second died of its signal
+    by_pid = {w.pid: w for w in fates.workers}
+    assert (by_pid[101].fate, by_pid[101].why) == (Fate.RETIRED, "exited with status 0")
+    assert (by_pid[102].fate, by_pid[102].how) == (Fate.DEAD, "Killed")
+
+
+# --- what the user watches --------------------------------------------------------------------------
+
+
+def test_the_live_view_of_2_ranks_after_10_epochs_fits_an_80x24_terminal(monkeypatch):
+    # GIVEN the 10-epoch job (2 ranks x 2 workers, 40 workers forked in all) on an 80x24 terminal
+    monkeypatch.setenv("NO_COLOR", "1")
+    report = build_report(epochs_job())
+    out = io.StringIO()
+    make_console(out, 80, terminal=True).print(live_table(report, 80, now="12:00:00"))
+    lines = [line.rstrip() for line in out.getvalue().splitlines()]
+    # THEN both ranks show with their 2 live workers each, and nothing else
+    assert lines == [
+        "hangdoc watching 2 ranks · sample 30 · 12:00:00 · steps up to 2.0 s · quiet 0 s…",
+        "RANK  STATE            FOR  PROGRESS  TOP FRAME",
+        "0     dataloader-wait  58s  active    _MultiProcessingDataLoaderIter._try_get_d…",
+        " w0   idle                            Queue.get (multiprocessing/queues.py:113)",
+        " w1   idle                            Queue.get (multiprocessing/queues.py:113)",
+        "1     dataloader-wait  58s  active    _MultiProcessingDataLoaderIter._try_get_d…",
+        " w0   idle                            Queue.get (multiprocessing/queues.py:113)",
+        " w1   idle                            Queue.get (multiprocessing/queues.py:113)",
+    ]
+    assert len(lines) <= 24 and all(len(line) <= 80 for line in lines)
