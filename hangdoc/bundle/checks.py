@@ -65,4 +65,8 @@ def check_bundle(bundle: Bundle, source: str = "bundle") -> Bundle:
     for snapshot in bundle.samples:
         _number(snapshot.time, "a sample's time", source)
         _number(snapshot.took_s, "a sample's duration", source)
+    for end in bundle.exits:
+        _number(end.time, f"the exit time of pid {end.pid}", source)
+        if end.signal is not None and not (isinstance(end.signal, int) and 0 < end.signal < 128):
+            raise BadBundle(f"{source} is damaged: the exit signal of pid {end.pid} is {end.signal!r}")
     return bundle

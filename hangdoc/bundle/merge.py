@@ -88,6 +88,7 @@ def merge_bundles(bundles: Sequence[Bundle], names: Sequence[str] | None = None)
         flight_config=tuple(c for b in moved for c in b.flight_config),
         flight_errors=tuple(f"{b.host.hostname}: {e}" for b in moved for e in b.flight_errors),
         ras=_first(b.ras for b in moved if b.ras is not None and b.ras.status == "ok") or _first(b.ras for b in moved),
+        exits=tuple(e for b in moved for e in b.exits),
     )
     return merged
 
@@ -203,7 +204,8 @@ def _relabel(node: _Node, renumber: bool) -> Bundle:
                      processes=tuple(_with(x, pid=x.pid + base) for x in s.processes),
                      gpu=_renumber_gpu(s.gpu, pid))
             for s in samples)
-    return dataclasses.replace(node.bundle, job=job, samples=samples)
+    exits = tuple(_with(e, pid=e.pid + base) for e in node.bundle.exits) if base else node.bundle.exits
+    return dataclasses.replace(node.bundle, job=job, samples=samples, exits=exits)
 
 
 def _with(obj: ProcessInfo | ProcSample, **changes):

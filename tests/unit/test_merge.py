@@ -254,3 +254,21 @@ def test_one_file_given_twice_is_refused():
     a = node_bundle(0, 2, 9, T0, workers=1)
     with pytest.raises(HangdocError, match=r"rank 0 is in a.json twice: give each node's bundle once"):
         merge_bundles([a, a], ["a.json", "a.json"])
+
+
+def test_each_nodes_exit_records_are_kept_with_their_processes():
+    # GIVEN three nodes with the same pids (containers), each having read how one of its ranks ended
+    from hangdoc.model import ProcessExit
+
+    bundles = []
+    for n, bundle in enumerate(job_of(3, culprit=17)):
+        rank = bundle.job.ranks[0]
+        bundles.append(dataclasses.replace(bundle, exits=(ProcessExit(rank.pid, T0 + 5 + n, signal=9 if n == 2 else None,
+                                                                      code=0 if n != 2 else None, source="zombie"),)))
+    # WHEN merged
+    merged = merge_bundles(bundles, names(3))
+    # THEN every exit is kept, renumbered as its process was: each names a rank of the merged job
+    assert len(merged.exits) == 3
+    ranks = {p.pid: p.rank for p in merged.job.ranks}
+    assert sorted(ranks[e.pid] for e in merged.exits) == [0, 8, 16]
+    assert next(ranks[e.pid] for e in merged.exits if e.signal == 9) == 16
