@@ -1,6 +1,8 @@
 """`make bench`: the speed, overhead and accuracy figures, as tables and as JSON.
 
-    python -m benchmarks.bench [--only snapshot,latency,engines,overhead,zoo,check,merge] [--out DIR]
+    python -m benchmarks.bench [--only snapshot,latency,engines,overhead,zoo,check,merge,matrix] [--out DIR]
+
+`matrix` runs the quick ordinary-jobs matrix; the whole of it: python -m benchmarks.bench_matrix
 
 Every figure comes from real torchrun jobs on this machine; ratios are measured within one
 run (alternating the two arms) because a shared machine is noisy. Absolute times are
@@ -24,7 +26,7 @@ from hangdoc.scenarios import SCENARIOS
 from hangdoc.scenarios.launch import start_job, stop_job, wait_for
 
 SECTIONS = ("snapshot", "locals", "latency", "engines", "analysis", "overhead", "false-alarms", "detection", "zoo",
-            "check", "merge")
+            "check", "merge", "matrix")
 
 
 def machine() -> str:
@@ -66,9 +68,10 @@ class Job:
 def _median_capture(pid: int, parallel: int | None, runs: int) -> tuple[float, int]:
     from hangdoc.collect.discover import find_job
     from hangdoc.collect.snapshot import capture
-    from hangdoc.live.pipeline import make_probes
+    from hangdoc.live.options import WatchOptions
+    from hangdoc.live.probes import make_probes
 
-    probes = make_probes(gpu=False)
+    probes = make_probes(WatchOptions(gpu=False))
     probes.max_parallel = parallel
     times, count = [], 0
     for _ in range(runs):
@@ -122,8 +125,9 @@ def _steps_per_s(log: Path) -> float:
 
 
 def _one_overhead_run(watched: bool, steps: int, interval: float) -> float:
-    from hangdoc.live.pipeline import make_probes
-    from hangdoc.live.watcher import WatchConfig, Watcher
+    from hangdoc.live.options import WatchOptions
+    from hangdoc.live.probes import make_probes
+    from hangdoc.live.watcher import Watcher
 
     scenario = SCENARIOS["healthy"]
     with tempfile.TemporaryDirectory(prefix="hangdoc-bench-") as tmp:
@@ -133,7 +137,7 @@ def _one_overhead_run(watched: bool, steps: int, interval: float) -> float:
         try:
             wait_for(scenario.ready_markers(work), job, timeout=90)
             if watched:
-                watcher = Watcher(job.pid, make_probes(gpu=True), WatchConfig(interval_s=interval))
+                watcher = Watcher(job.pid, make_probes(WatchOptions()), WatchOptions(interval_s=interval))
                 thread = threading.Thread(target=lambda: watcher.run(ended=lambda: job.popen.poll() is not None),
                                           daemon=True)
                 thread.start()
@@ -278,6 +282,10 @@ def main(argv=None) -> int:
                       "<= 10 s, <= 2 GiB at 65536; <= 1 s at 4096"]
                      for r in rows]) + "\n")
         print(stages_table(rows) + "\n")
+    if "matrix" in wanted:
+        from benchmarks.bench_matrix import bench_matrix, print_matrix
+
+        print_matrix(results.setdefault("matrix", bench_matrix(quick=True)))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "bench.json"

@@ -1,0 +1,1 @@
+"""Ordinary training jobs, a fault injector and the matrix that scores hangdoc on them."""

@@ -1,0 +1,566 @@
+"""Ordinary jobs x injected faults x (watch | run): does hangdoc say what really happened?
+
+Each cell starts one job of tests/ordinary/jobs under torchrun (CPU, gloo) with the fault
+injector (tests/ordinary/faults/sitecustomize.py) on PYTHONPATH, lets hangdoc diagnose it,
+and scores the JSON report against the fault's ground truth:
+
+    watch  the job starts in a session of its own; `hangdoc watch <torchrun pid>` attaches
+           after the job's ready marker (healthy cells, and crash faults, which the injector
+           holds back until the watch has taken its first sample: torchrun tears a crashed job
+           down in well under a second) or after the fault fired (hang faults)
+    run    `hangdoc run -- env ... torchrun ...` from the start
+
+Whatever happens, every process the job ever had (the launcher's session and each rank's
+own session, found by walking the process tree while the job runs) is killed when the cell
+ends. Used by tests/integration/test_ordinary.py and benchmarks/bench_matrix.py:
+
+    from ordinary.matrix import FAULTS, HEALTHY, JOBS, run_cell
+    result = run_cell(JOBS["plain_ddp"], FAULTS["kill9"], "run")
+    result.status, result.why, result.verdict, result.culprits, result.rules
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+HERE = Path(__file__).resolve().parent
+JOB_SCRIPTS = HERE / "jobs"
+INJECTOR = HERE / "faults"
+MODES = ("watch", "run")
+# watch-quiet: as watch, with the job's output thrown away (a job in a terminal or under
+# `> /dev/null`): nothing readable says how it ended, only the processes do.
+ALL_MODES = MODES + ("watch-quiet",)
+FAULT_RANK = 1
+EXIT_FOR = {"healthy": 0, "hang": 3, "crash": 4}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One ordinary training script and how to launch it."""
+
+    name: str
+    nproc: int = 2
+    needs: tuple[str, ...] = ()       # modules it imports beyond torch; missing: the cell is skipped
+    duration_s: float = 30.0          # a healthy run on its own on a 2-core machine, roughly
+
+    @property
+    def script(self) -> Path:
+        return JOB_SCRIPTS / f"{self.name}.py"
+
+    def missing(self) -> list[str]:
+        return [m for m in self.needs if importlib.util.find_spec(m) is None]
+
+
+@dataclass(frozen=True)
+class Expect:
+    """The ground truth a report must match."""
+
+    verdict: str                              # healthy | hang | crash
+    culprits: tuple[int, ...] = ()
+    rules: frozenset[str] | None = None       # one of these must be among the findings; None: any
+    cause: tuple[str, ...] = ()               # one of these must appear in the report's cause or findings
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A fault the injector plants (kind None: none) and what hangdoc must say about it."""
+
+    name: str
+    expect: Expect
+    kind: str | None = None
+    settings: tuple[tuple[str, str], ...] = ()     # more HANGDOC_FAULT_* variables
+    attach: str = "after"                          # watch: after the fault fired, or "before" (gated)
+    watch_s: float | None = None                   # --timeout for watch; None: from the job's length
+
+    @property
+    def healthy(self) -> bool:
+        return self.kind is None
+
+
+def _hang(*rules: str) -> Expect:
+    return Expect("hang", (FAULT_RANK,), frozenset(rules))
+
+
+def _crash(*rules: str, cause: tuple[str, ...] = ()) -> Expect:
+    return Expect("crash", (FAULT_RANK,), frozenset(rules), cause)
+
+
+# The rule that names the cause where hangdoc has one; collective-straggler (who, not why) where not.
+HANG_S = 150.0      # hangdoc waits 60 s for a first step before it calls a hang when it saw none
+HEALTHY = Fault("healthy", Expect("healthy"))
+_ALL_FAULTS = [
+    HEALTHY,
+    Fault("stop", _hang("collective-straggler"), "stop", watch_s=HANG_S),
+    Fault("kill9", _crash("rank-died", cause=("SIGKILL", "signal 9")), "kill9", attach="before"),
+    Fault("segv", _crash("rank-died", cause=("SIGSEGV", "signal 11", "segmentation fault")), "segv", attach="before"),
+    Fault("abrt", _crash("rank-died", cause=("SIGABRT", "signal 6", "abort")), "abrt", attach="before"),
+    Fault("oom_kill", _crash("rank-died", cause=("SIGKILL", "signal 9", "out of memory", "oom")), "oom_kill",
+          attach="before"),
+    Fault("breakpoint", _hang("debugger-prompt"), "breakpoint", watch_s=HANG_S),
+    Fault("skip_collective", _hang("collective-mismatch"), "skip_collective", watch_s=HANG_S),
+    # gloo aborts the rank that receives a message of the wrong size: rank 1, which asked for it.
+    Fault("extra_collective", _crash("rank-died", "collective-mismatch", cause=("mismatch", "doesn't match")),
+          "extra_collective", attach="before"),
+    Fault("subprocess_hang", _hang("child-process-wait"), "subprocess_hang", watch_s=HANG_S),
+    Fault("poll_lock", _hang("collective-straggler", "file-lock-wait"), "poll_lock",
+          settings=(("HANGDOC_FAULT_STEP", "0"),), watch_s=HANG_S),
+    Fault("kill_helper_thread", _hang("helper-thread-died"), "kill_helper_thread", watch_s=HANG_S),
+    Fault("hang_before_init", _hang("missing-ranks", "collective-straggler"), "hang_before_init", watch_s=HANG_S),
+    Fault("worker_futex", _hang("worker-deadlock", "dataloader-stall"), "worker_futex", watch_s=HANG_S),
+    Fault("worker_flock", _hang("file-lock-wait"), "worker_flock", watch_s=HANG_S),
+    Fault("worker_socket", _hang("dataloader-stall"), "worker_socket", watch_s=HANG_S),
+    Fault("worker_kill9", _crash("worker-died"), "worker_kill9", attach="before"),
+    Fault("worker_segv", _crash("worker-died"), "worker_segv", attach="before"),
+    # Watched from before: the watch learns the job's rhythm, then one batch takes 16 s, sample by sample.
+    Fault("worker_slow", Expect("healthy"), "worker_slow", attach="before"),
+]
+# Critical findings that may accompany any fault's own: who the others wait for.
+COMPANIONS = frozenset({"collective-straggler", "collective-mismatch", "dataloader-stall"})
+FAULTS: dict[str, Fault] = {f.name: f for f in _ALL_FAULTS}
+
+JOBS: dict[str, Job] = {j.name: j for j in [
+    Job("plain_ddp", duration_s=20),
+    Job("iterable_ddp", nproc=3, duration_s=24),
+    Job("lightning_ddp", needs=("pytorch_lightning",), duration_s=20),
+    Job("accelerate_loop", needs=("accelerate",), duration_s=24),
+    Job("hf_trainer", needs=("transformers",), duration_s=22),
+    Job("webdataset_stream", needs=("webdataset",), duration_s=21),
+]}
+
+
+@dataclass
+class CellResult:
+    """One cell: what hangdoc said, how long it took, and whether it was right."""
+
+    job: str
+    fault: str
+    mode: str
+    rep: int = 0
+    status: str = "INVALID"           # OK | MISS | INVALID (the cell itself went wrong: see why)
+    why: list[str] = field(default_factory=list)
+    exit_code: int | None = None
+    verdict: str | None = None
+    culprits: list[int] = field(default_factory=list)
+    rules: list[str] = field(default_factory=list)
+    critical: list[str] = field(default_factory=list)
+    also_said: list[str] = field(default_factory=list)     # critical findings beyond the expected ones
+    headline: str | None = None
+    fault_to_exit_s: float | None = None
+    attach_to_exit_s: float | None = None
+    wall_s: float = 0.0
+    job_rc: int | None = None
+    fault_record: dict | None = None
+    findings: list[dict] = field(default_factory=list)
+    cause: list[str] = field(default_factory=list)
+    ranks: list[str] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)       # `hangdoc report` of the saved bundle
+    hangdoc_stderr: list[str] = field(default_factory=list)
+    job_log: list[str] = field(default_factory=list)
+    bundle: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "OK"
+
+    def describe(self) -> str:
+        """What hangdoc said, in a few lines: for assertion messages and the bench's misses."""
+        lines = [f"{self.job} / {self.fault} / {self.mode}: {self.status} {'; '.join(self.why)}",
+                 f"  exit {self.exit_code}, verdict {self.verdict}, culprits {self.culprits}, rules {self.rules}"
+                 + (f", also said (critical): {', '.join(self.also_said)}" if self.also_said else ""),
+                 f"  headline: {self.headline}"]
+        lines += [f"  {f['severity'].upper()} {f['rule']} {f['ranks']}: {f['title']}" for f in self.findings]
+        lines += [f"  cause: {c}" for c in self.cause[:3]]
+        lines += [f"  rank {r}" for r in self.ranks]
+        if self.status == "INVALID":
+            lines += ["  hangdoc stderr: " + x for x in self.hangdoc_stderr[-5:]]
+            lines += ["  job log: " + x for x in self.job_log[-15:]]
+        return "\n".join(lines)
+
+
+# ---- processes ---------------------------------------------------------------------------
+
+class ProcessTree:
+    """Every process under `root`, remembered while it lives (a rank's worker is reparented
+    away when its rank dies), with the sessions they ran in; `kill` ends them all."""
+
+    def __init__(self, root: int, every: float = 0.2):
+        self.root = root
+        self.procs: dict[int, psutil.Process] = {}
+        self.sessions: set[int] = set()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.refresh()
+        self._thread = threading.Thread(target=self._watch, args=(every,), daemon=True)
+        self._thread.start()
+
+    def refresh(self) -> None:
+        try:
+            root = psutil.Process(self.root)
+            found = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
+        with self._lock:
+            for proc in found:
+                if proc.pid not in self.procs or not self.procs[proc.pid].is_running():
+                    self.procs[proc.pid] = proc
+                try:
+                    self.sessions.add(os.getsid(proc.pid))
+                except OSError:
+                    pass
+
+    def _watch(self, every: float) -> None:
+        while not self._stop.wait(every):
+            self.refresh()
+
+    def kill(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.refresh()
+        own = os.getsid(0)
+        sessions = self.sessions - {own}
+        for _ in range(5):       # a rank may fork a worker while we kill: look again
+            victims = [p for p in self.procs.values() if _alive(p)]
+            for proc in psutil.process_iter():
+                try:
+                    if proc.pid not in self.procs and os.getsid(proc.pid) in sessions and _alive(proc):
+                        victims.append(proc)
+                except (OSError, psutil.Error):
+                    continue
+            for sid in sessions:
+                try:
+                    os.killpg(sid, signal.SIGKILL)
+                except OSError:
+                    pass
+            if not victims:
+                return
+            for proc in victims:
+                try:
+                    proc.kill()
+                except psutil.Error:
+                    pass
+            psutil.wait_procs(victims, timeout=3)
+            with self._lock:
+                self.procs = {pid: p for pid, p in self.procs.items() if _alive(p)}
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+class _Lines:
+    """A pipe read to the end on a thread of its own, line by line."""
+
+    def __init__(self, pipe):
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=lambda: self.lines.extend(iter(pipe.readline, "")), daemon=True)
+        self._thread.start()
+
+    def text(self) -> str:
+        self._thread.join(timeout=10)
+        return "".join(self.lines)
+
+
+# ---- one cell ----------------------------------------------------------------------------
+
+def torchrun(job: Job, out: Path) -> list[str]:
+    launcher = Path(sys.executable).with_name("torchrun")
+    head = [str(launcher)] if launcher.exists() else [sys.executable, "-m", "torch.distributed.run"]
+    return [*head, f"--nproc_per_node={job.nproc}", "--standalone", str(job.script), "--output-dir", str(out)]
+
+
+def hangdoc() -> list[str]:
+    return [sys.executable, "-m", "hangdoc"]
+
+
+class _Paths:
+    def __init__(self, work: Path):
+        self.work = work
+        self.out = work / "out"            # the job's own working dir
+        self.ready = work / "ready"
+        self.record = work / "fault.json"
+        self.gate = work / "gate"
+        self.faults = work / "faults"      # the injector's FIFOs and lock files
+        self.bundle = work / "bundle.json"
+        self.log = work / "job.log"
+        self.out.mkdir(parents=True)
+        self.faults.mkdir()
+
+
+def job_env(fault: Fault, paths: _Paths, sample: int, gated: bool = False) -> dict[str, str]:
+    """The variables the job runs with, on top of the harness's own environment."""
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(INJECTOR), os.environ.get("PYTHONPATH")])),
+           "HANGDOC_TEST_READY": str(paths.ready), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "HF_HOME": str(paths.work / "hf-home"), "MPLCONFIGDIR": str(paths.work / "mpl")}
+    if fault.kind:
+        env.update({"HANGDOC_FAULT": fault.kind, "HANGDOC_FAULT_RANK": str(FAULT_RANK),
+                    "HANGDOC_FAULT_STEP": "20", "HANGDOC_FAULT_SAMPLE": str(sample),
+                    "HANGDOC_FAULT_RECORD": str(paths.record), "HANGDOC_FAULT_DIR": str(paths.faults)})
+        if gated:
+            env["HANGDOC_FAULT_GATE"] = str(paths.gate)
+        env.update(dict(fault.settings))
+    return env
+
+
+def _clean_environ() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HANGDOC_FAULT") and k != "PYTHONBREAKPOINT"}
+    env.update(NO_COLOR="1", COLUMNS="200")
+    env.pop("GITHUB_STEP_SUMMARY", None)
+    return env
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, deadline: float) -> bool:
+    while time.monotonic() < deadline:
+        if path.exists():
+            return True
+        if proc.poll() is not None:
+            return path.exists()
+        time.sleep(0.05)
+    return False
+
+
+def _tail(path: Path, lines: int = 40) -> list[str]:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    return [line[:300] for line in text.replace("\r", "\n").splitlines() if line.strip()][-lines:]
+
+
+def watch_timeout(job: Job, fault: Fault) -> float:
+    return fault.watch_s or round(job.duration_s * 4 + 40)
+
+
+def run_cell(job: Job, fault: Fault, mode: str, *, rep: int = 0, interval: float | None = None,
+             sample: int = 200, keep_bundle: Path | None = None) -> CellResult:
+    """Run one cell start to end; the job and hangdoc are always ended."""
+    if mode not in ALL_MODES:
+        raise ValueError(f"mode {mode!r}: one of {ALL_MODES}")
+    result = CellResult(job.name, fault.name, mode, rep)
+    started = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix=f"hangdoc-matrix-{job.name}-{fault.name}-{mode}-"))
+    try:
+        paths = _Paths(work)
+        extra = ["--interval", str(interval)] if interval else []
+        if mode == "run":
+            _run(job, fault, paths, result, extra, sample)
+        else:
+            _watch(job, fault, paths, result, extra, sample, quiet=mode == "watch-quiet")
+        _score(result, fault.expect, paths)
+        if keep_bundle is not None and paths.bundle.exists():
+            keep_bundle.mkdir(parents=True, exist_ok=True)
+            kept = keep_bundle / f"{job.name}-{fault.name}-{mode}-{rep}.json"
+            shutil.copyfile(paths.bundle, kept)
+            result.bundle = str(kept)
+        result.job_log = _tail(paths.log)
+    finally:
+        result.wall_s = round(time.monotonic() - started, 1)
+        if os.environ.get("HANGDOC_MATRIX_KEEP"):
+            print(f"kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def _watch(job: Job, fault: Fault, paths: _Paths, result: CellResult, extra: list[str], sample: int,
+           quiet: bool = False) -> None:
+    timeout = watch_timeout(job, fault)
+    gated = bool(fault.kind) and fault.attach == "before"
+    env = dict(_clean_environ(), **job_env(fault, paths, sample, gated))
+    with open(os.devnull if quiet else paths.log, "wb") as log:
+        launcher = subprocess.Popen(torchrun(job, paths.out), cwd=paths.out, env=env, stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    tree = ProcessTree(launcher.pid)
+    watch = None
+    try:
+        before = fault.healthy or fault.attach == "before"
+        marker = paths.ready if before else paths.record
+        if not _wait_for(marker, launcher, time.monotonic() + job.duration_s * 3 + 60):
+            result.why.append(f"the job never wrote {marker.name} (job exit {launcher.poll()})")
+            return
+        watch = subprocess.Popen([*hangdoc(), "watch", str(launcher.pid), "--format", "json", "--no-live",
+                                  "--no-gpu", "--out", str(paths.bundle), "--timeout", str(timeout), *extra],
+                                 env=_clean_environ(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 start_new_session=True)
+        attached = time.time()
+        stdout, stderr = _Lines(watch.stdout), _Lines(watch.stderr)
+        if gated:
+            deadline = time.monotonic() + 60
+            while (time.monotonic() < deadline and watch.poll() is None
+                   and not any(" sample " in line for line in stderr.lines)):
+                time.sleep(0.05)
+            paths.gate.touch()
+        try:
+            result.exit_code = watch.wait(timeout=timeout + 60)
+        except subprocess.TimeoutExpired:
+            result.why.append(f"hangdoc watch did not exit within --timeout {timeout:g} s + 60 s")
+        finished = time.time()
+        result.attach_to_exit_s = round(finished - attached, 1)
+        _read_report(result, stdout.text(), stderr.text())
+        try:
+            result.job_rc = launcher.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            result.job_rc = None
+        _fault_latency(result, paths, finished)
+    finally:
+        if watch is not None and watch.poll() is None:
+            watch.kill()
+            watch.wait()
+        tree.kill()
+        launcher.wait()
+
+
+def _run(job: Job, fault: Fault, paths: _Paths, result: CellResult, extra: list[str], sample: int) -> None:
+    timeout = watch_timeout(job, fault) + job.duration_s
+    variables = [f"{k}={v}" for k, v in job_env(fault, paths, sample).items()]
+    cmd = [*hangdoc(), "run", "--format", "json", "--no-gpu", "--out", str(paths.bundle), "--timeout", str(timeout),
+           *extra, "--", "env", *variables, *torchrun(job, paths.out)]
+    with open(paths.log, "w") as log:
+        run = subprocess.Popen(cmd, cwd=paths.out, env=_clean_environ(), stdout=subprocess.PIPE, stderr=log,
+                               stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    started = time.time()
+    tree = ProcessTree(run.pid)
+    try:
+        stdout = _Lines(run.stdout)
+        try:
+            result.exit_code = run.wait(timeout=timeout + 60)
+        except subprocess.TimeoutExpired:
+            result.why.append(f"hangdoc run did not exit within --timeout {timeout:g} s + 60 s")
+        finished = time.time()
+        result.attach_to_exit_s = round(finished - started, 1)
+        log_lines = _tail(paths.log, 5)
+        _read_report(result, stdout.text(), "\n".join(log_lines))
+        if fault.expect.verdict == "healthy" and "ChildFailedError" in paths.log.read_text(errors="replace"):
+            result.why.append("the job itself failed (torchrun: ChildFailedError)")
+        _fault_latency(result, paths, finished)
+    finally:
+        tree.kill()
+        run.wait()
+
+
+def _fault_latency(result: CellResult, paths: _Paths, finished: float) -> None:
+    try:
+        result.fault_record = json.loads(paths.record.read_text())
+    except (OSError, ValueError):
+        return
+    result.fault_to_exit_s = round(finished - result.fault_record["time"], 1)
+
+
+def _read_report(result: CellResult, stdout: str, stderr: str) -> None:
+    result.hangdoc_stderr = [line for line in stderr.splitlines() if line.strip()][-20:]
+    try:
+        report = json.loads(stdout)
+    except ValueError:
+        if stdout.strip():
+            result.hangdoc_stderr.append("stdout (not JSON): " + stdout.strip()[:500])
+        return
+    result.verdict = report.get("verdict")
+    result.culprits = list(report.get("culprit_ranks") or [])
+    findings = report.get("findings") or []
+    result.rules = list(dict.fromkeys(f["rule"] for f in findings))
+    result.critical = [f["rule"] for f in findings if f.get("severity") == "critical"]
+    result.findings = [{"rule": f["rule"], "severity": f.get("severity"), "ranks": f.get("ranks"),
+                        "title": f.get("title"), "evidence": (f.get("evidence") or [])[:4]} for f in findings]
+    result.cause = [str(c) for c in report.get("cause") or []]
+    for rank in report.get("ranks") or []:
+        workers = ", ".join(f"w{w.get('index')} {w.get('state')}{'' if w.get('alive', True) else ' (dead)'}"
+                            for w in rank.get("workers") or [])
+        result.ranks.append(f"{rank.get('rank')}: {rank.get('state')} {rank.get('progress')} "
+                            f"{rank.get('top_frame')}" + (f" [{workers}]" if workers else ""))
+
+
+def _score(result: CellResult, expect: Expect, paths: _Paths) -> None:
+    if result.fault != "healthy" and result.fault_record is None and not result.why:
+        result.why.append("the fault never fired")
+    if expect.verdict == "healthy" and result.mode != "run" and result.job_rc != 0 and not result.why:
+        result.why.append("the job was still running when the watch stopped" if result.job_rc is None
+                          else f"the job itself failed (exit {result.job_rc})")
+    if result.why:
+        result.status = "INVALID"
+    else:
+        result.why = judge(expect, result)
+        result.status = "MISS" if result.why else "OK"
+        if expect.verdict != "healthy":
+            result.also_said = [r for r in result.critical if r not in (expect.rules or set()) | COMPANIONS]
+    if paths.bundle.exists():
+        result.text = _text_report(paths.bundle)
+        result.headline = next((line for line in result.text if line.strip()), None)
+
+
+def judge(expect: Expect, result: CellResult) -> list[str]:
+    """Why the report does not match the ground truth; empty when it does."""
+    if result.verdict is None:
+        return [f"no JSON report (exit {result.exit_code}): " + " | ".join(result.hangdoc_stderr[-2:])]
+    why = []
+    if result.verdict != expect.verdict:
+        why.append(f"verdict {result.verdict}, expected {expect.verdict}")
+    if result.exit_code != EXIT_FOR[expect.verdict]:
+        why.append(f"exit {result.exit_code}, expected {EXIT_FOR[expect.verdict]}")
+    if tuple(result.culprits) != expect.culprits:
+        why.append(f"culprits {result.culprits}, expected {list(expect.culprits)}")
+    if expect.verdict == "healthy" and result.critical:
+        why.append(f"critical finding(s) on a healthy job: {', '.join(result.critical)}")
+    if expect.rules and not expect.rules & set(result.rules):
+        why.append(f"rules {result.rules or '[]'}, expected one of {sorted(expect.rules)}")
+    if expect.cause:
+        said = " ".join(result.cause + [f"{f['title']} {' '.join(f['evidence'])}" for f in result.findings]).lower()
+        if not any(word.lower() in said for word in expect.cause):
+            why.append(f"the report does not say why (none of {list(expect.cause)} in its cause or findings)")
+    return why
+
+
+def _text_report(bundle: Path) -> list[str]:
+    try:
+        done = subprocess.run([*hangdoc(), "report", str(bundle), "--format", "text"], capture_output=True,
+                              text=True, timeout=60, env=_clean_environ())
+    except subprocess.TimeoutExpired:
+        return ["(hangdoc report timed out)"]
+    return [line.rstrip() for line in done.stdout.splitlines()][:80]
+
+
+def applicable(job: Job, fault: Fault) -> bool:
+    """Every job steps an optimizer and has DataLoader workers, so every fault applies to every job."""
+    return True
+
+
+def summarise(results: list[CellResult]) -> dict:
+    """The two figures the matrix exists for, with the cells behind them."""
+    valid = [r for r in results if r.status != "INVALID"]
+    healthy = [r for r in valid if r.fault == "healthy"]
+    healthy_wrong = [r for r in healthy if r.verdict != "healthy" or r.critical or r.exit_code != 0]
+    faults = [r for r in valid if r.fault != "healthy"]
+    right = [r for r in faults if r.ok]
+    located = [r for r in faults if r.verdict == FAULTS[r.fault].expect.verdict
+               and tuple(r.culprits) == FAULTS[r.fault].expect.culprits
+               and (not FAULTS[r.fault].expect.rules or FAULTS[r.fault].expect.rules & set(r.rules))]
+    pct = (lambda n: round(100 * n / len(faults), 1) if faults else None)
+    return {"cells": len(results), "invalid": len(results) - len(valid),
+            "healthy_cells": len(healthy), "healthy_wrong": len(healthy_wrong), "healthy_goal": 0,
+            "fault_cells": len(faults), "fault_right": len(right), "fault_right_pct": pct(len(right)),
+            "fault_culprit_and_rule": len(located), "fault_culprit_and_rule_pct": pct(len(located)),
+            "fault_goal_pct": 95.0}
+
+
+def as_dict(result: CellResult) -> dict:
+    return dataclasses.asdict(result)
+
+
+if __name__ == "__main__":      # one cell by hand: python tests/ordinary/matrix.py JOB FAULT MODE
+    cell = run_cell(JOBS[sys.argv[1]], FAULTS[sys.argv[2]], sys.argv[3])
+    print(cell.describe())
+    print("\n".join(cell.text))
