@@ -1,7 +1,8 @@
 """The ordinary-jobs matrix: every job x (healthy x3 + every fault) x (watch | run), scored.
 
     python -m benchmarks.bench_matrix [--quick] [--jobs plain_ddp,...] [--faults kill9,...]
-                                      [--modes watch,run,watch-quiet] [--healthy-runs 3] [--out DIR]
+                                      [--modes watch,run,watch-quiet] [--healthy-runs 3] [--fault-rank 1]
+                                      [--out DIR] [--resume]
 
 One cell at a time (a 2-core machine runs one 2-rank job well, not two). Prints a row as each
 cell ends, then the table, what hangdoc said in every cell it got wrong, and the two figures:
@@ -20,7 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from ordinary.matrix import ALL_MODES, FAULTS, JOBS, MODES, CellResult, as_dict, run_cell, summarise  # noqa: E402
+from ordinary.matrix import (ALL_MODES, FAULT_RANK, FAULTS, JOBS, MODES, CellResult, as_dict,  # noqa: E402
+                             run_cell, summarise)
 
 QUICK_FAULTS = ("kill9", "stop", "skip_collective", "poll_lock", "worker_futex", "worker_kill9", "worker_slow")
 HEADER = ["job", "fault", "mode", "exit", "verdict", "culprit", "rules", "fault->exit s", "attach->exit s",
@@ -45,7 +47,8 @@ def plan(jobs: list[str], faults: list[str], modes: list[str], healthy_runs: int
 
 def row(r: dict) -> list:
     seconds = (lambda v: "-" if v is None else f"{v:g}")
-    return [r["job"], r["fault"] + (f" #{r['rep'] + 1}" if r["fault"] == "healthy" else ""), r["mode"],
+    fault = f"{r['fault']} #{r['rep'] + 1}" if r["fault"] == "healthy" else f"{r['fault']}@{r['fault_rank']}"
+    return [r["job"], fault, r["mode"],
             "-" if r["exit_code"] is None else r["exit_code"], r["verdict"] or "-",
             ",".join(map(str, r["culprits"])) or "-", ",".join(r["rules"]) or "-",
             seconds(r["fault_to_exit_s"]), seconds(r["attach_to_exit_s"]), seconds(r["wall_s"]),
@@ -61,18 +64,24 @@ def table(title: str, header: list[str], rows: list[list]) -> str:
 
 def bench_matrix(jobs: list[str] | None = None, faults: list[str] | None = None, modes: list[str] | None = None,
                  healthy_runs: int = 3, quick: bool = False, interval: float | None = None,
-                 out: Path | None = None, progress=print) -> dict:
-    """Run the cells one by one; the results as JSON-ready dicts with the summary."""
+                 out: Path | None = None, rank: int = FAULT_RANK, resume: bool = False, progress=print) -> dict:
+    """Run the cells one by one; the results as JSON-ready dicts with the summary. With `resume`,
+    the cells already in out/matrix.json are kept and not run again."""
     jobs = jobs or list(JOBS)
     cells = plan(jobs, faults or list(FAULTS), modes or list(MODES), healthy_runs, quick)
     results: dict = {"machine": _machine(), "date": time.strftime("%Y-%m-%d %H:%M"), "cells": [], "skipped": []}
-    done: list[CellResult] = []
+    if resume and out and (out / "matrix.json").exists():
+        results["cells"] = json.loads((out / "matrix.json").read_text())["cells"]
+    done = [CellResult(**r) for r in results["cells"]]
+    had = {(r.job, r.fault, r.mode, r.rep, r.fault_rank) for r in done}
     for n, (job, fault, mode, rep) in enumerate(cells, 1):
+        if (job, fault, mode, rep, None if fault == "healthy" else rank) in had:
+            continue
         missing = JOBS[job].missing()
         if missing:
             results["skipped"].append({"job": job, "fault": fault, "mode": mode, "why": f"needs {', '.join(missing)}"})
             continue
-        result = run_cell(JOBS[job], FAULTS[fault], mode, rep=rep, interval=interval,
+        result = run_cell(JOBS[job], FAULTS[fault], mode, rep=rep, rank=rank, interval=interval,
                           keep_bundle=(out / "matrix-bundles") if out else None)
         done.append(result)
         results["cells"].append(as_dict(result))
@@ -138,12 +147,14 @@ def main(argv=None) -> int:
     parser.add_argument("--modes", help="watch,run (default both); watch-quiet: watch a job whose output is thrown away")
     parser.add_argument("--healthy-runs", type=int, default=3)
     parser.add_argument("--interval", type=float, help="hangdoc's --interval (default: hangdoc's own)")
+    parser.add_argument("--fault-rank", type=int, default=FAULT_RANK, help="the rank the faults strike")
     parser.add_argument("--out", default="bench-results")
+    parser.add_argument("--resume", action="store_true", help="keep the cells already in OUT/matrix.json; run the rest")
     args = parser.parse_args(argv)
     modes = _names(args.modes, dict.fromkeys(ALL_MODES), "modes")
     out = Path(args.out)
     results = bench_matrix(_names(args.jobs, JOBS, "jobs"), _names(args.faults, FAULTS, "faults"), modes,
-                           args.healthy_runs, args.quick, args.interval, out)
+                           args.healthy_runs, args.quick, args.interval, out, args.fault_rank, args.resume)
     print()
     print_matrix(results)
     print(f"written to {_write(results, out)}")

@@ -6,9 +6,15 @@ the user sees. The jobs know nothing of hangdoc; faults come from tests/ordinary
 """
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+
 import pytest
 
-from ordinary.matrix import FAULTS, HEALTHY, JOBS, CellResult, run_cell
+from ordinary.matrix import FAULTS, HEALTHY, INJECTOR, JOBS, CellResult, run_cell
 
 pytestmark = [pytest.mark.integration]
 
@@ -67,3 +73,48 @@ def test_rank_killed_by_sigkill_is_a_crash_of_that_rank_with_its_cause():
     # and the report says how it died (torchrun printed "Signal 9 (SIGKILL) received")
     said = " ".join(result.cause + [f["title"] + " " + " ".join(f["evidence"]) for f in result.findings])
     assert "SIGKILL" in said or "signal 9" in said.lower(), result.describe()
+
+
+# --- the injector itself, without torchrun ------------------------------------------------------
+
+TINY_LOOP = ("import torch\n"
+             "model = torch.nn.Linear(2, 1)\n"
+             "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+             "for step in range(5):\n"
+             "    model(torch.ones(1, 2)).sum().backward()\n"
+             "    opt.step()\n"
+             "print('trained')\n")
+
+
+def python_with_injector(tmp_path, code: str, **env: str) -> subprocess.CompletedProcess:
+    variables = {k: v for k, v in os.environ.items() if not k.startswith("HANGDOC_FAULT") and k != "RANK"}
+    variables.update(PYTHONPATH=str(INJECTOR), HANGDOC_FAULT_RECORD=str(tmp_path / "fault.json"), **env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=variables,
+                          timeout=60, cwd=tmp_path)
+
+
+@pytest.mark.timeout(90)
+def test_injector_strikes_only_its_rank_and_never_breaks_the_script(tmp_path):
+    # GIVEN the injector set to SIGKILL rank 0 after 2 optimizer steps
+    # WHEN a training loop runs as rank 1, as a process without a rank, and with a fault it does not know
+    elsewhere = python_with_injector(tmp_path, TINY_LOOP, HANGDOC_FAULT="kill9", HANGDOC_FAULT_RANK="0",
+                                     HANGDOC_FAULT_STEP="2", RANK="1")
+    launcher = python_with_injector(tmp_path, TINY_LOOP, HANGDOC_FAULT="kill9", HANGDOC_FAULT_RANK="0")
+    unknown = python_with_injector(tmp_path, TINY_LOOP, HANGDOC_FAULT="no_such_fault", RANK="0")
+    # THEN each trains to the end; the unknown fault costs one line on stderr
+    for done in (elsewhere, launcher, unknown):
+        assert done.returncode == 0 and "trained" in done.stdout, done.stderr
+    assert "hangdoc fault injector: not installed" in unknown.stderr
+    assert not (tmp_path / "fault.json").exists()
+
+
+@pytest.mark.timeout(90)
+def test_injector_kills_its_rank_at_the_step_and_records_it(tmp_path):
+    # GIVEN the injector set to SIGKILL rank 0 after 2 optimizer steps
+    # WHEN a training loop runs as rank 0
+    done = python_with_injector(tmp_path, TINY_LOOP, HANGDOC_FAULT="kill9", HANGDOC_FAULT_RANK="0",
+                                HANGDOC_FAULT_STEP="2", RANK="0")
+    # THEN it dies by SIGKILL before the end, and the record says where
+    assert done.returncode == -signal.SIGKILL and "trained" not in done.stdout
+    record = json.loads((tmp_path / "fault.json").read_text())
+    assert (record["kind"], record["rank"], record["step"]) == ("kill9", 0, 2)

@@ -8,7 +8,9 @@ and scores the JSON report against the fault's ground truth:
            after the job's ready marker (healthy cells, and crash faults, which the injector
            holds back until the watch has taken its first sample: torchrun tears a crashed job
            down in well under a second) or after the fault fired (hang faults)
-    run    `hangdoc run -- env ... torchrun ...` from the start
+    run    `hangdoc run -- env ... torchrun ...` from the start; the injector holds the fault
+           back until RUN_GATE_S after the job's first step (except faults that strike
+           before training), so hangdoc has learned the job's rhythm when it strikes
 
 Whatever happens, every process the job ever had (the launcher's session and each rank's
 own session, found by walking the process tree while the job runs) is killed when the cell
@@ -24,6 +26,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -45,6 +48,7 @@ MODES = ("watch", "run")
 ALL_MODES = MODES + ("watch-quiet",)
 FAULT_RANK = 1
 EXIT_FOR = {"healthy": 0, "hang": 3, "crash": 4}
+RUN_GATE_S = 8.0
 
 
 @dataclass(frozen=True)
@@ -83,11 +87,31 @@ class Fault:
     kind: str | None = None
     settings: tuple[tuple[str, str], ...] = ()     # more HANGDOC_FAULT_* variables
     attach: str = "after"                          # watch: after the fault fired, or "before" (gated)
+    early: bool = False                            # strikes before training: never held back
+    # Where the outcome depends on the job: the job's output holds `crashed_if` when the fault
+    # crashed it (`expect` then), else `expect_hung` is the truth.
+    crashed_if: str | None = None
+    expect_hung: Expect | None = None
+    gate_samples: int = 1          # attach "before": the fault waits for the watch's sample N
     watch_s: float | None = None                   # --timeout for watch; None: from the job's length
 
     @property
     def healthy(self) -> bool:
         return self.kind is None
+
+    def on_rank(self, rank: int) -> Fault:
+        """The same fault planted on another rank: the culprit moves with it."""
+        if self.healthy or rank == FAULT_RANK:
+            return self
+        hung = self.expect_hung and dataclasses.replace(self.expect_hung, culprits=(rank,))
+        return dataclasses.replace(self, expect=dataclasses.replace(self.expect, culprits=(rank,)), expect_hung=hung,
+                                   settings=self.settings + (("HANGDOC_FAULT_RANK", str(rank)),))
+
+    def truth(self, job_output: str) -> Expect:
+        """The expectation, given what the job printed."""
+        if self.expect_hung is not None and self.crashed_if not in job_output:
+            return self.expect_hung
+        return self.expect
 
 
 def _hang(*rules: str) -> Expect:
@@ -111,21 +135,24 @@ _ALL_FAULTS = [
           attach="before"),
     Fault("breakpoint", _hang("debugger-prompt"), "breakpoint", watch_s=HANG_S),
     Fault("skip_collective", _hang("collective-mismatch"), "skip_collective", watch_s=HANG_S),
-    # gloo aborts the rank that receives a message of the wrong size: rank 1, which asked for it.
+    # gloo aborts the rank that receives a message of the wrong size (rank 1, which asked for it);
+    # where the other rank's next collective is of another kind (HF Trainer's all_gather), both wait.
     Fault("extra_collective", _crash("rank-died", "collective-mismatch", cause=("mismatch", "doesn't match")),
-          "extra_collective", attach="before"),
+          "extra_collective", attach="before", watch_s=HANG_S, crashed_if="EnforceNotMet",
+          expect_hung=_hang("collective-mismatch")),
     Fault("subprocess_hang", _hang("child-process-wait"), "subprocess_hang", watch_s=HANG_S),
     Fault("poll_lock", _hang("collective-straggler", "file-lock-wait"), "poll_lock",
-          settings=(("HANGDOC_FAULT_STEP", "0"),), watch_s=HANG_S),
+          settings=(("HANGDOC_FAULT_STEP", "0"),), watch_s=HANG_S, early=True),
     Fault("kill_helper_thread", _hang("helper-thread-died"), "kill_helper_thread", watch_s=HANG_S),
-    Fault("hang_before_init", _hang("missing-ranks", "collective-straggler"), "hang_before_init", watch_s=HANG_S),
+    Fault("hang_before_init", _hang("missing-ranks", "collective-straggler"), "hang_before_init", watch_s=HANG_S,
+          early=True),
     Fault("worker_futex", _hang("worker-deadlock", "dataloader-stall"), "worker_futex", watch_s=HANG_S),
     Fault("worker_flock", _hang("file-lock-wait"), "worker_flock", watch_s=HANG_S),
     Fault("worker_socket", _hang("dataloader-stall"), "worker_socket", watch_s=HANG_S),
     Fault("worker_kill9", _crash("worker-died"), "worker_kill9", attach="before"),
     Fault("worker_segv", _crash("worker-died"), "worker_segv", attach="before"),
     # Watched from before: the watch learns the job's rhythm, then one batch takes 16 s, sample by sample.
-    Fault("worker_slow", Expect("healthy"), "worker_slow", attach="before"),
+    Fault("worker_slow", Expect("healthy"), "worker_slow", attach="before", gate_samples=3),
 ]
 # Critical findings that may accompany any fault's own: who the others wait for.
 COMPANIONS = frozenset({"collective-straggler", "collective-mismatch", "dataloader-stall"})
@@ -149,6 +176,8 @@ class CellResult:
     fault: str
     mode: str
     rep: int = 0
+    fault_rank: int | None = None
+    expected: dict = field(default_factory=dict)    # the Expect it was judged against
     status: str = "INVALID"           # OK | MISS | INVALID (the cell itself went wrong: see why)
     why: list[str] = field(default_factory=list)
     exit_code: int | None = None
@@ -170,6 +199,7 @@ class CellResult:
     hangdoc_stderr: list[str] = field(default_factory=list)
     job_log: list[str] = field(default_factory=list)
     bundle: str | None = None
+    leftovers: list[str] = field(default_factory=list)    # processes the kill missed (should be none)
 
     @property
     def ok(self) -> bool:
@@ -256,6 +286,19 @@ class ProcessTree:
                 self.procs = {pid: p for pid, p in self.procs.items() if _alive(p)}
 
 
+def _sweep(work: Path) -> list[str]:
+    """Kill and name any process still running with the cell's folder on its command line."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if str(work) in " ".join(proc.info["cmdline"] or ()) and _alive(proc):
+                found.append(f"{proc.pid} {' '.join(proc.info['cmdline'])[:120]}")
+                proc.kill()
+        except psutil.Error:
+            continue
+    return found
+
+
 def _alive(proc: psutil.Process) -> bool:
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
@@ -324,6 +367,15 @@ def _clean_environ() -> dict[str, str]:
     return env
 
 
+_SAMPLE = re.compile(r" sample (\d+) ")
+
+
+def _samples_taken(status_lines: list[str]) -> int:
+    """The latest sample number in watch's --no-live status lines (printed at samples 1, 3, 6, ...)."""
+    numbers = [int(m.group(1)) for line in status_lines for m in [_SAMPLE.search(line)] if m]
+    return max(numbers, default=0)
+
+
 def _wait_for(path: Path, proc: subprocess.Popen, deadline: float) -> bool:
     while time.monotonic() < deadline:
         if path.exists():
@@ -346,12 +398,13 @@ def watch_timeout(job: Job, fault: Fault) -> float:
     return fault.watch_s or round(job.duration_s * 4 + 40)
 
 
-def run_cell(job: Job, fault: Fault, mode: str, *, rep: int = 0, interval: float | None = None,
-             sample: int = 200, keep_bundle: Path | None = None) -> CellResult:
-    """Run one cell start to end; the job and hangdoc are always ended."""
+def run_cell(job: Job, fault: Fault, mode: str, *, rep: int = 0, rank: int = FAULT_RANK,
+             interval: float | None = None, sample: int = 200, keep_bundle: Path | None = None) -> CellResult:
+    """Run one cell start to end (the fault on `rank`); the job and hangdoc are always ended."""
     if mode not in ALL_MODES:
         raise ValueError(f"mode {mode!r}: one of {ALL_MODES}")
-    result = CellResult(job.name, fault.name, mode, rep)
+    fault = fault.on_rank(rank)
+    result = CellResult(job.name, fault.name, mode, rep, None if fault.healthy else rank, _expected(fault.expect))
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix=f"hangdoc-matrix-{job.name}-{fault.name}-{mode}-"))
     try:
@@ -361,10 +414,12 @@ def run_cell(job: Job, fault: Fault, mode: str, *, rep: int = 0, interval: float
             _run(job, fault, paths, result, extra, sample)
         else:
             _watch(job, fault, paths, result, extra, sample, quiet=mode == "watch-quiet")
-        _score(result, fault.expect, paths)
+        expect = fault.truth(paths.log.read_text(errors="replace") if paths.log.exists() else "")
+        result.expected = _expected(expect)
+        _score(result, expect, paths)
         if keep_bundle is not None and paths.bundle.exists():
             keep_bundle.mkdir(parents=True, exist_ok=True)
-            kept = keep_bundle / f"{job.name}-{fault.name}-{mode}-{rep}.json"
+            kept = keep_bundle / f"{job.name}-{fault.name}-r{rank}-{mode}-{rep}.json"
             shutil.copyfile(paths.bundle, kept)
             result.bundle = str(kept)
         result.job_log = _tail(paths.log)
@@ -375,6 +430,11 @@ def run_cell(job: Job, fault: Fault, mode: str, *, rep: int = 0, interval: float
         else:
             shutil.rmtree(work, ignore_errors=True)
     return result
+
+
+def _expected(expect: Expect) -> dict:
+    return {"verdict": expect.verdict, "culprits": list(expect.culprits), "rules": sorted(expect.rules or ()),
+            "cause": list(expect.cause)}
 
 
 def _watch(job: Job, fault: Fault, paths: _Paths, result: CellResult, extra: list[str], sample: int,
@@ -402,7 +462,7 @@ def _watch(job: Job, fault: Fault, paths: _Paths, result: CellResult, extra: lis
         if gated:
             deadline = time.monotonic() + 60
             while (time.monotonic() < deadline and watch.poll() is None
-                   and not any(" sample " in line for line in stderr.lines)):
+                   and _samples_taken(stderr.lines) < fault.gate_samples):
                 time.sleep(0.05)
             paths.gate.touch()
         try:
@@ -423,11 +483,13 @@ def _watch(job: Job, fault: Fault, paths: _Paths, result: CellResult, extra: lis
             watch.wait()
         tree.kill()
         launcher.wait()
+        result.leftovers = _sweep(paths.work)
 
 
 def _run(job: Job, fault: Fault, paths: _Paths, result: CellResult, extra: list[str], sample: int) -> None:
     timeout = watch_timeout(job, fault) + job.duration_s
-    variables = [f"{k}={v}" for k, v in job_env(fault, paths, sample).items()]
+    gated = bool(fault.kind) and not fault.early
+    variables = [f"{k}={v}" for k, v in job_env(fault, paths, sample, gated).items()]
     cmd = [*hangdoc(), "run", "--format", "json", "--no-gpu", "--out", str(paths.bundle), "--timeout", str(timeout),
            *extra, "--", "env", *variables, *torchrun(job, paths.out)]
     with open(paths.log, "w") as log:
@@ -437,6 +499,8 @@ def _run(job: Job, fault: Fault, paths: _Paths, result: CellResult, extra: list[
     tree = ProcessTree(run.pid)
     try:
         stdout = _Lines(run.stdout)
+        if gated:
+            threading.Thread(target=_open_gate_later, args=(paths, run), daemon=True).start()
         try:
             result.exit_code = run.wait(timeout=timeout + 60)
         except subprocess.TimeoutExpired:
@@ -451,6 +515,15 @@ def _run(job: Job, fault: Fault, paths: _Paths, result: CellResult, extra: list[
     finally:
         tree.kill()
         run.wait()
+        result.leftovers = _sweep(paths.work)
+
+
+def _open_gate_later(paths: _Paths, run: subprocess.Popen) -> None:
+    """Under run, a fault waits RUN_GATE_S after the first step, so hangdoc has seen the job's
+    rhythm (a fault at step 20 would come before its second sample)."""
+    if _wait_for(paths.ready, run, time.monotonic() + 300) and run.poll() is None:
+        time.sleep(RUN_GATE_S)
+        paths.gate.touch()
 
 
 def _fault_latency(result: CellResult, paths: _Paths, finished: float) -> None:
@@ -490,6 +563,8 @@ def _score(result: CellResult, expect: Expect, paths: _Paths) -> None:
     if expect.verdict == "healthy" and result.mode != "run" and result.job_rc != 0 and not result.why:
         result.why.append("the job was still running when the watch stopped" if result.job_rc is None
                           else f"the job itself failed (exit {result.job_rc})")
+    if result.leftovers:
+        result.why.append(f"{len(result.leftovers)} process(es) outlived the cell's kill: {result.leftovers[0]}")
     if result.why:
         result.status = "INVALID"
     else:
@@ -545,9 +620,8 @@ def summarise(results: list[CellResult]) -> dict:
     healthy_wrong = [r for r in healthy if r.verdict != "healthy" or r.critical or r.exit_code != 0]
     faults = [r for r in valid if r.fault != "healthy"]
     right = [r for r in faults if r.ok]
-    located = [r for r in faults if r.verdict == FAULTS[r.fault].expect.verdict
-               and tuple(r.culprits) == FAULTS[r.fault].expect.culprits
-               and (not FAULTS[r.fault].expect.rules or FAULTS[r.fault].expect.rules & set(r.rules))]
+    located = [r for r in faults if r.verdict == r.expected["verdict"] and r.culprits == r.expected["culprits"]
+               and (not r.expected["rules"] or set(r.expected["rules"]) & set(r.rules))]
     pct = (lambda n: round(100 * n / len(faults), 1) if faults else None)
     return {"cells": len(results), "invalid": len(results) - len(valid),
             "healthy_cells": len(healthy), "healthy_wrong": len(healthy_wrong), "healthy_goal": 0,
@@ -560,7 +634,8 @@ def as_dict(result: CellResult) -> dict:
     return dataclasses.asdict(result)
 
 
-if __name__ == "__main__":      # one cell by hand: python tests/ordinary/matrix.py JOB FAULT MODE
-    cell = run_cell(JOBS[sys.argv[1]], FAULTS[sys.argv[2]], sys.argv[3])
+if __name__ == "__main__":      # one cell by hand: python tests/ordinary/matrix.py JOB FAULT MODE [RANK]
+    cell = run_cell(JOBS[sys.argv[1]], FAULTS[sys.argv[2]], sys.argv[3],
+                    rank=int(sys.argv[4]) if len(sys.argv) > 4 else FAULT_RANK)
     print(cell.describe())
     print("\n".join(cell.text))
