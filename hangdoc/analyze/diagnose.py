@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from hangdoc.analyze.classify import Reading, parked_in, signature
 from hangdoc.analyze.flight import fr_step_times
 from hangdoc.analyze.logs import failed_worker_rank, killed_workers, says_failure, torchrun_root_cause
+from hangdoc.analyze.past import Before, before_attach, confirmed
+from hangdoc.analyze.past import hang_after as past_hang_after
 from hangdoc.analyze.progress import PollLoop, Rhythm, blocked_since, poll_loop, progress_word, rank_progress, rhythm
 from hangdoc.analyze.rendezvous import joining, joining_since, not_joined, setup_name
-from hangdoc.analyze.timeline import Timeline, timelines
+from hangdoc.analyze.timeline import Timeline, raw_points, still, timelines
 from hangdoc.base.parse import to_int
 from hangdoc.model import (
     DIGEST_VERSION, Bundle, DigestWorker, Frame, LogTail, NodeDigest, ProcessInfo, RankDigest, RankState, Role,
@@ -81,6 +83,8 @@ class Diagnosis:
     rhythm: Rhythm | None = None       # how the threshold was set, and since when nothing stepped
     census: Census | None = None       # every rank seen, when the views stand for classes
     digest: NodeDigest | None = None   # the node's reading of its ranks, saved beside its samples
+    before: Before | None = None       # the wait already under way when hangdoc arrived (past.py)
+    from_past: bool = False            # the verdict leaned on it
 
     def view(self, rank: int) -> RankView | None:
         return next((r for r in self.ranks if rank in r.ranks), None)
@@ -120,6 +124,8 @@ class Decision:
     mismatch: dict[str, tuple[int, ...]] = field(default_factory=dict)
     frozen: bool = False
     rhythm: Rhythm | None = None
+    before: Before | None = None       # the wait already under way at the first sample
+    from_past: bool = False            # the hang was named from that evidence, before the threshold passed
 
 
 def diagnose(bundle: Bundle, hang_after: float | None = None, lines: dict[int, Timeline] | None = None) -> Diagnosis:
@@ -130,7 +136,8 @@ def diagnose(bundle: Bundle, hang_after: float | None = None, lines: dict[int, T
     digest = digest_of(bundle, lines, views)
     decision = decide(digest.ranks, job_facts(bundle, digest, hang_after))
     return Diagnosis(decision.verdict, decision.culprits, decision.onset, bundle.last.time, tuple(views),
-                     decision.mismatch, decision.frozen, decision.rhythm, digest=digest)
+                     decision.mismatch, decision.frozen, decision.rhythm, digest=digest, before=decision.before,
+                     from_past=decision.from_past)
 
 
 def job_facts(bundle: Bundle, digest: NodeDigest, hang_after: float | None) -> JobFacts:
@@ -196,15 +203,21 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
     culprits, mismatch = _culprits(ranks)
     waiting = any(r.exited_at is None and (r.state == RankState.COLLECTIVE or r.joining) for r in ranks)
     split = bool(mismatch) or (waiting and bool(culprits))
+    # The wait already under way when hangdoc arrived: no step since it began (see past.py).
+    before = before_attach(ranks, beat.quiet_since, facts.first) if waiting else None
+    since = min(beat.quiet_since, before.since) if before is not None else beat.quiet_since
     if quiet >= beat.threshold_s and waiting:
-        return Decision(Verdict.HANG, culprits, beat.quiet_since, mismatch, rhythm=beat)
+        return Decision(Verdict.HANG, culprits, since, mismatch, rhythm=beat, before=before)
+    if (before is not None and before.others_asleep and confirmed(ranks)
+            and now - before.since >= past_hang_after(beat.source, beat.threshold_s)):
+        return Decision(Verdict.HANG, culprits, before.since, mismatch, rhythm=beat, before=before, from_past=True)
     frozen = _all_frozen(ranks, now, beat)
     if frozen is not None:
         return Decision(Verdict.HANG, tuple(r.rank for r in ranks if r.rank is not None), frozen, frozen=True,
                         rhythm=beat)
-    if split and (max(r.points for r in ranks) == 1 or quiet >= _suspect_after(beat)):
-        return Decision(Verdict.SUSPECT, culprits, beat.quiet_since, mismatch, rhythm=beat)
-    return Decision(Verdict.HEALTHY, rhythm=beat)
+    if split and (max(r.points for r in ranks) == 1 or now - since >= _suspect_after(beat)):
+        return Decision(Verdict.SUSPECT, culprits, since, mismatch, rhythm=beat, before=before)
+    return Decision(Verdict.HEALTHY, rhythm=beat, before=before)
 
 
 def _suspect_after(beat: Rhythm) -> float:
@@ -226,6 +239,12 @@ def digest_of(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView])
         line = lines[view.info.pid]
         live = [w.pid for w, _, alive in view.workers if alive]
         since = [t for pid in [view.info.pid, *live] if pid in lines and (t := lines[pid].unmoved_since()) is not None]
+        children = [raw_points(bundle, c.pid) for c in bundle.job.children_of(view.info.pid) if c.role is Role.CHILD]
+        first = line.points[0]
+        fresh = [p for p in line.points if p.fresh]
+        quiet = (len(fresh) >= 2 and all(p.sig == fresh[0].sig for p in fresh) and still(list(line.points))
+                 and all(still(list(lines[pid].points)) for pid in live if pid in lines)
+                 and all(still(points) for points in children if len(points) >= 2))
         sample = bundle.last.sample_of(view.info.pid)
         ranks.append(RankDigest(
             rank=view.info.rank, pid=view.info.node_pid, host=view.info.host or bundle.host.hostname,
@@ -239,10 +258,17 @@ def digest_of(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView])
             workers=tuple(DigestWorker(pid=w.node_pid, index=w.worker_index, state=r.state if alive else WorkerState.EXITED,
                                        top_frame=r.frame.label if r.frame else None, alive=alive)
                           for w, r, alive in view.workers),
-            started=view.info.start_time, **_exit_fields(bundle, view.info.pid)))
+            started=view.info.start_time, last_ran=_last_ran(first), first_seen=first.time, still=quiet,
+            **_exit_fields(bundle, view.info.pid)))
     nodes = max((n for p in bundle.job.ranks if (n := to_int(p.env.get("GROUP_WORLD_SIZE")))), default=None)
     return NodeDigest(DIGEST_VERSION, bundle.samples[0].time, bundle.last.time, tuple(ranks),
                       tuple(fr_step_times(bundle.flight_records)), nodes)
+
+
+def _last_ran(point) -> float | None:
+    """When the rank's main thread had last run before the sample of `point` read it."""
+    off = point.main.off_cpu_s if point.main is not None else None
+    return None if off is None else round(point.time - off, 3)
 
 
 def _exit_fields(bundle: Bundle, pid: int) -> dict:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from hangdoc.analyze.classify import Reading, classify_rank, classify_worker, signature
-from hangdoc.model import Bundle, LoopMark, ProcSample, Role, Snapshot, ThreadCounters
+from hangdoc.model import Bundle, LoopMark, ProcSample, RankState, Role, Snapshot, ThreadCounters
 
 # Bytes a process may move between samples without it counting as progress (store pings).
 IO_NOISE_BYTES = 4096
@@ -32,6 +32,9 @@ class Point:
     # Answers about this point worked out once (did it step since an earlier point, where does
     # its trailing run start): a live watch asks the same questions of the same points every round.
     memo: dict = field(default_factory=dict, compare=False, repr=False)
+
+
+_NO_READING = Reading(RankState.UNKNOWN, None, None)
 
 
 def _point(time: float, sample: ProcSample | None, worker: bool) -> Point:
@@ -84,6 +87,40 @@ class Timeline:
         for prev, point in zip(points[i:], points[i + 1:]):
             point.memo[key] = prev.memo[key] if joins(prev, point) else point.time
         return max(points[-1].memo[key], points[0].time)
+
+
+# A process that uses less than this share of one CPU, and moves fewer bytes a second, over the
+# whole watch is asleep: polling a queue with a timeout, a stats thread's tick, a blocking stack
+# read's wake-ups. A computing rank or a decompressing worker uses most of a CPU.
+STILL_CPU_SHARE = 0.05
+STILL_BYTES_PER_S = 16384
+
+
+def still(points: list[Point]) -> bool:
+    """Did the process do nothing worth the name over its points: under STILL_CPU_SHARE of a CPU,
+    under STILL_BYTES_PER_S? Judged from the first and the last point (a share, not a per-round
+    delta: the kernel counts CPU in 10 ms ticks). False with fewer than two points."""
+    if len(points) < 2:
+        return False
+    a, b = points[0], points[-1]
+    span = b.time - a.time
+    if span <= 0 or a.cpu_s is None or b.cpu_s is None:
+        return False
+    if b.cpu_s - a.cpu_s > STILL_CPU_SHARE * span:
+        return False
+    return a.io_bytes is None or b.io_bytes is None or b.io_bytes - a.io_bytes <= STILL_BYTES_PER_S * span
+
+
+def raw_points(bundle: Bundle, pid: int) -> list[Point]:
+    """CPU and bytes of a process without a timeline (a rank's child), sample by sample."""
+    points = []
+    for snapshot in bundle.samples:
+        sample = snapshot.sample_of(pid)
+        proc = sample.proc if sample is not None else None
+        if proc is not None and sample.alive:
+            points.append(Point(snapshot.time, _NO_READING, (), proc.cpu_s,
+                                proc.io.rchar + proc.io.wchar if proc.io else None))
+    return points
 
 
 def timelines(bundle: Bundle) -> dict[int, Timeline]:

@@ -65,6 +65,14 @@ def check_bundle(bundle: Bundle, source: str = "bundle") -> Bundle:
     for snapshot in bundle.samples:
         _number(snapshot.time, "a sample's time", source)
         _number(snapshot.took_s, "a sample's duration", source)
+        for sample in snapshot.processes:
+            main = sample.proc.main_thread if sample.proc else None
+            if main is not None and main.off_cpu_s is not None:
+                _number(main.off_cpu_s, f"the off-CPU time of pid {sample.pid}", source)
+                if main.off_cpu_s < 0:
+                    raise BadBundle(f"{source} is damaged: the off-CPU time of pid {sample.pid} is negative")
+    for log in bundle.logs:
+        _number(log.mtime, f"the time {log.source} was written", source)
     for end in bundle.exits:
         _number(end.time, f"the exit time of pid {end.pid}", source)
         if end.signal is not None and not (isinstance(end.signal, int) and 0 < end.signal < 128):

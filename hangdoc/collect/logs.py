@@ -54,6 +54,11 @@ def read_tail(path: str, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LINE
     return _tail(path, st.st_size, st.st_mtime_ns, st.st_ino, max_bytes, max_lines)
 
 
+def last_written(tails: tuple[LogTail, ...]) -> LogTail | None:
+    """The log the job wrote last (None: no tail knows its time)."""
+    return max((t for t in tails if t.mtime is not None), key=lambda t: t.mtime, default=None)
+
+
 @functools.lru_cache(maxsize=256)
 def _tail(path: str, _size: int, _mtime_ns: int, _ino: int, max_bytes: int, max_lines: int) -> LogTail | None:
     try:
@@ -67,7 +72,7 @@ def _tail(path: str, _size: int, _mtime_ns: int, _ino: int, max_bytes: int, max_
     lines = data.decode("utf-8", "replace").splitlines()
     if size > max_bytes and lines:
         lines = lines[1:]   # the first line is cut in the middle
-    return LogTail(source=path, lines=redact_lines(lines[-max_lines:]))
+    return LogTail(source=path, lines=redact_lines(lines[-max_lines:]), mtime=_mtime_ns / 1e9)
 
 
 def read_tails(sources: tuple[str, ...]) -> tuple[LogTail, ...]:

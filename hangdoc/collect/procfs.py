@@ -6,6 +6,7 @@ kernel refuses; callers turn those into "could not collect" lines, not crashes.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import stat as stat_mod
@@ -255,6 +256,29 @@ class ProcFS:
             involuntary_switches=_status_field(status, "nonvoluntary_ctxt_switches") or 0,
         )
 
+    def sched_clock_ms(self) -> float | None:
+        """The scheduler's clock as this thread last saw it (its own se.exec_start, in ms): the
+        "now" that other threads' exec_start is read against. None: the kernel does not show it
+        (no CONFIG_SCHED_DEBUG)."""
+        try:
+            return _exec_start_ms(self.read_text("thread-self", "sched"))   # type: ignore[arg-type]
+        except (ProcGone, ProcDenied, OSError):
+            return None
+
+    def off_cpu_s(self, pid: int, now_ms: float | None, tid: int | None = None) -> float | None:
+        """Seconds since the thread (the main thread by default) last ran: how long it has been
+        asleep, told by the scheduler without stopping it. `now_ms`: `sched_clock_ms()`, read
+        once for a round. None where the kernel shows no scheduler statistics. The clocks of
+        two CPUs can differ by a little (tens of ms; more on a VM that loses time to its host):
+        it is a lower bound worth seconds, not milliseconds."""
+        if now_ms is None:
+            return None
+        try:
+            start = _exec_start_ms(self.read_text(pid, f"task/{pid if tid is None else tid}/sched"))
+        except (ProcGone, ProcDenied, OSError):
+            return None
+        return None if start is None else round(max(0.0, (now_ms - start) / 1000.0), 3)
+
     def proc_stat(self, pid: int, full: bool = True, links: tuple[int, ...] | None = ()) -> ProcStat:
         """Everything a sample needs from /proc for one process; `full=False` leaves out the
         kernel wait (wchan, syscall) and the open files, the costly part (about 0.5 ms a process).
@@ -312,6 +336,19 @@ def _link_kind(target: str, link: str) -> str | None:
     if stat_mod.S_ISREG(mode):
         return None
     return "fifo" if stat_mod.S_ISFIFO(mode) else "device" if stat_mod.S_ISCHR(mode) else "other"
+
+
+def _exec_start_ms(sched: str) -> float | None:
+    """se.exec_start of a /proc/PID/sched text (the scheduler's clock, in ms, when the thread last
+    ran or had its run time accounted)."""
+    for line in sched.splitlines():
+        if line.startswith("se.exec_start"):
+            try:
+                value = float(line.partition(":")[2])
+            except ValueError:
+                return None
+            return value if math.isfinite(value) else None
+    return None
 
 
 def _status_field(status: str, key: str) -> int | None:

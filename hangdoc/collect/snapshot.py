@@ -55,6 +55,9 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
         for p in job.processes if p.pid in wanted
     ]
     dumps: dict[int, Dump | StackError] = {}
+    # How long each main thread has been asleep, read before any dump of this round wakes it.
+    clock = probes.procfs.sched_clock_ms()
+    asleep = {pid: probes.procfs.off_cpu_s(pid, clock) for pid in pids} if clock is not None else {}
     with ThreadPoolExecutor(max_workers=2) as side:
         stacks_future = (side.submit(dump_many, probes.pyspy, requests, probes.max_parallel)
                          if probes.pyspy is not None and requests else None)
@@ -69,6 +72,8 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
     samples = []
     for pid in pids:
         proc, errors, alive = procs[pid]
+        if proc is not None and proc.main_thread is not None and asleep.get(pid) is not None:
+            proc = dataclasses.replace(proc, main_thread=dataclasses.replace(proc.main_thread, off_cpu_s=asleep[pid]))
         dump = dumps.get(pid)
         stack = None
         if isinstance(dump, Dump):

@@ -104,7 +104,8 @@ def diagnose_by_class(nodes: Sequence[NodeRead], hang_after: float | None = None
         if members is not None:
             views.append(dataclasses.replace(view, members=tuple(r.rank for r in members if r.rank is not None)))
     diagnosis = Diagnosis(decision.verdict, decision.culprits, decision.onset, facts.now, tuple(views),
-                          decision.mismatch, decision.frozen, decision.rhythm, census=census(nodes))
+                          decision.mismatch, decision.frozen, decision.rhythm, census=census(nodes),
+                          before=decision.before, from_past=decision.from_past)
     return bundle, diagnosis
 
 

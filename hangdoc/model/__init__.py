@@ -14,7 +14,7 @@ from hangdoc.model.capture import (
 )
 from hangdoc.model.digest import DIGEST_VERSION, DigestWorker, NodeDigest, RankDigest, StepSummary
 from hangdoc.model.report import (
-    REPORT_SCHEMA, Finding, FlightSummary, GpuTrend, RankGpu, RankReport, Report, StackClass, Threshold,
+    REPORT_SCHEMA, BeforeAttach, Finding, FlightSummary, GpuTrend, RankGpu, RankReport, Report, StackClass, Threshold,
     WorkerReport,
 )
 from hangdoc.model.rule import Rule, finding
@@ -71,6 +71,7 @@ __all__ = [
     "RankDigest",
     "StepSummary",
     "REPORT_SCHEMA",
+    "BeforeAttach",
     "FlightSummary",
     "GpuTrend",
     "StackClass",

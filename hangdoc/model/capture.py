@@ -129,6 +129,10 @@ class ThreadCounters:
     cpu_s: float
     voluntary_switches: int        # /proc/PID/task/TID/status voluntary_ctxt_switches
     involuntary_switches: int
+    # Seconds since the thread last ran, as the scheduler says (/proc/PID/task/TID/sched
+    # se.exec_start against the reader's own), read before the round's stack dump woke it: at
+    # the first sample, how long it had been asleep before hangdoc arrived. None: not read.
+    off_cpu_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -361,6 +365,7 @@ class Job:
 class LogTail:
     source: str                    # the file it was read from
     lines: tuple[str, ...]         # the last lines, secrets redacted
+    mtime: float | None = None     # when the job last wrote it (None: not known)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ import msgspec
 # 2: each rank's exit status (exit_time, exit_code, exit_signal).
 # 3: a poll loop's tries are no steps (rhythm); ranks in process-group setup (joining) and the
 #    numbers that tell which ranks a node should run (world_size, local_rank, local_world_size).
-DIGEST_VERSION = 3
+# 4: when each rank's main thread last ran before hangdoc first read it (last_ran), and when that
+#    first read was (first_seen); whether nothing of it worked while watched (still).
+DIGEST_VERSION = 4
 
 
 class StepSummary(msgspec.Struct, frozen=True, gc=False):
@@ -61,6 +63,13 @@ class RankDigest(msgspec.Struct, frozen=True, gc=False):
     world_size: int | None = None
     local_rank: int | None = None
     local_world_size: int | None = None
+    # The past as the kernel told it at the rank's first sample: when its main thread had last run
+    # (None: not read, an older bundle), and that first sample's time.
+    last_ran: float | None = None
+    first_seen: float | None = None
+    # Nothing of it worked while watched: no new frame, and its process, live workers and
+    # children used next to no CPU and moved next to no bytes (analyze/timeline.still).
+    still: bool = False
 
     @property
     def exit_told(self) -> bool:

@@ -101,12 +101,26 @@ class RankReport:
 class Threshold:
     """How hang was told from slow: the threshold, where it came from, and the quiet so far."""
 
-    source: str                    # "given" (--hang-after), "learned" (the job's steps), "default"
+    source: str                    # "given" (--hang-after), "learned" (the job's steps), "default";
+                                   # "past": named from a wait already under way at attach (BeforeAttach)
     hang_after_s: float
     longest_step_s: float | None   # the longest gap between two steps of one rank, as seen
     steps_seen: int
     quiet_s: float                 # how long no rank has stepped (nor done I/O of its own)
     signal: str                    # "loop" (the job's locals) or "frames" (no locals could be read)
+
+
+@dataclass(frozen=True)
+class BeforeAttach:
+    """What the system already knew of the job's past at hangdoc's first sample."""
+
+    waited_s: float | None = None    # the longest a waiting rank had sat in its wait, off the CPU
+    rank: int | None = None          # that rank
+    wait: str | None = None          # what it waited in
+    others_asleep: bool = False      # every live rank outside the wait was asleep too
+    decided: bool = False            # the hang was named from this evidence, before the threshold passed
+    log: str | None = None           # the log file the job wrote last ...
+    log_quiet_s: float | None = None   # ... and how long before the first sample
 
 
 @dataclass(frozen=True)
@@ -130,6 +144,7 @@ class Report:
     stack_classes: tuple[StackClass, ...] = ()
     samples: int = 0                         # samples the verdict was read from
     flight: FlightSummary | None = None      # the ranks' Flight Recorder settings, when read
+    before: BeforeAttach | None = None       # the job's past as the system knew it when hangdoc attached
 
     @property
     def class_members(self) -> dict[int, tuple[int, ...]] | None:

@@ -1,7 +1,7 @@
 """Phrases every renderer shares, so text, Markdown and the live view say the same thing."""
 from __future__ import annotations
 
-from hangdoc.base.words import rank_ranges
+from hangdoc.base.words import rank_label, rank_ranges
 from hangdoc.model import FlightSummary, RankGpu, Report
 
 
@@ -18,7 +18,7 @@ def headline(report: Report) -> str:
             who = f"rank {culprits} is the culprit"
         else:
             who = "every rank here waits in the same collective; the culprit is not among them"
-        after = f" (detected {report.detected_after_s:.1f} s after the stall began)" if report.detected_after_s is not None else ""
+        after = _onset(report)
         return f"HANG: {who}{after}"
     if report.verdict == "crash":
         who = f"rank {culprits} failed first" if culprits else "the job failed"
@@ -37,12 +37,58 @@ def headline(report: Report) -> str:
     return "HEALTHY: no hang found"
 
 
+def _onset(report: Report) -> str:
+    if report.detected_after_s is None:
+        return ""
+    before = report.before
+    if before is not None and before.waited_s is not None and report.verdict == "hang":
+        return (f" (no step for at least {span(report.detected_after_s)}; stalled at least "
+                f"{span(before.waited_s)} before hangdoc attached)")
+    return f" (detected {report.detected_after_s:.1f} s after the stall began)"
+
+
+def before_line(report: Report) -> str | None:
+    """What the system knew of the past when hangdoc attached, in one line."""
+    before = report.before
+    if before is None or report.verdict == "crash":
+        return None
+    parts = []
+    if before.waited_s is not None:
+        who = f"rank {rank_label(before.rank)}" if before.rank is not None else "a rank"
+        parts.append(f"{who} had waited in {before.wait or 'a collective'} for at least {span(before.waited_s)} "
+                     "(its main thread had not run since)")
+    if before.log is not None and before.log_quiet_s is not None:
+        parts.append(f"the job last wrote {_short(before.log)} {span(before.log_quiet_s)} before")
+    return "Before hangdoc attached: " + "; ".join(parts) + "." if parts else None
+
+
+def span(seconds: float) -> str:
+    """A length of time in prose: "35 s", "14 min", "2.5 h"."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _short(path: str) -> str:
+    host, sep, rest = path.partition(":")
+    name = (rest if sep and "/" not in host else path).rsplit("/", 1)[-1]
+    return (host + ":" + name) if sep and "/" not in host else name
+
+
 def threshold_line(report: Report) -> str | None:
     """How hang was told from slow, in one line: "steps took up to 4.1 s; nothing stepped for 13 s"."""
     t = report.threshold
     if t is None or report.verdict == "crash":
         return None
     quiet = f"no rank has stepped for {t.quiet_s:.0f} s"
+    if t.source == "past":
+        b = report.before
+        waited = f"{span(b.waited_s)} " if b is not None and b.waited_s is not None else ""
+        return (f"Progress: a rank had waited {waited}before hangdoc attached and every rank outside the wait "
+                f"has been asleep since (no step, CPU, I/O or new frame in {report.samples} samples), so hang "
+                f"once the wait is {t.hang_after_s:g} s old; no step for at least {t.quiet_s:.0f} s.")
     if t.source == "given":
         rule = f"hang after {t.hang_after_s:g} s (--hang-after)"
     elif t.source == "learned":

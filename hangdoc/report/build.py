@@ -6,6 +6,7 @@ import dataclasses
 
 from hangdoc.base.words import rank_ranges
 from hangdoc.analyze.diagnose import Diagnosis, RankView, diagnose
+from hangdoc.analyze.past import hang_after as past_hang_after
 from hangdoc.analyze.timeline import LiveTimelines, Timeline, timelines
 from hangdoc.analyze.workers import workers_of_rank
 from hangdoc.model import REPORT_SCHEMA, Bundle, Finding, RankGpu, RankReport, Report, Threshold, Verdict, WorkerReport, WorkerState
@@ -55,7 +56,8 @@ def report_of(bundle: Bundle, diagnosis: Diagnosis, lines: dict[int, Timeline] |
         missing_stacks=facts.missing_stacks(bundle),
     )
     tree, classes = facts.stacks(report, bundle)
-    return dataclasses.replace(report, stack_tree=tree, stack_classes=classes, cause=facts.crash_cause(report, bundle))
+    return dataclasses.replace(report, stack_tree=tree, stack_classes=classes, cause=facts.crash_cause(report, bundle),
+                               before=facts.before_attach(bundle, diagnosis))
 
 
 def report_without_ranks(verdict: Verdict, findings: tuple[Finding, ...]) -> Report:
@@ -68,6 +70,11 @@ def _threshold(diagnosis: Diagnosis) -> Threshold | None:
     beat = diagnosis.rhythm
     if beat is None:
         return None
+    if diagnosis.from_past:
+        return Threshold(source="past", hang_after_s=past_hang_after(beat.source, beat.threshold_s),
+                         longest_step_s=beat.longest_step_s, steps_seen=beat.steps_seen,
+                         quiet_s=round(diagnosis.decided_at - diagnosis.onset, 1),
+                         signal="loop" if beat.has_locals else "frames")
     return Threshold(source=beat.source, hang_after_s=beat.threshold_s, longest_step_s=beat.longest_step_s,
                      steps_seen=beat.steps_seen, quiet_s=round(diagnosis.decided_at - beat.quiet_since, 1),
                      signal="loop" if beat.has_locals else "frames")

@@ -7,7 +7,7 @@ from hangdoc.analyze.classes import stack_classes, stack_tree
 from hangdoc.analyze.flight import flight_summary
 from hangdoc.analyze.logs import rank_exception
 from hangdoc.base.words import rank_label
-from hangdoc.model import Bundle, GpuTrend, Report, Severity, StackClass, Verdict
+from hangdoc.model import BeforeAttach, Bundle, GpuTrend, Report, Severity, StackClass, Verdict
 from hangdoc.rules.rank_died import RULE as RANK_DIED
 
 TREND_SAMPLES = 12     # the live view's sparklines
@@ -80,3 +80,20 @@ def gpu_trend(bundle: Bundle, pid: int, width: int = TREND_SAMPLES) -> GpuTrend 
 
 def flight(bundle: Bundle):
     return flight_summary(bundle.flight_config, len(bundle.flight_records))
+
+
+def before_attach(bundle: Bundle, diagnosis) -> BeforeAttach | None:
+    """The job's past as the system knew it at the first sample: the wait already under way (the
+    diagnosis's `before`), and the log the job wrote last. None when neither is known."""
+    first = bundle.samples[0].time
+    log = max((t for t in bundle.logs if t.mtime is not None and t.mtime <= first + 1.0),
+              key=lambda t: t.mtime, default=None)
+    log_quiet = round(max(0.0, first - log.mtime), 1) if log is not None else None
+    before = diagnosis.before
+    if before is None and log is None:
+        return None
+    if before is None:
+        return BeforeAttach(log=log.source, log_quiet_s=log_quiet)
+    return BeforeAttach(waited_s=round(first - before.since, 1), rank=before.rank, wait=before.wait,
+                        others_asleep=before.others_asleep, decided=diagnosis.from_past,
+                        log=log.source if log else None, log_quiet_s=log_quiet)

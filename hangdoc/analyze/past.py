@@ -1,0 +1,93 @@
+"""What the system already knew about the job's past when hangdoc arrived. Pure.
+
+Users attach after they have noticed: the job may have been stuck for minutes before the first
+sample. The kernel keeps, per thread, when it last ran (the scheduler's `se.exec_start`, read
+as `ThreadCounters.off_cpu_s` before the first stack dump wakes anything). A rank whose main
+thread has not run for 847 s while it sits in `all_reduce` has waited there, off the CPU, for
+847 s: no collective it takes part in has completed since, so no step has either.
+
+That is a fact about the waiting ranks. Whether the job is hung depends on the others: a rank
+still computing may be in a long step (a validation pass, a slow batch), and only its rhythm can
+tell (the learned threshold of `progress.py`). But when every live rank outside the wait is
+asleep too (no step, no CPU, no bytes, no new frame since hangdoc's first sample of it, nor in
+its workers or children), nothing will end the wait: the job is hung, and has been for at least
+as long as the waiting has lasted. That is named after CONFIRM_SAMPLES samples, once the wait
+is older than the threshold (given, learned, or PAST_HANG_AFTER_S).
+
+On NCCL a waiting rank's main thread may spin at a sync point instead of sleeping: its
+off-CPU time is then near zero and the evidence is simply absent (never wrong); the Flight
+Recorder's completion times and the learned rhythm decide there.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hangdoc.model import Progress, RankDigest, RankState
+
+PAST_HANG_AFTER_S = 15.0   # a wait this old, with every other rank asleep, is a hang (no --hang-after, no rhythm)
+CONFIRM_SAMPLES = 3        # samples that must agree nothing moves now
+
+
+@dataclass(frozen=True)
+class Before:
+    """The longest wait already under way when hangdoc arrived: since when the rank that has
+    waited longest sat there off the CPU (a lower bound: no step of the job since), which rank,
+    in what; and whether every live rank outside the wait is asleep (the verdict may use it)."""
+
+    since: float
+    rank: int | None
+    wait: str | None
+    others_asleep: bool
+
+
+def waiting(rank: RankDigest) -> bool:
+    return rank.state == RankState.COLLECTIVE or bool(rank.joining)
+
+
+def gone(rank: RankDigest) -> bool:
+    return rank.exit_time is not None or rank.exited_at is not None
+
+
+def before_attach(ranks: Sequence[RankDigest], quiet_since: float, first: float) -> Before | None:
+    """The wait already under way at the first sample, when the kernel told it and nothing
+    stepped while watched; None otherwise. A waiting rank counts when it has sat in the same
+    wait since its first sample."""
+    if quiet_since > first:
+        return None        # something stepped (or did I/O of its own) while watched
+    live = [r for r in ranks if not gone(r)]
+    steady = [r for r in live if waiting(r) and r.last_ran is not None and r.first_seen is not None
+              and _same_wait_since(r) <= r.first_seen]
+    if not steady:
+        return None
+    longest = min(steady, key=lambda r: r.last_ran)
+    if longest.first_seen - longest.last_ran <= 0:
+        return None
+    others = [r for r in live if not waiting(r)]
+    return Before(longest.last_ran, longest.rank, longest.joining or longest.detail,
+                  all(asleep(r) for r in others))
+
+
+def _same_wait_since(rank: RankDigest) -> float:
+    if rank.state == RankState.COLLECTIVE and rank.blocked_since is not None:
+        return rank.blocked_since
+    return rank.state_since
+
+
+def asleep(rank: RankDigest) -> bool:
+    """Nothing of the rank worked since hangdoc first sampled it: no step, no new frame, next to
+    no CPU and bytes in it, its live workers and its children (RankDigest.still), and it is not
+    in the job's own code computing (on a GPU, a rank can sleep while its kernels run)."""
+    return (rank.still and rank.progress != Progress.ACTIVE
+            and rank.state not in (RankState.COMPUTE, RankState.IO, RankState.UNKNOWN))
+
+
+def confirmed(ranks: Sequence[RankDigest]) -> bool:
+    """Enough samples agree that nothing moves now."""
+    return max((r.points for r in ranks), default=0) >= CONFIRM_SAMPLES
+
+
+def hang_after(source: str, threshold_s: float) -> float:
+    """How old a wait must be, with every other rank asleep, to be a hang: a given or learned
+    threshold stands; otherwise PAST_HANG_AFTER_S."""
+    return threshold_s if source in ("given", "learned") else PAST_HANG_AFTER_S
