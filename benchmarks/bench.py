@@ -1,8 +1,9 @@
 """`make bench`: the speed, overhead and accuracy figures, as tables and as JSON.
 
-    python -m benchmarks.bench [--only snapshot,latency,engines,overhead,zoo,check,merge,matrix] [--out DIR]
+    python -m benchmarks.bench [--only snapshot,latency,engines,overhead,zoo,check,merge,matrix,late] [--out DIR]
 
-`matrix` runs the quick ordinary-jobs matrix; the whole of it: python -m benchmarks.bench_matrix
+`matrix` runs the quick ordinary-jobs matrix; the whole of it: python -m benchmarks.bench_matrix.
+`late` attaches to the zoo's hung jobs 5, 30 and 120 s after the fault, and to healthy ones at random.
 
 Every figure comes from real torchrun jobs on this machine; ratios are measured within one
 run (alternating the two arms) because a shared machine is noisy. Absolute times are
@@ -26,7 +27,7 @@ from hangdoc.scenarios import SCENARIOS
 from hangdoc.scenarios.launch import start_job, stop_job, wait_for
 
 SECTIONS = ("snapshot", "locals", "latency", "engines", "analysis", "overhead", "false-alarms", "detection", "zoo",
-            "check", "merge", "matrix")
+            "check", "merge", "matrix", "late")
 
 
 def machine() -> str:
@@ -286,6 +287,10 @@ def main(argv=None) -> int:
         from benchmarks.bench_matrix import bench_matrix, print_matrix
 
         print_matrix(results.setdefault("matrix", bench_matrix(quick=True)))
+    if "late" in wanted:
+        from benchmarks.bench_late import bench_late, print_late
+
+        print_late(results.setdefault("late", bench_late()), table)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "bench.json"

@@ -145,6 +145,9 @@ def classify_rank(sample: ProcSample | None) -> Reading:
     if sample is None or not sample.alive or (sample.proc and sample.proc.state in ("Z", "X")):
         return Reading(RankState.EXITED, None, None)
     main = sample.stack.main if sample.stack else None
+    if sample.proc and sample.proc.state == "T":
+        # Stopped by a signal (not "t", a tracing stop: a stack read pauses a process that way).
+        return Reading(RankState.IDLE, Wait.STOPPED, own_frame(main.frames) if main and main.frames else None)
     if main is None or not main.frames:
         if sample.proc and sample.proc.state == "D":
             return Reading(RankState.IO, "uninterruptible sleep (disk)", None)

@@ -63,6 +63,7 @@ class Wait(Word):
     FILE_LOCK = "file lock"          # flock / fcntl / lockf: another process holds the file
     CHILD = "subprocess wait"        # subprocess.run, Popen.wait, os.waitpid: a child never ends
     THREAD = "thread handoff"        # queue.Queue.get / Event.wait / Condition.wait fed by a thread
+    STOPPED = "stopped (SIGSTOP)"    # state T: kill -STOP, Ctrl-Z, a job-control stop; it runs no code at all
 
 
 class Progress(Word):

@@ -40,11 +40,19 @@ def headline(report: Report) -> str:
 def _onset(report: Report) -> str:
     if report.detected_after_s is None:
         return ""
-    before = report.before
-    if before is not None and before.waited_s is not None and report.verdict == "hang":
+    waited = _waited_before(report)
+    if waited is not None and report.verdict == "hang":
         return (f" (no step for at least {span(report.detected_after_s)}; stalled at least "
-                f"{span(before.waited_s)} before hangdoc attached)")
+                f"{span(waited)} before hangdoc attached)")
+    if report.before is not None and report.before.waited_s is not None:
+        return f" (no step for at least {span(report.detected_after_s)})"
     return f" (detected {report.detected_after_s:.1f} s after the stall began)"
+
+
+def _waited_before(report: Report) -> float | None:
+    """How long a rank had waited before hangdoc attached, when long enough to say (1 s)."""
+    before = report.before
+    return before.waited_s if before is not None and before.waited_s is not None and before.waited_s >= 1 else None
 
 
 def before_line(report: Report) -> str | None:
@@ -53,7 +61,7 @@ def before_line(report: Report) -> str | None:
     if before is None or report.verdict == "crash":
         return None
     parts = []
-    if before.waited_s is not None:
+    if _waited_before(report) is not None:
         who = f"rank {rank_label(before.rank)}" if before.rank is not None else "a rank"
         parts.append(f"{who} had waited in {before.wait or 'a collective'} for at least {span(before.waited_s)} "
                      "(its main thread had not run since)")
@@ -84,11 +92,11 @@ def threshold_line(report: Report) -> str | None:
         return None
     quiet = f"no rank has stepped for {t.quiet_s:.0f} s"
     if t.source == "past":
-        b = report.before
-        waited = f"{span(b.waited_s)} " if b is not None and b.waited_s is not None else ""
-        return (f"Progress: a rank had waited {waited}before hangdoc attached and every rank outside the wait "
-                f"has been asleep since (no step, CPU, I/O or new frame in {report.samples} samples), so hang "
-                f"once the wait is {t.hang_after_s:g} s old; no step for at least {t.quiet_s:.0f} s.")
+        waited = _waited_before(report)
+        before = f", {span(waited)} of it before hangdoc attached" if waited is not None else ""
+        return (f"Progress: a rank has waited for at least {span(t.quiet_s)}{before}, and every rank outside the "
+                f"wait has been asleep since hangdoc's first sample (no step, CPU, I/O or new frame in "
+                f"{report.samples} samples), so hang once a wait is {t.hang_after_s:g} s old.")
     if t.source == "given":
         rule = f"hang after {t.hang_after_s:g} s (--hang-after)"
     elif t.source == "learned":
