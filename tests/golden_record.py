@@ -52,7 +52,7 @@ KEEP_LOG_LINES = 400   # what the collector keeps: the whole tail
 WATCH = ("--interval", "0.5", "--hang-after", "4", "--no-live", "--no-gpu", "--format", "json")
 ALL_RULES = ("slow-decompression", "tar-member-decode", "uneven-shards", "worker-died", "worker-error", "no-progress", "missing-ranks",
              "worker-deadlock", "fork-unsafe-arm", "dataloader-stall", "gpu-starved",
-             "collective-straggler", "collective-mismatch", "flight-recorder", "rank-died",
+             "collective-straggler", "collective-mismatch", "flight-recorder", "rank-died", "slow-rank",
              "debugger-prompt", "file-lock-wait", "child-process-wait", "helper-thread-died")
 
 
@@ -172,6 +172,8 @@ CASES = [
          "hang", (1,), ("collective-straggler",), rules_job("bz2-bystander", "bz2-rank0")),
     Case("slow-data", "one worker per rank, CPU-heavy augmentation: ranks mostly wait for data",
          "healthy", (), ("gpu-starved",), scenario("slow-data", fault=False, max_steps=400), timeout_s=12),
+    Case("compute-2x", "rank 1 computes 1.0 s a step, rank 0 0.5 s: rank 0 waits in the gradient all_reduce half of each step",
+         "slow", (1,), ("slow-rank",), scenario("compute-2x", fault=False, max_steps=400), timeout_s=30),
     Case("healthy-finished", "fast steps; the job finishes while watched",
          "healthy", (), (), scenario("healthy", fault=False, max_steps=600), timeout_s=40),
     Case("checkpoint-pause", "rank 0 writes a checkpoint for 3.5 s every 10 steps; rank 1 waits in a barrier",

@@ -21,6 +21,8 @@ from hangdoc.analyze.logs import failed_worker_rank, killed_workers, says_failur
 from hangdoc.analyze.past import Before, before_attach, confirmed
 from hangdoc.analyze.past import hang_after as past_hang_after
 from hangdoc.analyze.progress import PollLoop, Rhythm, blocked_since, poll_loop, progress_word, rank_progress, rhythm
+from hangdoc.analyze.shares import rank_shares
+from hangdoc.analyze.slow import SlowCall, slow_call
 from hangdoc.analyze.rendezvous import joining, joining_since, not_joined, setup_name
 from hangdoc.analyze.timeline import Timeline, raw_points, still, timelines
 from hangdoc.base.parse import to_int
@@ -85,6 +87,7 @@ class Diagnosis:
     digest: NodeDigest | None = None   # the node's reading of its ranks, saved beside its samples
     before: Before | None = None       # the wait already under way when hangdoc arrived (past.py)
     from_past: bool = False            # the verdict leaned on it
+    slow: SlowCall | None = None       # a straggler or data-bound job (slow.py); also on a job that ended well
 
     def view(self, rank: int) -> RankView | None:
         return next((r for r in self.ranks if rank in r.ranks), None)
@@ -126,6 +129,7 @@ class Decision:
     rhythm: Rhythm | None = None
     before: Before | None = None       # the wait already under way at the first sample
     from_past: bool = False            # the hang was named from that evidence, before the threshold passed
+    slow: SlowCall | None = None       # the job moves, slowly: a straggler or its data (slow.py)
 
 
 def diagnose(bundle: Bundle, hang_after: float | None = None, lines: dict[int, Timeline] | None = None) -> Diagnosis:
@@ -137,7 +141,7 @@ def diagnose(bundle: Bundle, hang_after: float | None = None, lines: dict[int, T
     decision = decide(digest.ranks, job_facts(bundle, digest, hang_after))
     return Diagnosis(decision.verdict, decision.culprits, decision.onset, bundle.last.time, tuple(views),
                      decision.mismatch, decision.frozen, decision.rhythm, digest=digest, before=decision.before,
-                     from_past=decision.from_past)
+                     from_past=decision.from_past, slow=decision.slow)
 
 
 def job_facts(bundle: Bundle, digest: NodeDigest, hang_after: float | None) -> JobFacts:
@@ -195,7 +199,12 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
         return Decision(Verdict.CRASH, crash[0], crash[1], rhythm=beat)
     if ranks and all(_gone_at(r) is not None for r in ranks):
         ended_well = (told is not None and told.ended_well) or ended_readably(facts)
-        return Decision(Verdict.HEALTHY if ended_well else Verdict.ENDED, rhythm=beat)
+        slow = slow_call(ranks, include_gone=True)
+        if not ended_well:
+            return Decision(Verdict.ENDED, rhythm=beat, slow=slow)
+        # It ended well; if it was slow all along, that is the verdict (run fails on it only with --fail-on slow).
+        return Decision(Verdict.SLOW if slow else Verdict.HEALTHY, slow.stragglers if slow else (), rhythm=beat,
+                        slow=slow)
     if not ranks and facts.exit_code not in (None, 0):
         return Decision(Verdict.CRASH, rhythm=beat)
 
@@ -217,6 +226,9 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
                         rhythm=beat)
     if split and (max(r.points for r in ranks) == 1 or now - since >= _suspect_after(beat)):
         return Decision(Verdict.SUSPECT, culprits, since, mismatch, rhythm=beat, before=before)
+    call = slow_call(ranks)
+    if call is not None:
+        return Decision(Verdict.SLOW, call.stragglers, rhythm=beat, before=before, slow=call)
     return Decision(Verdict.HEALTHY, rhythm=beat, before=before)
 
 
@@ -259,6 +271,7 @@ def digest_of(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView])
                                        top_frame=r.frame.label if r.frame else None, alive=alive)
                           for w, r, alive in view.workers),
             started=view.info.start_time, last_ran=_last_ran(first), first_seen=first.time, still=quiet,
+            shares=rank_shares(line),
             **_exit_fields(bundle, view.info.pid)))
     nodes = max((n for p in bundle.job.ranks if (n := to_int(p.env.get("GROUP_WORLD_SIZE")))), default=None)
     return NodeDigest(DIGEST_VERSION, bundle.samples[0].time, bundle.last.time, tuple(ranks),

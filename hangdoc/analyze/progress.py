@@ -172,6 +172,12 @@ def blocked_since(line: Timeline) -> float | None:
                           and a.reading.detail == b.reading.detail and not stepped(a, b))
 
 
+def step_times(line: Timeline) -> list[float]:
+    """When the rank stepped, as seen: the midpoint of the two samples around each step."""
+    fresh = [p for p in line.points if p.fresh]
+    return [(a.time + b.time) / 2 for a, b in zip(fresh, fresh[1:]) if stepped(a, b)]
+
+
 def rank_progress(line: Timeline) -> StepSummary:
     """What a rank's timeline says about its rhythm, in a few numbers (see StepSummary)."""
     steps: list[float] = []

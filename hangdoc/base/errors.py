@@ -17,6 +17,7 @@ EXIT_CRASH = 4
 EXIT_ENDED_UNKNOWN = 5
 EXIT_NOT_SAVED = 6
 EXIT_SUSPECT = 7      # one instant, or not long enough: ranks split, no progress seen
+EXIT_SLOW = 8         # it moves, but slowly: a straggler or its data costs every step (run: with --fail-on slow)
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 

@@ -12,7 +12,7 @@ from typing import Callable, TextIO
 import typer
 
 from hangdoc.base.defaults import INTERVAL_S, MIN_INTERVAL_S
-from hangdoc.base.errors import HangdocError
+from hangdoc.base.errors import BadOutput, HangdocError
 from hangdoc.model import Bundle, NodeDigest, Report
 
 
@@ -20,6 +20,21 @@ class Format(str, Enum):
     text = "text"
     json = "json"
     markdown = "markdown"
+
+
+class ReportFormat(str, Enum):
+    """A report's formats: check's, the one-file HTML page and the Chrome trace (Perfetto)."""
+
+    text = "text"
+    json = "json"
+    markdown = "markdown"
+    html = "html"
+    trace = "trace"
+
+    @property
+    def document(self) -> bool:
+        """A document on stdout, nothing else there: a command's own output goes to stderr."""
+        return self in (ReportFormat.json, ReportFormat.html, ReportFormat.trace)
 
 
 class Engine(str, Enum):
@@ -56,6 +71,19 @@ def format_option(help: str = "Report format."):
     return typer.Option(Format.text, "--format", "-f", case_sensitive=False, help=help)
 
 
+REPORT_FORMAT_HELP = ("text, markdown (for a GitHub issue), json, html (one self-contained page with every rank's "
+                      "timeline) or trace (Chrome trace-event JSON for Perfetto).")
+
+
+def report_format_option(help: str = REPORT_FORMAT_HELP):
+    return typer.Option(ReportFormat.text, "--format", "-f", case_sensitive=False, help=help)
+
+
+def html_option():
+    return typer.Option(None, "--html", help="Also write the report as one self-contained HTML page (every rank's "
+                        "timeline) to this file.")
+
+
 def seconds(low: float = 0.0, strict: bool = False) -> Callable:
     """A typer callback: a finite number of seconds, at least `low` (above it when `strict`)."""
 
@@ -90,27 +118,59 @@ def quiet_broken_pipe() -> None:
         pass
 
 
-def emit_report(report: Report, fmt: Format, out: TextIO | None = None) -> None:
+def emit_report(report: Report, fmt: Format | ReportFormat, out: TextIO | None = None) -> None:
     try:
-        _emit(report, fmt, out or sys.stdout)
+        _emit(report, ReportFormat(fmt.value), out or sys.stdout)
     except BrokenPipeError:
         quiet_broken_pipe()
 
 
-def _emit(report: Report, fmt: Format, out: TextIO) -> None:
-    if fmt is Format.json:
+def _emit(report: Report, fmt: ReportFormat, out: TextIO) -> None:
+    if fmt is ReportFormat.json:
         from hangdoc.render.json import render_json
 
         render_json(report, out)
-    elif fmt is Format.markdown:
+    elif fmt is ReportFormat.markdown:
         from hangdoc.render.markdown import render_markdown
 
         render_markdown(report, out)
+    elif fmt is ReportFormat.html:
+        from hangdoc.render.html import render_html
+
+        render_html(report, out)
+    elif fmt is ReportFormat.trace:
+        from hangdoc.render.trace import render_trace
+
+        render_trace(report, out)
     else:
         from hangdoc.render.text import render_text
 
         render_text(report, out)
     out.flush()
+
+
+def html_target(path: Path | None) -> Path | None:
+    """--html checked before the watch starts, not after it."""
+    if path is None:
+        return None
+    if path.is_dir():
+        raise BadOutput(f"--html {path} is a directory; give a file name such as {path}/hang.html")
+    from hangdoc.bundle.files import check_writable
+
+    return check_writable(path)
+
+
+def write_html(report: Report, path: Path | None) -> None:
+    """--html: the page beside the usual output; a failure to write it is one line, not the verdict's exit code."""
+    if path is None:
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as out:
+            _emit(report, ReportFormat.html, out)
+    except OSError as exc:
+        print(f"hangdoc: error: the HTML report was not written to {path}: {exc.strerror or exc}", file=sys.stderr)
+        return
+    print(f"hangdoc: HTML report written to {path}", file=sys.stderr)
 
 
 def default_out() -> Path:

@@ -9,7 +9,7 @@ import typer
 
 from hangdoc.cli import app
 from hangdoc.cli.common import (
-    Format, emit_report, format_option, hang_after_option, quiet_broken_pipe,
+    ReportFormat, emit_report, hang_after_option, quiet_broken_pipe, report_format_option,
 )
 from hangdoc.base.errors import EXIT_OK, BadOutput, HangdocError
 
@@ -19,7 +19,7 @@ from hangdoc.base.errors import EXIT_OK, BadOutput, HangdocError
 def report(
     bundles: List[Path] = typer.Argument(..., help="Bundle files (or a directory of them) of one job, and/or "
                                          "its ranks' Flight Recorder dumps (files or directories)."),
-    fmt: Format = format_option("text, markdown (for a GitHub issue) or json."),
+    fmt: ReportFormat = report_format_option(),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of stdout."),
     hang_after: Optional[float] = hang_after_option("Override the threshold the bundle was taken with."),
 ) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import List, Optional
 
@@ -12,10 +13,15 @@ from hangdoc.base.errors import EXIT_NOT_SAVED, HangdocError
 from hangdoc.bundle.files import check_writable
 from hangdoc.cli import app
 from hangdoc.cli.common import (
-    Engine, Format, default_out, emit_report, engine_option, format_option, hang_after_option, interval_option,
-    save_or_say, timeout_option,
+    Engine, ReportFormat, default_out, emit_report, engine_option, hang_after_option, html_option, html_target,
+    interval_option, report_format_option, save_or_say, timeout_option, write_html,
 )
 from hangdoc.model import Verdict
+
+
+class FailOn(str, Enum):
+    hang = "hang"
+    slow = "slow"
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
@@ -24,18 +30,22 @@ def run(
     timeout: Optional[float] = timeout_option("Fail (exit 3) if the whole run takes longer."),
     hang_after: Optional[float] = hang_after_option(),
     interval: float = interval_option(),
-    fmt: Format = format_option(),
+    fmt: ReportFormat = report_format_option(),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to save the bundle on a hang or crash."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML result here."),
+    html: Optional[Path] = html_option(),
     no_live: bool = typer.Option(True, "--no-live/--live", help="A live table instead of status lines (TTY only)."),
     no_gpu: bool = typer.Option(False, "--no-gpu", help="Do not sample GPUs through NVML."),
     py_spy: Optional[str] = typer.Option(None, "--py-spy", help="Path of the py-spy binary to use."),
     engine: Engine = engine_option(),
+    fail_on: FailOn = typer.Option(FailOn.hang, "--fail-on", case_sensitive=False,
+                                   help="hang: fail on a hang or a crash (default); slow: also on a slow run "
+                                        "(a straggler or data-bound job), exit 8. A slow run is otherwise a warning."),
 ) -> None:
     """Run a short training under watch: exit 3 on a hang, 4 on a crash, else the command's own code.
 
-    The command's output streams through (to stderr with --format json, so stdout holds only
-    the report). With GITHUB_STEP_SUMMARY set, the Markdown report is appended to it.
+    The command's output streams through (to stderr with --format json, html or trace, so stdout
+    holds only the report). With GITHUB_STEP_SUMMARY set, the Markdown report is appended to it.
     """
     from hangdoc.live.options import WatchOptions
     from hangdoc.live.probes import make_probes
@@ -48,10 +58,11 @@ def run(
     out = check_writable(out or default_out())
     if junit is not None:
         check_writable(junit)
+    html = html_target(html)
     options = WatchOptions(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout, engine=engine.value,
                            py_spy=py_spy, gpu=not no_gpu)
     probes = make_probes(options)
-    sink = sys.stderr if fmt is Format.json else sys.stdout
+    sink = sys.stderr if fmt.document else sys.stdout
     view = LiveView(sys.stderr, live=not no_live, every=5)
     try:
         result = run_command(list(cmd), options, probes, sink, on_sample=view.update)
@@ -59,17 +70,19 @@ def run(
         view.close()
     outcome = result.outcome
     failed = outcome.report.verdict in (Verdict.HANG, Verdict.CRASH)
-    if failed or fmt is not Format.text:
+    slow = outcome.report.slow is not None and not failed
+    if failed or slow or fmt is not ReportFormat.text:
         emit_report(outcome.report, fmt)
     else:
         print(f"hangdoc: the run finished (exit code {result.job_exit_code}), no hang", file=sys.stderr)
     saved = True
-    if failed and outcome.bundle.samples:
+    if (failed or slow) and outcome.bundle.samples:
         saved = save_or_say(outcome.bundle, out, outcome.digest)
+    write_html(outcome.report, html)
     if junit is not None:
         from hangdoc.render.junit import write_junit
 
-        write_junit(junit, outcome.report, cmd)
+        write_junit(junit, outcome.report, cmd, fail_on_slow=fail_on is FailOn.slow)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         from hangdoc.render.markdown import report_markdown
@@ -79,5 +92,6 @@ def run(
                 f.write(report_markdown(outcome.report) + "\n")
         except OSError as exc:
             print(f"hangdoc: cannot append to GITHUB_STEP_SUMMARY ({exc.strerror})", file=sys.stderr)
-    code = run_exit_code(outcome.report.verdict, result.job_exit_code)
+    code = run_exit_code(outcome.report.verdict, result.job_exit_code,
+                         slow=slow and fail_on is FailOn.slow)
     raise typer.Exit(code if saved else EXIT_NOT_SAVED)

@@ -12,8 +12,8 @@ from hangdoc.base.errors import EXIT_NOT_SAVED, EXIT_OK, EXIT_SIGINT, HangdocErr
 from hangdoc.bundle.files import check_writable
 from hangdoc.cli import app
 from hangdoc.cli.common import (
-    Engine, Format, default_out, emit_report, engine_option, format_option, hang_after_option, interval_option,
-    save_or_say, timeout_option,
+    Engine, ReportFormat, default_out, emit_report, engine_option, hang_after_option, html_option, html_target,
+    interval_option, report_format_option, save_or_say, timeout_option, write_html,
 )
 from hangdoc.model import Role, StopReason, Verdict
 
@@ -31,7 +31,8 @@ def watch(
     interval: float = interval_option(),
     hang_after: Optional[float] = hang_after_option(),
     timeout: Optional[float] = timeout_option("Stop watching after this many seconds (exit 0 if nothing was found)."),
-    fmt: Format = format_option("Report format on stdout."),
+    fmt: ReportFormat = report_format_option("Report format on stdout: text, markdown, json, html or trace."),
+    html: Optional[Path] = html_option(),
     no_live: bool = typer.Option(False, "--no-live", help="No live table; a status line on stderr every few samples."),
     native: bool = typer.Option(False, "--native", help="Also capture native (C/C++) frames; about 1 s a process."),
     nonblocking: bool = typer.Option(False, "--nonblocking", help="Do not pause processes while reading stacks (less exact)."),
@@ -56,6 +57,7 @@ def watch(
 
     pid = job_pid(target, job)
     out = check_writable(out or default_out())
+    html = html_target(html)
     options = WatchOptions(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout, native=native,
                            nonblocking=nonblocking, single=single, engine=engine.value, py_spy=py_spy,
                            gpu=not no_gpu)
@@ -88,10 +90,10 @@ def watch(
         signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C must not lose the save
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         view.close()
-        raise typer.Exit(interrupted(watcher, out, fmt, getattr(exc, "exit_code", EXIT_SIGINT)))
+        raise typer.Exit(interrupted(watcher, out, fmt, getattr(exc, "exit_code", EXIT_SIGINT), html))
     finally:
         view.close()
-    raise typer.Exit(finish(outcome, out, fmt))
+    raise typer.Exit(finish(outcome, out, fmt, html))
 
 
 def require_some_stack(bundle) -> None:
@@ -107,7 +109,7 @@ def require_some_stack(bundle) -> None:
                            "see `hangdoc explain no-stack`")
 
 
-def interrupted(watcher, out: Path, fmt: Format, code: int) -> int:
+def interrupted(watcher, out: Path, fmt: ReportFormat, code: int, html: Path | None = None) -> int:
     """Stopped by Ctrl-C or SIGTERM: the report of what was seen so far, and the bundle, kept."""
     if not watcher.samples:
         print("hangdoc: interrupted before the first sample; nothing to save", file=sys.stderr)
@@ -118,21 +120,25 @@ def interrupted(watcher, out: Path, fmt: Format, code: int) -> int:
     bundle = watcher.bundle()
     report, diagnosis = assess(bundle, watcher.options.hang_after_s)
     print(f"hangdoc: interrupted after {len(bundle.samples)} samples; the report so far:", file=sys.stderr)
-    emit_report(verdict.interrupted(report), fmt)
+    so_far = verdict.interrupted(report)
+    emit_report(so_far, fmt)
+    write_html(so_far, html)
     saved = save_or_say(bundle, out, diagnosis.digest)
     return code if saved else EXIT_NOT_SAVED
 
 
-def finish(outcome, out: Path, fmt: Format) -> int:
+def finish(outcome, out: Path, fmt: ReportFormat, html: Path | None = None) -> int:
     """Print the report, then save the bundle when there is something to show, and pick the exit code."""
     from hangdoc.report.verdict import exit_code
 
     if outcome.reason is StopReason.TIMEOUT:
-        print("hangdoc: --timeout reached, no hang found", file=sys.stderr)
+        found = "the job is slow" if outcome.report.verdict == Verdict.SLOW else "no hang found"
+        print(f"hangdoc: --timeout reached, {found}", file=sys.stderr)
     elif outcome.reason is StopReason.ENDED:
         print("hangdoc: the job ended", file=sys.stderr)
     emit_report(outcome.report, fmt)
-    keep = outcome.reason in (StopReason.HANG, StopReason.CRASH) or (
+    write_html(outcome.report, html)
+    keep = outcome.reason in (StopReason.HANG, StopReason.CRASH) or outcome.report.verdict == Verdict.SLOW or (
         outcome.reason is StopReason.ENDED and outcome.report.verdict == Verdict.ENDED)
     if keep and not save_or_say(outcome.bundle, out, outcome.digest):
         return EXIT_NOT_SAVED

@@ -105,7 +105,7 @@ def diagnose_by_class(nodes: Sequence[NodeRead], hang_after: float | None = None
             views.append(dataclasses.replace(view, members=tuple(r.rank for r in members if r.rank is not None)))
     diagnosis = Diagnosis(decision.verdict, decision.culprits, decision.onset, facts.now, tuple(views),
                           decision.mismatch, decision.frozen, decision.rhythm, census=census(nodes),
-                          before=decision.before, from_past=decision.from_past)
+                          before=decision.before, from_past=decision.from_past, slow=decision.slow)
     return bundle, diagnosis
 
 

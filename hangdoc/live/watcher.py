@@ -34,7 +34,7 @@ from hangdoc.live.capture import make_bundle
 from hangdoc.live.options import WatchOptions
 from hangdoc.live.probes import engine_name, require_stacks
 from hangdoc.model import Bundle, Job, NodeDigest, Report, Role, Snapshot, StopReason
-from hangdoc.report.build import assess
+from hangdoc.report.build import assess, with_lanes
 from hangdoc.report.verdict import stop_reason
 
 MAX_SAMPLES = 600   # about 20 minutes at the default interval; older samples are dropped
@@ -69,6 +69,7 @@ class Watcher:
     live: LiveTimelines = field(default_factory=LiveTimelines)   # the analysis's timelines, round to round
     stacked_at: dict = field(default_factory=dict)   # pid -> its main thread's counters when its stack was read
     exit_watcher: ExitWatcher | None = None          # made at start() over the probes' /proc
+    diagnosis: object = None                         # the last round's (its report gets its lanes at the end)
 
     def start(self) -> Bundle:
         """Find the job and take the first full capture; attach errors surface here."""
@@ -113,6 +114,8 @@ class Watcher:
                         and time.monotonic() - began >= self.options.timeout_s:
                     reason = StopReason.TIMEOUT
                 if reason is not None:
+                    # The timeline lanes are drawn once, for the report the watch ends with.
+                    report = with_lanes(report, bundle, self.diagnosis, self.live.of(bundle))
                     return Outcome(report, bundle, reason, digest)
                 self._wait(self._next_delay(bundle))
                 on_round()
@@ -124,9 +127,10 @@ class Watcher:
     def assess(self, bundle: Bundle) -> tuple[Bundle, Report, NodeDigest | None]:
         """One round's analysis: the report, redone with the job's own records when it has any,
         and the digest its diagnosis made; the ranks that stepped are read gently next round."""
-        report, diagnosis = assess(bundle, self.options.hang_after_s, self.live)
+        report, diagnosis = assess(bundle, self.options.hang_after_s, self.live, with_lanes=False)
         bundle, report, diagnosis = self._with_flight_records(bundle, report, diagnosis)
         self.stepping = {r.pid for r in report.ranks if r.progress == "active"}
+        self.diagnosis = diagnosis
         return bundle, report, diagnosis.digest
 
     # -- internals -------------------------------------------------------------------
@@ -148,7 +152,7 @@ class Watcher:
         bundle = dataclasses.replace(bundle, flight_config=fr_configs(bundle.job), flight_records=self.flight.records,
                                      flight_errors=self.flight.errors, ras=self.flight.ras)
         if self.flight.records or self.flight.ras is not None:
-            return (bundle, *assess(bundle, self.options.hang_after_s, self.live))
+            return (bundle, *assess(bundle, self.options.hang_after_s, self.live, with_lanes=False))
         return bundle, report, diagnosis
 
     def _capture(self, all_workers: bool) -> Snapshot:

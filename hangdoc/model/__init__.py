@@ -12,10 +12,10 @@ from hangdoc.model.capture import (
     Options, ProcessExit, ProcessInfo, ProcSample, ProcStat, RasComm, RasStatus, Snapshot, Stack, Thread,
     ThreadCounters, is_job_file,
 )
-from hangdoc.model.digest import DIGEST_VERSION, DigestWorker, NodeDigest, RankDigest, StepSummary
+from hangdoc.model.digest import DIGEST_VERSION, DigestWorker, NodeDigest, RankDigest, ShareCounts, StepSummary
 from hangdoc.model.report import (
-    REPORT_SCHEMA, BeforeAttach, Finding, FlightSummary, GpuTrend, RankGpu, RankReport, Report, StackClass, Threshold,
-    WorkerReport,
+    REPORT_SCHEMA, BeforeAttach, Finding, FlightSummary, GpuTrend, Lane, RankGpu, RankReport, Report, Span, StackClass,
+    Slowness, Threshold, TimeShares, WorkerReport,
 )
 from hangdoc.model.rule import Rule, finding
 
@@ -69,17 +69,22 @@ __all__ = [
     "DigestWorker",
     "NodeDigest",
     "RankDigest",
+    "ShareCounts",
     "StepSummary",
     "REPORT_SCHEMA",
     "BeforeAttach",
     "FlightSummary",
     "GpuTrend",
+    "Lane",
+    "Span",
+    "Slowness",
     "StackClass",
     "Finding",
     "RankGpu",
     "RankReport",
     "Report",
     "Threshold",
+    "TimeShares",
     "WorkerReport",
     "Rule",
     "finding",

@@ -9,7 +9,8 @@ import msgspec
 # 3: a poll loop's tries are no steps (rhythm); ranks in process-group setup (joining) and the
 #    numbers that tell which ranks a node should run (world_size, local_rank, local_world_size).
 # 4: when each rank's main thread last ran before hangdoc first read it (last_ran), and when that
-#    first read was (first_seen); whether nothing of it worked while watched (still).
+#    first read was (first_seen); whether nothing of it worked while watched (still); where its
+#    time went over its last steps (shares).
 DIGEST_VERSION = 4
 
 
@@ -20,6 +21,20 @@ class StepSummary(msgspec.Struct, frozen=True, gc=False):
     longest_gap_s: float | None    # the longest gap between two of its steps
     last_sign: float | None        # the last sample at which it stepped or did I/O of its own
     has_locals: bool               # its loop position could be read
+
+
+class ShareCounts(msgspec.Struct, frozen=True, gc=False):
+    """Where a rank's samples found it over a stretch of its steps: counts that fold by sum."""
+
+    n: int = 0                     # samples
+    step_wait: int = 0             # in a collective of the training step (the gradient all_reduce, ...)
+    other_wait: int = 0            # in another collective (a barrier, a broadcast): pauses, not the step
+    data: int = 0                  # waiting on its DataLoader
+    compute: int = 0
+    io: int = 0
+
+    def __add__(self, other: "ShareCounts") -> "ShareCounts":
+        return ShareCounts(*(a + b for a, b in zip(msgspec.structs.astuple(self), msgspec.structs.astuple(other))))
 
 
 class DigestWorker(msgspec.Struct, frozen=True, gc=False):
@@ -70,6 +85,9 @@ class RankDigest(msgspec.Struct, frozen=True, gc=False):
     # Nothing of it worked while watched: no new frame, and its process, live workers and
     # children used next to no CPU and moved next to no bytes (analyze/timeline.still).
     still: bool = False
+    # Where its time went over the sliding window of its steps (analyze/shares.py), in two halves
+    # (earlier, later): a straggler is one in both. Empty: too few samples, or an older digest.
+    shares: tuple[ShareCounts, ...] = ()
 
     @property
     def exit_told(self) -> bool:

@@ -69,6 +69,33 @@ class FlightSummary:
 
 
 @dataclass(frozen=True)
+class TimeShares:
+    """Where a rank's time went over its last steps: shares (0..1) of its samples in the window."""
+
+    samples: int
+    step_wait: float               # in the training step's collectives (waiting for the others)
+    other_wait: float              # in other collectives (a barrier, a broadcast)
+    data: float                    # waiting on its DataLoader
+    compute: float
+    io: float
+    step_wait_interval: tuple[float, float] = (0.0, 1.0)   # 95 % (Wilson) of step_wait
+    data_interval: tuple[float, float] = (0.0, 1.0)        # 95 % of data
+
+
+@dataclass(frozen=True)
+class Slowness:
+    """Why a job that moves is slow, and what it costs (a slow verdict, or a job that ended well slowly)."""
+
+    kind: str                      # "straggler": a few ranks make the others wait; "data-bound": every rank waits on data
+    stragglers: tuple[int, ...]
+    others_wait: float             # straggler: the share of each step the others wait; data-bound: the least data-wait share
+    straggler_wait: float          # the stragglers' own step-wait share
+    speedup_at_most: float         # the job without the straggler (or with data on time): an upper bound
+    doing: str | None              # what the stragglers mostly do: compute, dataloader-wait, io
+    samples: int                   # the fewest samples a rank's shares rest on
+
+
+@dataclass(frozen=True)
 class RankReport:
     rank: int | None
     pid: int
@@ -88,6 +115,7 @@ class RankReport:
     # DataLoader workers that ended with their epoch, loader or rank (not rows in `workers`,
     # which holds the live ones and the dead ones).
     retired_workers: int = 0
+    shares: TimeShares | None = None   # where its time went over its last steps (None: too few samples)
 
     @property
     def members(self) -> tuple[int, ...]:
@@ -124,6 +152,37 @@ class BeforeAttach:
 
 
 @dataclass(frozen=True)
+class Span:
+    """A stretch of a lane in one state, in seconds from the report's first sample: from the sample
+    that first read the state to the one that read the next (the last reaches the last sample)."""
+
+    state: str                     # a RankState or, on a worker's lane, a WorkerState
+    start_s: float
+    end_s: float
+    detail: str | None = None      # what it waits in, or its top frame
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One rank (a class of ranks in a merged report, or a rank's DataLoader worker) over the watched
+    time, as the HTML report and the trace draw it; times in seconds from the report's first sample.
+    Bounded: equal states merged into spans, spans, steps and series capped at a few hundred."""
+
+    rank: int | None
+    pid: int
+    spans: tuple[Span, ...]
+    steps: tuple[float, ...] = ()                     # when the rank's loop moved on
+    cpu_pct: tuple[tuple[float, float], ...] = ()     # (time, % of a core): the main thread's (a worker's: the process's)
+    gpu_util_pct: tuple[tuple[float, float], ...] = ()
+    gpu_power_w: tuple[tuple[float, float], ...] = ()
+    culprit: bool = False
+    rank_set: str | None = None    # a class's ranks, as RankReport.rank_set
+    rank_count: int = 1
+    worker: int | None = None      # a lane in `workers`: the worker's DataLoader index, when known
+    workers: tuple[Lane, ...] = ()   # a rank's workers' lanes
+
+
+@dataclass(frozen=True)
 class Report:
     schema: str
     verdict: Verdict
@@ -145,6 +204,8 @@ class Report:
     samples: int = 0                         # samples the verdict was read from
     flight: FlightSummary | None = None      # the ranks' Flight Recorder settings, when read
     before: BeforeAttach | None = None       # the job's past as the system knew it when hangdoc attached
+    slow: Slowness | None = None             # a straggler or data-bound job (verdict slow, or a job that ended well slowly)
+    lanes: tuple[Lane, ...] = ()             # each rank over the watched time (report/lanes.py)
 
     @property
     def class_members(self) -> dict[int, tuple[int, ...]] | None:

@@ -17,6 +17,7 @@ class Word(str, enum.Enum):
 class Verdict(Word):
     HANG = "hang"
     SUSPECT = "suspect"            # split, and not yet seen long enough to tell a hang from a slow step
+    SLOW = "slow"                  # it moves, but a straggler (or its data) costs every step a large share
     HEALTHY = "healthy"
     CRASH = "crash"
     ENDED = "ended"                # every rank gone, and nothing says whether it failed

@@ -11,8 +11,10 @@ from hangdoc.render.escape import xml
 from hangdoc.render.layout import layout
 
 
-def junit_xml(report: Report, cmd: list[str]) -> str:
-    failed = report.verdict in ("hang", "crash")
+def junit_xml(report: Report, cmd: list[str], fail_on_slow: bool = False) -> str:
+    """A hang or a crash fails the test case; a slow job only with `fail_on_slow` (else its
+    findings are the case's output, a warning)."""
+    failed = report.verdict in ("hang", "crash") or (fail_on_slow and report.slow is not None)
     suite = ET.Element("testsuite", name="hangdoc", tests="1", failures=str(int(failed)), errors="0",
                        timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
     case = ET.SubElement(suite, "testcase", classname="hangdoc.run", name=xml(" ".join(redact_cmdline(cmd)))[:200])
@@ -24,9 +26,12 @@ def junit_xml(report: Report, cmd: list[str]) -> str:
             body += [f"[{f.severity.value}] {f.rule}: {f.title}", *("    " + e for e in f.evidence), f"    fix: {f.fix}"]
         failure.text = xml("\n".join(body))
     else:
-        ET.SubElement(case, "system-out").text = xml(doc.headline)
+        body = [doc.headline, *doc.notes[:2]]
+        for f in doc.findings:
+            body += [f"[{f.severity.value}] {f.rule}: {f.title}", *("    " + e for e in f.evidence), f"    fix: {f.fix}"]
+        ET.SubElement(case, "system-out").text = xml("\n".join(body))
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)
 
 
-def write_junit(path: Path, report: Report, cmd: list[str]) -> None:
-    Path(path).write_text(junit_xml(report, cmd) + "\n")
+def write_junit(path: Path, report: Report, cmd: list[str], fail_on_slow: bool = False) -> None:
+    Path(path).write_text(junit_xml(report, cmd, fail_on_slow) + "\n")

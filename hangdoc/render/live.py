@@ -37,6 +37,19 @@ def gpu_history(rank: RankReport) -> tuple[str, str]:
     return sparkline(list(trend.utilization_pct), 100), sparkline(list(trend.power_w), top)
 
 
+def _progress(report: Report, rank: RankReport) -> str:
+    """The rank's progress word; in a slow job, where its time goes instead: "waits 63%" (for the
+    straggler, in the step's collectives), "straggler", or "data 64%" (waiting on its DataLoader)."""
+    slow, shares = report.slow, rank.shares
+    if slow is None or shares is None:
+        return esc(rank.progress)
+    if slow.kind == "data-bound":
+        return f"data {shares.data:.0%}"
+    if rank.rank in slow.stragglers:
+        return "straggler"
+    return f"waits {shares.step_wait:.0%}"
+
+
 def live_table(report: Report, width: int = 80, now: str | None = None) -> Group:
     """Laid out for 80 columns first: RANK, STATE and FOR always show; TOP FRAME takes what is left
     and is cut with an ellipsis; the GPU sparklines show only when there are GPUs and room."""
@@ -45,7 +58,7 @@ def live_table(report: Report, width: int = 80, now: str | None = None) -> Group
     for rank in report.ranks:
         util, power = gpu_history(rank)
         style = "bold red" if rank.rank in culprits else ""
-        rows.append(([rank_label(rank.rank), esc(rank.state), duration(rank.waiting_s), esc(rank.progress),
+        rows.append(([rank_label(rank.rank), esc(rank.state), duration(rank.waiting_s), _progress(report, rank),
                       util, power, esc(rank.top_frame or "-")], style))
         for worker in rank.workers:
             index = worker.index if worker.index is not None else "?"
@@ -78,7 +91,7 @@ def _pace(report: Report) -> str:
 
 
 def status_line(report: Report) -> str:
-    parts = [f"r{rank_label(r.rank)} {esc(r.state)} {duration(r.waiting_s)} {esc(r.progress)}" for r in report.ranks]
+    parts = [f"r{rank_label(r.rank)} {esc(r.state)} {duration(r.waiting_s)} {_progress(report, r)}" for r in report.ranks]
     return (f"hangdoc: {time.strftime('%H:%M:%S')} sample {report.samples} ({_pace(report)})"
             f"{flight_note(report)}: " + " | ".join(parts))
 

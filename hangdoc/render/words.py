@@ -30,11 +30,42 @@ def headline(report: Report) -> str:
         who = f"rank {rank_ranges(waiting)} wait in a collective" if waiting else "the ranks wait in different collectives"
         return (f"SUSPECT: {who}" + (f" for {others}" if others else "")
                 + "; not yet seen long enough to tell a hang from a slow step")
+    if report.verdict == "slow":
+        return slow_headline(report)
     if report.verdict == "ended":
         return "ENDED, cause unknown: every rank is gone and nothing readable says whether it failed"
     if report.verdict == "interrupted":
         return "INTERRUPTED: stopped before a verdict; the report shows what was seen so far"
     return "HEALTHY: no hang found"
+
+
+def slow_headline(report: Report) -> str:
+    slow = report.slow
+    if slow is None:
+        return "SLOW: the job moves, slowly"
+    if slow.kind == "data-bound":
+        return (f"SLOW: data-bound: every rank waits on its DataLoader at least {slow.others_wait:.0%} of the time "
+                f"(up to {slow.speedup_at_most:.1f}x faster with its data on time)")
+    who = rank_ranges(slow.stragglers)
+    noun, verb = ("rank", "is the straggler") if len(slow.stragglers) == 1 else ("ranks", "are the stragglers")
+    return (f"SLOW: {noun} {who} {verb}: the others wait {slow.others_wait:.0%} of every step for it "
+            f"(up to {slow.speedup_at_most:.1f}x faster without it)")
+
+
+def shares_line(report: Report) -> str | None:
+    """Where each rank's time went over its last steps, one line: "rank 0 waits 63 % (46-78) ..."."""
+    ranks = [r for r in report.ranks if r.shares is not None]
+    if not ranks or report.verdict in ("crash", "hang"):
+        return None
+    parts = []
+    for r in ranks[:8]:
+        s = r.shares
+        low, high = s.step_wait_interval
+        parts.append(f"rank {rank_label(r.rank)} waits for the others {s.step_wait:.0%} ({low:.0%}-{high:.0%}), "
+                     f"on data {s.data:.0%}, computes {s.compute:.0%}")
+    more = f"; {len(ranks) - 8} more ranks" if len(ranks) > 8 else ""
+    n = min(r.shares.samples for r in ranks)
+    return f"Time (each rank's last {n}+ samples after its first steps; 95 % intervals): " + "; ".join(parts) + more + "."
 
 
 def _onset(report: Report) -> str:

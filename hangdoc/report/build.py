@@ -7,12 +7,14 @@ import dataclasses
 from hangdoc.base.words import rank_ranges
 from hangdoc.analyze.diagnose import Diagnosis, RankView, diagnose
 from hangdoc.analyze.past import hang_after as past_hang_after
+from hangdoc.analyze.shares import time_shares
 from hangdoc.analyze.timeline import LiveTimelines, Timeline, timelines
 from hangdoc.analyze.workers import workers_of_rank
 from hangdoc.model import REPORT_SCHEMA, Bundle, Finding, RankGpu, RankReport, Report, Threshold, Verdict, WorkerReport, WorkerState
 from hangdoc.rules import run_rules
 from hangdoc.rules.base import Context
 from hangdoc.report import facts
+from hangdoc.report.lanes import lanes
 
 NCCL_TIMEOUT_S = 600.0
 GLOO_TIMEOUT_S = 1800.0
@@ -24,16 +26,24 @@ def build_report(bundle: Bundle, hang_after: float | None = None, live: LiveTime
 
 
 def assess(bundle: Bundle, hang_after: float | None = None,
-           live: LiveTimelines | None = None) -> tuple[Report, Diagnosis]:
-    """The report and the diagnosis it came from (whose digest a save writes beside the samples)."""
+           live: LiveTimelines | None = None, with_lanes: bool = True) -> tuple[Report, Diagnosis]:
+    """The report and the diagnosis it came from (whose digest a save writes beside the samples).
+    `with_lanes=False`: without the timeline lanes (a watch's round: they are drawn at its end)."""
     lines = live.of(bundle) if live is not None else timelines(bundle)
     diagnosis = diagnose(bundle, hang_after, lines)
-    return report_of(bundle, diagnosis, lines), diagnosis
+    return report_of(bundle, diagnosis, lines, with_lanes), diagnosis
 
 
-def report_of(bundle: Bundle, diagnosis: Diagnosis, lines: dict[int, Timeline] | None = None) -> Report:
+def with_lanes(report: Report, bundle: Bundle, diagnosis: Diagnosis, lines: dict[int, Timeline]) -> Report:
+    """The report with its timeline lanes (what the HTML report and the trace draw)."""
+    return dataclasses.replace(report, lanes=lanes(bundle, diagnosis, lines))
+
+
+def report_of(bundle: Bundle, diagnosis: Diagnosis, lines: dict[int, Timeline] | None = None,
+              with_lanes: bool = True) -> Report:
     """The report of a diagnosis: every rule run, the ranks laid out (a row per class when the
     views stand for classes)."""
+    lines = lines if lines is not None else timelines(bundle)
     findings = run_rules(Context(bundle, diagnosis, lines))
     timeout = pg_timeout(bundle)
     remaining = None
@@ -46,7 +56,9 @@ def report_of(bundle: Bundle, diagnosis: Diagnosis, lines: dict[int, Timeline] |
                           if diagnosis.verdict in (Verdict.HANG, Verdict.CRASH) and diagnosis.onset is not None else None),
         culprit_ranks=diagnosis.culprits,
         findings=findings,
-        ranks=tuple(_rank_report(bundle, diagnosis, view) for view in diagnosis.ranks),
+        ranks=tuple(dataclasses.replace(_rank_report(bundle, diagnosis, view),
+                                        shares=time_shares(lines.get(view.info.pid)))
+                    for view in diagnosis.ranks),
         pg_timeout_s=timeout,
         timeout_remaining_s=remaining,
         host=bundle.host.hostname,
@@ -54,10 +66,12 @@ def report_of(bundle: Bundle, diagnosis: Diagnosis, lines: dict[int, Timeline] |
         samples=len(bundle.samples),
         flight=facts.flight(bundle),
         missing_stacks=facts.missing_stacks(bundle),
+        slow=facts.slowness(diagnosis.slow),
     )
     tree, classes = facts.stacks(report, bundle)
     return dataclasses.replace(report, stack_tree=tree, stack_classes=classes, cause=facts.crash_cause(report, bundle),
-                               before=facts.before_attach(bundle, diagnosis))
+                               before=facts.before_attach(bundle, diagnosis),
+                               lanes=lanes(bundle, diagnosis, lines) if with_lanes else ())
 
 
 def report_without_ranks(verdict: Verdict, findings: tuple[Finding, ...]) -> Report:

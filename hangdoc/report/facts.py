@@ -7,7 +7,8 @@ from hangdoc.analyze.classes import stack_classes, stack_tree
 from hangdoc.analyze.flight import flight_summary
 from hangdoc.analyze.logs import rank_exception
 from hangdoc.base.words import rank_label
-from hangdoc.model import BeforeAttach, Bundle, GpuTrend, Report, Severity, StackClass, Verdict
+
+from hangdoc.model import BeforeAttach, Bundle, GpuTrend, Report, Severity, Slowness, StackClass, Verdict
 from hangdoc.rules.rank_died import RULE as RANK_DIED
 
 TREND_SAMPLES = 12     # the live view's sparklines
@@ -97,3 +98,10 @@ def before_attach(bundle: Bundle, diagnosis) -> BeforeAttach | None:
     return BeforeAttach(waited_s=round(first - before.since, 1), rank=before.rank, wait=before.wait,
                         others_asleep=before.others_asleep, decided=diagnosis.from_past,
                         log=log.source if log else None, log_quiet_s=log_quiet)
+
+
+def slowness(call) -> Slowness | None:
+    if call is None:
+        return None
+    return Slowness(call.kind, call.stragglers, call.others_wait, call.straggler_wait, call.speedup,
+                    call.doing, call.samples)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from hangdoc.base.errors import (
-    EXIT_CRASH, EXIT_ENDED_UNKNOWN, EXIT_HANG, EXIT_OK, EXIT_SIGINT, EXIT_SUSPECT, EXIT_USAGE,
+    EXIT_CRASH, EXIT_ENDED_UNKNOWN, EXIT_HANG, EXIT_OK, EXIT_SIGINT, EXIT_SLOW, EXIT_SUSPECT, EXIT_USAGE,
 )
 from hangdoc.model import Finding, Report, Severity, StopReason, Verdict
 from hangdoc.model.rule import Rule, finding
@@ -37,7 +37,8 @@ RUN_TIMEOUT = Rule(
 RECORDS = (COMMAND_FAILED, RUN_TIMEOUT)
 
 _EXIT = {Verdict.HANG: EXIT_HANG, Verdict.CRASH: EXIT_CRASH, Verdict.ENDED: EXIT_ENDED_UNKNOWN,
-         Verdict.INTERRUPTED: EXIT_SIGINT, Verdict.SUSPECT: EXIT_SUSPECT, Verdict.HEALTHY: EXIT_OK}
+         Verdict.INTERRUPTED: EXIT_SIGINT, Verdict.SUSPECT: EXIT_SUSPECT, Verdict.HEALTHY: EXIT_OK,
+         Verdict.SLOW: EXIT_SLOW}
 
 
 def from_dumps(report: Report) -> Report:
@@ -56,7 +57,7 @@ def timeout_finding(timeout_s: float | None) -> Finding:
 
 def run_timed_out(report: Report, timeout_s: float | None) -> Report:
     """A smoke run that outlives its budget fails like a hang: CI must not wait forever."""
-    if report.verdict in (Verdict.HEALTHY, Verdict.SUSPECT):
+    if report.verdict in (Verdict.HEALTHY, Verdict.SUSPECT, Verdict.SLOW):
         return dataclasses.replace(report, verdict=Verdict.HANG,
                                    findings=(timeout_finding(timeout_s),) + report.findings)
     return report
@@ -87,14 +88,16 @@ def exit_code(verdict: Verdict | str) -> int:
     return _EXIT.get(Verdict(verdict), EXIT_OK)
 
 
-def run_exit_code(verdict: Verdict | str, command_code: int | None) -> int:
+def run_exit_code(verdict: Verdict | str, command_code: int | None, slow: bool = False) -> int:
     """`run` fails on a hang or a crash; otherwise it exits with its command's own code (a command
-    killed by a signal: as a crash)."""
+    killed by a signal: as a crash), or EXIT_SLOW for a slow run that `--fail-on slow` fails."""
     if verdict in (Verdict.HANG, Verdict.CRASH):
         return exit_code(verdict)
     if command_code is None:
         return EXIT_USAGE
-    return command_code if command_code >= 0 else EXIT_CRASH
+    if command_code < 0:
+        return EXIT_CRASH
+    return EXIT_SLOW if slow and command_code == 0 else command_code
 
 
 def stop_reason(report: Report) -> StopReason | None:

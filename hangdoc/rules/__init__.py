@@ -26,6 +26,7 @@ RULE_MODULES = (
     "uneven_shards",
     "dataloader_stall",
     "gpu_starved",
+    "slow_rank",
     "collective_straggler",
     "collective_mismatch",
     "flight_recorder",

@@ -44,7 +44,7 @@ def _gpu_lines(ctx: Context) -> tuple[list[str], float | None]:
 
 
 def check(ctx: Context) -> list[Finding]:
-    if ctx.diagnosis.verdict != "healthy":
+    if ctx.diagnosis.verdict not in ("healthy", "slow"):
         return []
     shares = [s for s in _shares(ctx) if s[2] >= MIN_SAMPLES]
     starved = [s for s in shares if s[1] / s[2] >= STARVED_SHARE]

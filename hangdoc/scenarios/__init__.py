@@ -22,7 +22,7 @@ from hangdoc.scenarios.launch import torchrun_cmd
 
 TRAIN_SCRIPT = Path(__file__).with_name("train.py")
 RHYTHM_SCRIPT = Path(__file__).with_name("rhythm.py")
-VERDICTS = ("hang", "healthy", "crash")
+VERDICTS = ("hang", "healthy", "crash", "slow")
 
 
 def _plain(n_shards: int, clips: int = 32) -> Callable[[Path], list[Path]]:
@@ -62,7 +62,7 @@ class Scenario:
 
     name: str
     description: str
-    verdict: str                        # "hang" | "healthy" | "crash"
+    verdict: str                        # "hang" | "healthy" | "crash" | "slow"
     culprit_ranks: tuple[int, ...]
     expected_rule: str | None
     nproc: int = 2
@@ -135,8 +135,8 @@ _ALL = [
              "hang", (1,), "flight-recorder",
              env=("TORCH_FR_BUFFER_SIZE=2000", "TORCH_FR_DUMP_TEMP_FILE={workdir}/fr_trace_rank_")),
     Scenario("slow-data",
-             "one worker per rank and a CPU-heavy augmentation: starved, a step every ~0.6 s",
-             "healthy", (), "gpu-starved", num_workers=1, max_steps=60),
+             "one worker per rank and a CPU-heavy augmentation: starved, a step every ~0.6 s; slow, data-bound",
+             "slow", (), "gpu-starved", num_workers=1, max_steps=60),
     Scenario("healthy", "fast steps, finishes", "healthy", (), None, max_steps=3000),
     Scenario("slow-steps", "every step computes for 2.5 s in the model's forward; never a hang",
              "healthy", (), None, max_steps=12),
@@ -145,11 +145,17 @@ _ALL = [
              "healthy", (), None, max_steps=60),
     # Healthy rhythms with no DataLoader and a few bytes a step (rhythm.py): never a hang.
     Scenario("slow-rank", "rank 1 computes ~4 s a step on a tiny model; rank 0 waits in the gradient "
-             "all_reduce", "healthy", (), None, max_steps=6, layout=_plain(2, clips=2), script=RHYTHM_SCRIPT),
+             "all_reduce: never a hang (too few steps to call it slow)", "healthy", (), None, max_steps=6,
+             layout=_plain(2, clips=2), script=RHYTHM_SCRIPT),
     Scenario("tiny-allreduce", "thousands of fast steps of a 1-float all_reduce, always caught there",
              "healthy", (), None, max_steps=40000, layout=_plain(2, clips=2), script=RHYTHM_SCRIPT),
     Scenario("validation-pause", "every 15 steps rank 0 validates for ~8 s while rank 1 waits in a barrier",
              "healthy", (), None, max_steps=32, layout=_plain(2, clips=2), script=RHYTHM_SCRIPT),
+    Scenario("compute-2x", "rank 1 computes 1.0 s a step, rank 0 0.5 s: rank 0 waits half of every step; "
+             "slow, never a hang", "slow", (1,), "slow-rank", max_steps=60, layout=_plain(2, clips=2),
+             script=RHYTHM_SCRIPT),
+    Scenario("jitter", "every rank computes 0.2-0.8 s a step at random: they take turns waiting; healthy",
+             "healthy", (), None, max_steps=60, layout=_plain(2, clips=2), script=RHYTHM_SCRIPT),
     Scenario("sync-line", "every rank parks at the same all_reduce line each step (a GPU-bound NCCL "
              "job's shape)", "healthy", (), None, max_steps=400, layout=_plain(2, clips=2), script=RHYTHM_SCRIPT),
 ]

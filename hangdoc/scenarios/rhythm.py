@@ -9,6 +9,9 @@ in the same collective sample after sample.
     validation-pause every 15 steps rank 0 validates for ~8 s; rank 1 waits in a barrier
     sync-line        every rank parks at the same synchronising line each step (a GPU-bound
                      NCCL job's shape: all_reduce of the gradients, then the loss's .item())
+    compute-2x       every rank computes each step, rank 1 twice as long (1.0 s against 0.5 s):
+                     a straggler that never stops, slow, not hung (--balanced: both 0.5 s)
+    jitter           every rank computes 0.2-0.8 s a step at random: they take turns waiting
 
 Markers in --workdir as in train.py: ready.<rank> after the first step.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import sys
 import time
 from datetime import timedelta
@@ -51,6 +55,30 @@ def ddp_steps(args, compute_s: float) -> None:
         loss.backward()                      # DDP all_reduces 18 floats here
         optimizer.step()
         mark_ready(step, args)
+
+
+def paced_steps(args, seconds) -> None:
+    """A tiny DDP model; each step computes `seconds(step)` on this rank before its backward."""
+    model = DistributedDataParallel(nn.Linear(8, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(args.max_steps):
+        x, y = torch.randn(4, 8), torch.randint(0, 2, (4,))
+        busy_for(seconds(step))
+        loss = F.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()                      # the others wait here for the slowest rank
+        optimizer.step()
+        mark_ready(step, args)
+
+
+def compute_2x(args) -> None:
+    own = 1.0 if RANK == 1 and not args.balanced else 0.5
+    paced_steps(args, lambda step: own)
+
+
+def jitter(args) -> None:
+    rng = random.Random(1000 + RANK)
+    paced_steps(args, lambda step: rng.uniform(0.2, 0.8))
 
 
 def tiny_allreduce(args) -> None:
@@ -104,6 +132,8 @@ SHAPES = {
     "tiny-allreduce": tiny_allreduce,
     "validation-pause": validation_pause,
     "sync-line": sync_line,
+    "compute-2x": compute_2x,
+    "jitter": jitter,
 }
 
 
@@ -113,6 +143,7 @@ def main(argv=None) -> int:
     p.add_argument("--workdir", required=True, type=Path)
     p.add_argument("--max-steps", type=int, default=10)
     p.add_argument("--timeout", type=float, default=600.0, help="process-group timeout, seconds")
+    p.add_argument("--balanced", action="store_true", help="compute-2x without its straggler (the speed-up's yardstick)")
     args, _ = p.parse_known_args(argv)     # the zoo's data options do not apply here
     torch.set_num_threads(1)
     torch.manual_seed(RANK)

@@ -1,0 +1,101 @@
+"""Where each rank's time goes: shares of its samples over a sliding window of its own steps. Pure.
+
+A sample lands at a random phase of a step (the watch's interval is jittered, and a step is
+rarely a divisor of it), so the share of a rank's samples that find it waiting in the gradient
+all_reduce estimates the share of each step it waits there. A share from n samples is uncertain
+by about 1/sqrt(n): it is shown, and a straggler called, only from MIN_SAMPLES samples, with its
+95 % interval (Wilson's, which stays inside 0..1 at small n).
+
+The window: the rank's last WINDOW_SAMPLES samples after its WARMUP_STEPS-th step (start-up,
+process-group setup and the first batches are not the job's rhythm), in two halves, so that a
+pattern must hold in both to count ("consistently over the window").
+"""
+from __future__ import annotations
+
+import math
+
+from hangdoc.analyze.progress import step_times
+from hangdoc.analyze.timeline import Point, Timeline
+from hangdoc.model import RankState, ShareCounts, TimeShares
+
+WINDOW_SAMPLES = 30      # 60 s at the default interval
+MIN_SAMPLES = 12         # a share from fewer is too uncertain (+-28 points at worst, 95 %)
+WARMUP_STEPS = 3
+Z95 = 1.96
+# The collectives of a training step: waits there are what a straggler costs the others every step.
+# A barrier or a broadcast is a pause (a validation, a checkpoint), not the step's.
+STEP_COLLECTIVES = frozenset({"all_reduce", "DDP gradient all_reduce (backward)", "DDP forward sync",
+                              "reduce_scatter", "reduce_scatter_tensor", "all_gather_into_tensor",
+                              "_all_gather_base", "_reduce_scatter_base", "cuda synchronize"})
+
+
+def window(line: Timeline) -> list[Point]:
+    """The rank's samples in its sliding window (see module doc); empty before its warm-up ends."""
+    steps = step_times(line)
+    if len(steps) < WARMUP_STEPS:
+        return []
+    start = steps[WARMUP_STEPS - 1]
+    fresh = [p for p in line.points if p.fresh and p.time > start and p.reading.state != RankState.EXITED]
+    return fresh[-WINDOW_SAMPLES:]
+
+
+def count(points: list[Point]) -> ShareCounts:
+    step_wait = other_wait = data = compute = io = 0
+    for point in points:
+        state, detail = point.reading.state, point.reading.detail
+        if state == RankState.COLLECTIVE:
+            if str(detail) in STEP_COLLECTIVES:
+                step_wait += 1
+            else:
+                other_wait += 1
+        elif state == RankState.DATALOADER:
+            data += 1
+        elif state == RankState.COMPUTE:
+            compute += 1
+        elif state == RankState.IO:
+            io += 1
+    return ShareCounts(len(points), step_wait, other_wait, data, compute, io)
+
+
+def rank_shares(line: Timeline) -> tuple[ShareCounts, ...]:
+    """The window's counts in two halves (earlier, later); () when the window is too short."""
+    points = window(line)
+    if len(points) < MIN_SAMPLES:
+        return ()
+    half = len(points) // 2
+    return count(points[:half]), count(points[half:])
+
+
+def total(halves: tuple[ShareCounts, ...]) -> ShareCounts:
+    out = ShareCounts()
+    for part in halves:
+        out = out + part
+    return out
+
+
+def interval(hits: int, n: int) -> tuple[float, float]:
+    """Wilson's 95 % interval of a share of `hits` in `n`."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = hits / n
+    denominator = 1 + Z95 ** 2 / n
+    centre = (p + Z95 ** 2 / (2 * n)) / denominator
+    half = Z95 * math.sqrt(p * (1 - p) / n + Z95 ** 2 / (4 * n * n)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def time_shares(line: Timeline | None) -> TimeShares | None:
+    """Where a rank's time went over its last steps, as shares with their 95 % intervals."""
+    halves = rank_shares(line) if line is not None else ()
+    if not halves:
+        return None
+    whole = total(halves)
+
+    def share(hits: int) -> float:
+        return round(hits / whole.n, 3)
+
+    return TimeShares(whole.n, share(whole.step_wait), share(whole.other_wait), share(whole.data),
+                      share(whole.compute), share(whole.io),
+                      tuple(round(x, 3) for x in interval(whole.step_wait, whole.n)),
+                      tuple(round(x, 3) for x in interval(whole.data, whole.n)))
+

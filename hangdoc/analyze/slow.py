@@ -1,0 +1,105 @@
+"""Slow is a verdict: a job that moves, but whose straggler (or data) costs every step a large share. Pure.
+
+From the ranks' time shares over their last steps (`shares.py`, folded in digests):
+- **straggler**: the others wait in the step's collectives (the gradient all_reduce) at least
+  SLOW_WAIT_SHARE of their samples, and a few ranks (at most half) wait at least GAP less: the
+  ones the others wait for. It must hold in both halves of the window and the intervals must
+  part (the straggler's 95 % upper bound below the others' lower bound). Ranks that take turns
+  waiting (jitter) have like shares; a pause the others spend in a barrier (a validation, a
+  checkpoint) is not the step's wait; a rank that mostly writes (a checkpoint) is pausing.
+- **data-bound**: every rank waits on its DataLoader at least DATA_BOUND_SHARE of its samples, in
+  both halves: the data, not a rank, sets the pace.
+
+The speed-up it costs is an upper bound from the shares: without the straggler each step
+would lose at most the others' extra wait, (1 - (w_others - w_straggler)) of its time; with data
+on time, at most the least-starved rank's data wait.
+"""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hangdoc.analyze.past import gone
+from hangdoc.analyze.shares import interval, total
+from hangdoc.model import RankDigest, RankState, ShareCounts
+
+SLOW_WAIT_SHARE = 0.30
+GAP = 0.25
+DATA_BOUND_SHARE = 0.5
+HALF_DATA_SHARE = 0.4     # ... and in each half at least this
+
+
+@dataclass(frozen=True)
+class SlowCall:
+    kind: str                        # "straggler" | "data-bound"
+    stragglers: tuple[int, ...]      # the ranks the others wait for (data-bound: none, it is every rank)
+    others_wait: float               # straggler: the others' step-wait share; data-bound: the least data-wait share
+    straggler_wait: float            # the stragglers' own step-wait share (data-bound: 0)
+    speedup: float                   # an upper bound: the job without the straggler, or with data on time
+    samples: int                     # the fewest samples a rank's shares rest on
+    doing: str | None                # what the stragglers mostly do: compute, dataloader-wait or io
+
+
+def _share(counts: ShareCounts, field: str) -> float:
+    return getattr(counts, field) / counts.n if counts.n else 0.0
+
+
+def slow_call(ranks: Sequence[RankDigest], include_gone: bool = False) -> SlowCall | None:
+    """The slow call over the ranks' shares; None when the job is not slow (or too few samples)."""
+    counted = [r for r in ranks if len(r.shares) == 2 and r.rank is not None and (include_gone or not gone(r))]
+    if not counted or len(counted) < sum(1 for r in ranks if include_gone or not gone(r)):
+        return None        # a rank without shares: too early to compare
+    return _data_bound(counted) or _straggler(counted)
+
+
+def _data_bound(ranks: list[RankDigest]) -> SlowCall | None:
+    shares = []
+    for r in ranks:
+        whole = total(r.shares)
+        low, _ = interval(whole.data, whole.n)
+        if (_share(whole, "data") < DATA_BOUND_SHARE or low < DATA_BOUND_SHARE - 0.15
+                or any(_share(h, "data") < HALF_DATA_SHARE for h in r.shares)):
+            return None
+        shares.append(_share(whole, "data"))
+    least = min(shares)
+    return SlowCall("data-bound", (), round(least, 3), 0.0, round(1 / max(1e-3, 1 - least), 2),
+                    min(total(r.shares).n for r in ranks), RankState.DATALOADER)
+
+
+def _straggler(ranks: list[RankDigest]) -> SlowCall | None:
+    if len(ranks) < 2:
+        return None
+    wait = {r.rank: _share(total(r.shares), "step_wait") for r in ranks}
+    reference = statistics.median(wait.values()) if len(ranks) >= 3 else max(wait.values())
+    late = [r for r in ranks if wait[r.rank] <= reference - GAP and not _pausing(total(r.shares))]
+    if not late or len(late) > len(ranks) / 2:
+        return None
+    others = [r for r in ranks if r not in late]
+    pooled = total(tuple(total(r.shares) for r in others))
+    others_wait = _share(pooled, "step_wait")
+    if others_wait < SLOW_WAIT_SHARE:
+        return None
+    others_low, _ = interval(pooled.step_wait, pooled.n)
+    for r in late:
+        whole = total(r.shares)
+        _, high = interval(whole.step_wait, whole.n)
+        if high >= others_low:
+            return None                  # the intervals overlap: not told apart
+    for half in (0, 1):
+        theirs = _share(total(tuple(r.shares[half] for r in others)), "step_wait")
+        if any(_share(r.shares[half], "step_wait") > theirs - GAP / 2 for r in late):
+            return None                  # not in both halves: a pause, not a straggler
+    mine = total(tuple(total(r.shares) for r in late))
+    straggler_wait = _share(mine, "step_wait")
+    doing = max((("compute", mine.compute), (RankState.DATALOADER, mine.data), ("io", mine.io)),
+                key=lambda kv: kv[1])[0]
+    saved = max(0.0, others_wait - straggler_wait)
+    return SlowCall("straggler", tuple(sorted(r.rank for r in late)), round(others_wait, 3),
+                    round(straggler_wait, 3), round(1 / max(1e-3, 1 - saved), 2),
+                    min(total(r.shares).n for r in ranks), str(doing))
+
+
+def _pausing(counts: ShareCounts) -> bool:
+    """Mostly writing or reading a file of its own (a checkpoint): a pause, not a straggler."""
+    return counts.io > counts.compute + counts.data
