@@ -1,9 +1,10 @@
 """`make bench`: the speed, overhead and accuracy figures, as tables and as JSON.
 
-    python -m benchmarks.bench [--only snapshot,latency,engines,overhead,zoo,check,merge,matrix,late] [--out DIR]
+    python -m benchmarks.bench [--only snapshot,latency,engines,overhead,zoo,check,merge,matrix,late,slow] [--out DIR]
 
 `matrix` runs the quick ordinary-jobs matrix; the whole of it: python -m benchmarks.bench_matrix.
-`late` attaches to the zoo's hung jobs 5, 30 and 120 s after the fault, and to healthy ones at random.
+`late` attaches to the zoo's hung jobs 5, 30 and 120 s after the fault, and to healthy ones at random;
+`slow` scores the slow verdict (stragglers, speed-up estimated against measured, 0 on balanced jobs).
 
 Every figure comes from real torchrun jobs on this machine; ratios are measured within one
 run (alternating the two arms) because a shared machine is noisy. Absolute times are
@@ -27,7 +28,7 @@ from hangdoc.scenarios import SCENARIOS
 from hangdoc.scenarios.launch import start_job, stop_job, wait_for
 
 SECTIONS = ("snapshot", "locals", "latency", "engines", "analysis", "overhead", "false-alarms", "detection", "zoo",
-            "check", "merge", "matrix", "late")
+            "check", "merge", "matrix", "late", "slow")
 
 
 def machine() -> str:
@@ -287,6 +288,10 @@ def main(argv=None) -> int:
         from benchmarks.bench_matrix import bench_matrix, print_matrix
 
         print_matrix(results.setdefault("matrix", bench_matrix(quick=True)))
+    if "slow" in wanted:
+        from benchmarks.bench_slow import bench_slow, print_slow
+
+        print_slow(results.setdefault("slow", bench_slow()), table)
     if "late" in wanted:
         from benchmarks.bench_late import bench_late, print_late
 

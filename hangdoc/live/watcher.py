@@ -17,6 +17,7 @@ the next round at once.
 from __future__ import annotations
 
 import dataclasses
+import random
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from hangdoc.report.build import assess, with_lanes
 from hangdoc.report.verdict import stop_reason
 
 MAX_SAMPLES = 600   # about 20 minutes at the default interval; older samples are dropped
+JITTER = 0.15       # each wait between rounds is the interval +-15 %
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ class Watcher:
     stacked_at: dict = field(default_factory=dict)   # pid -> its main thread's counters when its stack was read
     exit_watcher: ExitWatcher | None = None          # made at start() over the probes' /proc
     diagnosis: object = None                         # the last round's (its report gets its lanes at the end)
+    jitter: random.Random = field(default_factory=random.Random)
 
     def start(self) -> Bundle:
         """Find the job and take the first full capture; attach errors surface here."""
@@ -268,4 +271,6 @@ class Watcher:
         if any(not s.alive for s in last.processes if bundle.job.info(s.pid)
                and bundle.job.info(s.pid).role is Role.RANK):
             return min(0.5, self.options.interval_s)
-        return self.options.interval_s
+        # Jittered, so that samples land at random phases of a step whose time divides the
+        # interval: the time shares (analyze/shares.py) are then estimates, not an alias.
+        return self.options.interval_s * self.jitter.uniform(1 - JITTER, 1 + JITTER)

@@ -145,17 +145,17 @@ _ALL = [
              "healthy", (), None, max_steps=60),
     # Healthy rhythms with no DataLoader and a few bytes a step (rhythm.py): never a hang.
     Scenario("slow-rank", "rank 1 computes ~4 s a step on a tiny model; rank 0 waits in the gradient "
-             "all_reduce: never a hang (too few steps to call it slow)", "healthy", (), None, max_steps=6,
+             "all_reduce: a straggler, slow, never a hang", "slow", (1,), "slow-rank", max_steps=6,
              layout=_plain(2, clips=2), script=RHYTHM_SCRIPT),
     Scenario("tiny-allreduce", "thousands of fast steps of a 1-float all_reduce, always caught there",
              "healthy", (), None, max_steps=40000, layout=_plain(2, clips=2), script=RHYTHM_SCRIPT),
     Scenario("validation-pause", "every 15 steps rank 0 validates for ~8 s while rank 1 waits in a barrier",
              "healthy", (), None, max_steps=32, layout=_plain(2, clips=2), script=RHYTHM_SCRIPT),
     Scenario("compute-2x", "rank 1 computes 1.0 s a step, rank 0 0.5 s: rank 0 waits half of every step; "
-             "slow, never a hang", "slow", (1,), "slow-rank", max_steps=60, layout=_plain(2, clips=2),
+             "slow, never a hang", "slow", (1,), "slow-rank", max_steps=30, layout=_plain(2, clips=2),
              script=RHYTHM_SCRIPT),
     Scenario("jitter", "every rank computes 0.2-0.8 s a step at random: they take turns waiting; healthy",
-             "healthy", (), None, max_steps=60, layout=_plain(2, clips=2), script=RHYTHM_SCRIPT),
+             "healthy", (), None, max_steps=40, layout=_plain(2, clips=2), script=RHYTHM_SCRIPT),
     Scenario("sync-line", "every rank parks at the same all_reduce line each step (a GPU-bound NCCL "
              "job's shape)", "healthy", (), None, max_steps=400, layout=_plain(2, clips=2), script=RHYTHM_SCRIPT),
 ]

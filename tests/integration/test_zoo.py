@@ -50,5 +50,6 @@ def test_a_slow_rank_is_not_a_hang_at_the_threshold_that_once_called_it_one(tmp_
     scenario = SCENARIOS["slow-rank"]
     # WHEN it runs under `hangdoc run --hang-after 10` (which once said "HANG: rank 1", exit 3)
     result = evaluate(scenario, tmp_path, hang_after=10.0, interval=2.0, timeout=150.0)
-    # THEN the run finishes healthy: rank 0 steps every ~4 s, so nothing was quiet for 10 s
+    # THEN the run finishes, never a hang: rank 0 steps every ~4 s, so nothing was quiet for 10 s
+    # (6 samples after its first steps are too few to call it slow: healthy)
     assert result.verdict == "healthy", (result.rules, result.report.threshold)
