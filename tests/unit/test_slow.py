@@ -1,0 +1,87 @@
+"""Slow is a verdict: the straggler and data-bound calls over the ranks' time shares, one rule at a time."""
+from __future__ import annotations
+
+import pytest
+
+from hangdoc.analyze.diagnose import JobFacts, decide
+from hangdoc.analyze.shares import interval
+from hangdoc.analyze.slow import slow_call
+from hangdoc.model import RankDigest, ShareCounts, StepSummary
+from hangdoc.report.verdict import exit_code, run_exit_code
+
+T0 = 1_700_000_000.0
+
+
+def half(n=15, step_wait=0, other_wait=0, data=0, compute=None, io=0) -> ShareCounts:
+    compute = n - step_wait - other_wait - data - io if compute is None else compute
+    return ShareCounts(n, step_wait, other_wait, data, compute, io)
+
+
+def rank(n: int, *halves: ShareCounts, gone: bool = False) -> RankDigest:
+    return RankDigest(rank=n, pid=100 + n, host="vm", group_rank=0, state="compute", detail=None, top_frame=None,
+                      stack_key="k", state_since=T0, blocked_since=None, exited_at=T0 + 60 if gone else None,
+                      progress="active", rhythm=StepSummary(40, 1.2, T0 + 59.5, True), unmoved_since=None,
+                      points=40, shares=tuple(halves))
+
+
+def test_a_rank_the_others_wait_for_in_every_step_is_the_straggler():
+    # GIVEN rank 0 waiting in the gradient all_reduce in 9 of 15 samples of each half; rank 1 computing
+    ranks = [rank(0, half(step_wait=9), half(step_wait=10)), rank(1, half(), half(step_wait=1))]
+    # WHEN the job is judged
+    call = slow_call(ranks)
+    # THEN rank 1 is the straggler, the others lose 63 % of each step, the speed-up bound follows
+    assert (call.kind, call.stragglers, call.doing) == ("straggler", (1,), "compute")
+    assert call.others_wait == pytest.approx(19 / 30, abs=1e-3)
+    assert call.speedup == pytest.approx(1 / (1 - (19 / 30 - 1 / 30)), abs=0.01)
+    # and the verdict is slow, exit 8; `run` fails on it only when asked to
+    decision = decide(ranks, JobFacts(first=T0, now=T0 + 60, logs=(), exit_code=None, hang_after=None))
+    assert (decision.verdict, decision.culprits) == ("slow", (1,))
+    assert exit_code(decision.verdict) == 8
+    assert run_exit_code("slow", 0) == 0 and run_exit_code("slow", 0, slow=True) == 8
+    assert run_exit_code("slow", 1, slow=True) == 1
+
+
+@pytest.mark.parametrize("shape, ranks", [
+    ("taking turns (jitter)", [rank(0, half(step_wait=4), half(step_wait=5)), rank(1, half(step_wait=6), half(step_wait=3))]),
+    ("a pause in a barrier (validation)", [rank(0, half(other_wait=9), half(other_wait=8)), rank(1, half(), half())]),
+    ("only in one half (one slow stretch)", [rank(0, half(step_wait=12), half(step_wait=1)), rank(1, half(), half())]),
+    ("a rank writing a checkpoint", [rank(0, half(step_wait=9), half(step_wait=9)), rank(1, half(io=12), half(io=11))]),
+    ("shares too close to tell", [rank(0, half(n=6, step_wait=3), half(n=6, step_wait=2)),
+                                  rank(1, half(n=6, step_wait=1), half(n=6))]),
+])
+def test_balanced_jobs_and_pauses_are_never_slow(shape, ranks):
+    assert slow_call(ranks) is None, shape
+
+
+def test_a_rank_without_enough_samples_keeps_the_job_from_being_called_slow():
+    # GIVEN a straggler pattern, but rank 2 joined late and has no shares yet
+    ranks = [rank(0, half(step_wait=9), half(step_wait=10)), rank(1, half(), half()), rank(2)]
+    assert slow_call(ranks) is None
+
+
+def test_every_rank_waiting_on_its_data_is_data_bound():
+    ranks = [rank(0, half(data=11), half(data=12)), rank(1, half(data=9), half(data=10))]
+    call = slow_call(ranks)
+    assert (call.kind, call.stragglers) == ("data-bound", ())
+    assert call.others_wait == pytest.approx(19 / 30, abs=1e-3)
+    # one rank fed on time: not data-bound (and not a straggler either: nobody waits in the step)
+    assert slow_call([ranks[0], rank(1, half(data=2), half(data=3))]) is None
+
+
+def test_a_job_that_ended_well_slowly_reads_slow():
+    ranks = [rank(0, half(step_wait=9), half(step_wait=10), gone=True), rank(1, half(), half(), gone=True)]
+    decision = decide(ranks, JobFacts(first=T0, now=T0 + 70, logs=(), exit_code=0, hang_after=None))
+    assert (decision.verdict, decision.culprits) == ("slow", (1,))
+
+
+def test_many_ranks_one_straggler():
+    ranks = [rank(r, half(step_wait=8 + r % 3), half(step_wait=9)) for r in range(7)] + [rank(7, half(), half())]
+    call = slow_call(ranks)
+    assert call.stragglers == (7,)
+
+
+@pytest.mark.parametrize("hits, n", [(0, 12), (6, 12), (12, 12), (19, 30)])
+def test_the_interval_holds_the_share_and_stays_in_0_1(hits, n):
+    low, high = interval(hits, n)
+    assert 0.0 <= low <= hits / n <= high <= 1.0
+    assert high - low <= 0.6
