@@ -27,9 +27,11 @@ def headline(report: Report) -> str:
         waiting = [x for r in report.ranks if r.state == "collective-wait" for x in r.members
                    if x not in report.culprit_ranks]
         others = ", ".join(f"rank {r.rank} in {r.state}" for r in report.ranks if r.rank in report.culprit_ranks)
-        who = f"rank {rank_ranges(waiting)} wait in a collective" if waiting else "the ranks wait in different collectives"
-        return (f"SUSPECT: {who}" + (f" for {others}" if others else "")
-                + "; not yet seen long enough to tell a hang from a slow step")
+        who = (f"rank {rank_ranges(waiting)} waits in a collective" if len(waiting) == 1 else
+               f"ranks {rank_ranges(waiting)} wait in a collective" if waiting else "the ranks wait in different collectives")
+        why = ("one instant cannot tell a hang from a slow step (watch it for a verdict)" if report.samples == 1
+               else "not yet seen long enough to tell a hang from a slow step")
+        return f"SUSPECT: {who}" + (f" for {others}" if others else "") + f"; {why}"
     if report.verdict == "slow":
         return slow_headline(report)
     if report.verdict == "ended":
