@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from hangdoc.cli import app
-from hangdoc.cli.common import Format, emit_report, format_option, hang_after_option, interval_option
+from hangdoc.cli.common import ReportFormat, emit_report, hang_after_option, interval_option, report_format_option
 from hangdoc.base.defaults import DEMO_INTERVAL_S
 from hangdoc.base.errors import EXIT_FINDINGS, EXIT_OK, HangdocError
 
@@ -18,7 +18,7 @@ def demo(
     list_: bool = typer.Option(False, "--list", help="List the scenarios and exit."),
     hang_after: Optional[float] = hang_after_option(),
     interval: float = interval_option(DEMO_INTERVAL_S),
-    fmt: Format = format_option(),
+    fmt: ReportFormat = report_format_option(),
 ) -> None:
     """Run a scenario under watch with a short hang-after, show the live view, then the report.
 
