@@ -38,7 +38,7 @@ def demo(
 
     chosen = SCENARIOS[scenario]
     print(f"hangdoc demo: {chosen.name}: {chosen.description}", file=sys.stderr)
-    print(f"hangdoc demo: starting a real torchrun job (2 ranks, gloo); "
+    print("hangdoc demo: starting a real torchrun job (2 ranks, gloo); "
           + (f"hang-after {hang_after:g} s" if hang_after is not None else "hang threshold learned from its steps"),
           file=sys.stderr)
     view = LiveView(sys.stderr, live=True)
