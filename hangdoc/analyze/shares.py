@@ -84,9 +84,11 @@ def interval(hits: int, n: int) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def time_shares(line: Timeline | None) -> TimeShares | None:
-    """Where a rank's time went over its last steps, as shares with their 95 % intervals."""
-    halves = rank_shares(line) if line is not None else ()
+def time_shares(line: Timeline | None, halves: tuple[ShareCounts, ...] | None = None) -> TimeShares | None:
+    """Where a rank's time went over its last steps, as shares with their 95 % intervals (from
+    `halves` when the digest has them already, else from the rank's timeline)."""
+    if halves is None:
+        halves = rank_shares(line) if line is not None else ()
     if not halves:
         return None
     whole = total(halves)

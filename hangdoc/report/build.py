@@ -45,6 +45,8 @@ def report_of(bundle: Bundle, diagnosis: Diagnosis, lines: dict[int, Timeline] |
     views stand for classes)."""
     lines = lines if lines is not None else timelines(bundle)
     findings = run_rules(Context(bundle, diagnosis, lines))
+    # The shares the diagnosis counted already (a node's digest), by the rank's pid.
+    counted = {r.pid: r.shares for r in diagnosis.digest.ranks} if diagnosis.digest is not None else {}
     timeout = pg_timeout(bundle)
     remaining = None
     if diagnosis.verdict == Verdict.HANG and diagnosis.onset is not None and bundle.job.world_size:
@@ -57,7 +59,7 @@ def report_of(bundle: Bundle, diagnosis: Diagnosis, lines: dict[int, Timeline] |
         culprit_ranks=diagnosis.culprits,
         findings=findings,
         ranks=tuple(dataclasses.replace(_rank_report(bundle, diagnosis, view),
-                                        shares=time_shares(lines.get(view.info.pid)))
+                                        shares=time_shares(lines.get(view.info.pid), counted.get(view.info.node_pid)))
                     for view in diagnosis.ranks),
         pg_timeout_s=timeout,
         timeout_remaining_s=remaining,
