@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hangdoc.analyze.classify import Reading, parked_in, signature
-from hangdoc.analyze.flight import fr_step_times
+from hangdoc.analyze.flight import fr_pending, fr_step_times
 from hangdoc.analyze.logs import failed_worker_rank, killed_workers, says_failure, torchrun_root_cause
 from hangdoc.analyze.past import Before, before_attach, confirmed
 from hangdoc.analyze.past import hang_after as past_hang_after
@@ -117,6 +117,7 @@ class JobFacts:
     exit_code: int | None
     hang_after: float | None
     collective_steps: tuple[float, ...] = ()
+    fr_pending: tuple[float, int | None, str] | None = None   # the Flight Recorder's oldest pending collective
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ def diagnose(bundle: Bundle, hang_after: float | None = None, lines: dict[int, T
 def job_facts(bundle: Bundle, digest: NodeDigest, hang_after: float | None) -> JobFacts:
     return JobFacts(bundle.samples[0].time, bundle.last.time, bundle.logs, bundle.exit_code,
                     hang_after if hang_after is not None else bundle.options.hang_after_s,
-                    digest.collective_steps)
+                    digest.collective_steps, digest.fr_pending)
 
 
 def rank_views(bundle: Bundle, lines: dict[int, Timeline]) -> list[RankView]:
@@ -213,7 +214,7 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
     waiting = any(r.exited_at is None and (r.state == RankState.COLLECTIVE or r.joining) for r in ranks)
     split = bool(mismatch) or (waiting and bool(culprits))
     # The wait already under way when hangdoc arrived: no step since it began (see past.py).
-    before = before_attach(ranks, beat.quiet_since, facts.first) if waiting else None
+    before = before_attach(ranks, beat.quiet_since, facts.first, facts.fr_pending) if waiting else None
     since = min(beat.quiet_since, before.since) if before is not None else beat.quiet_since
     if quiet >= beat.threshold_s and waiting:
         return Decision(Verdict.HANG, culprits, since, mismatch, rhythm=beat, before=before)
@@ -275,7 +276,8 @@ def digest_of(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView])
             **_exit_fields(bundle, view.info.pid)))
     nodes = max((n for p in bundle.job.ranks if (n := to_int(p.env.get("GROUP_WORLD_SIZE")))), default=None)
     return NodeDigest(DIGEST_VERSION, bundle.samples[0].time, bundle.last.time, tuple(ranks),
-                      tuple(fr_step_times(bundle.flight_records)), nodes)
+                      tuple(fr_step_times(bundle.flight_records)), group_world_size=nodes,
+                      fr_pending=fr_pending(bundle.flight_records))
 
 
 def _last_ran(point) -> float | None:

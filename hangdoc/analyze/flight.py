@@ -11,6 +11,8 @@ behind what its entries show.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -195,6 +197,29 @@ def fr_step_times(records) -> list[float]:
         times += [b.mtime for (a, b), (sa, sb) in zip(zip(dumps, dumps[1:]), zip(seqs, seqs[1:]))
                   if sa is not None and sb is not None and sb > sa]
     return times
+
+
+def fr_pending(records) -> tuple[float, int | None, str] | None:
+    """The oldest collective of the default group that a rank's latest Flight Recorder dump shows
+    enqueued and not yet completed (sequence number past the group's last completed, not
+    retired): (when it was created, the rank, its op). The wait for it has lasted since then, on
+    NCCL too, where a waiting rank's main thread may spin instead of sleeping."""
+    latest: dict[int | None, FlightRecord] = {}
+    for record in records:
+        if record.mtime is not None and (record.rank not in latest or record.mtime > latest[record.rank].mtime):
+            latest[record.rank] = record
+    oldest = None
+    for record in latest.values():
+        completed = _default_completed(record)
+        if completed is None:
+            continue
+        for entry in record.entries:
+            if (entry.pg_name in ("0", "default_pg", "") and not entry.retired and entry.seq > completed
+                    and entry.time_created_ns and math.isfinite(entry.time_created_ns / 1e9)):
+                created = entry.time_created_ns / 1e9
+                if oldest is None or created < oldest[0]:
+                    oldest = (round(created, 3), record.rank, entry.op.split(":")[-1])
+    return oldest
 
 
 def _default_completed(record: FlightRecord) -> int | None:

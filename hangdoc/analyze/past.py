@@ -15,8 +15,9 @@ as long as the waiting has lasted. That is named after CONFIRM_SAMPLES samples, 
 is older than the threshold (given, learned, or PAST_HANG_AFTER_S).
 
 On NCCL a waiting rank's main thread may spin at a sync point instead of sleeping: its
-off-CPU time is then near zero and the evidence is simply absent (never wrong); the Flight
-Recorder's completion times and the learned rhythm decide there.
+off-CPU time is then near zero and the evidence is simply absent (never wrong). The Flight
+Recorder stands in where its dumps are read: the oldest collective a rank enqueued and that has
+not completed was created when its wait began (`flight.fr_pending`).
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ class Before:
     rank: int | None
     wait: str | None
     others_asleep: bool
+    told_by: str = "kernel"      # "kernel" (its main thread's off-CPU time) or "flight-recorder"
 
 
 def waiting(rank: RankDigest) -> bool:
@@ -49,23 +51,25 @@ def gone(rank: RankDigest) -> bool:
     return rank.exit_time is not None or rank.exited_at is not None
 
 
-def before_attach(ranks: Sequence[RankDigest], quiet_since: float, first: float) -> Before | None:
-    """The wait already under way at the first sample, when the kernel told it and nothing
-    stepped while watched; None otherwise. A waiting rank counts when it has sat in the same
-    wait since its first sample."""
+def before_attach(ranks: Sequence[RankDigest], quiet_since: float, first: float,
+                  fr_pending: tuple[float, int | None, str] | None = None) -> Before | None:
+    """The wait already under way at the first sample, when the kernel (or the Flight Recorder's
+    oldest pending collective) told it and nothing stepped while watched; None otherwise. A
+    waiting rank counts when it has sat in the same wait since its first sample."""
     if quiet_since > first:
         return None        # something stepped (or did I/O of its own) while watched
     live = [r for r in ranks if not gone(r)]
     steady = [r for r in live if waiting(r) and r.last_ran is not None and r.first_seen is not None
-              and _same_wait_since(r) <= r.first_seen]
-    if not steady:
+              and _same_wait_since(r) <= r.first_seen and r.first_seen - r.last_ran > 0]
+    found = [(r.last_ran, r.rank, r.joining or r.detail, "kernel") for r in steady]
+    if fr_pending is not None and fr_pending[0] < first and any(waiting(r) and _same_wait_since(r) <= first
+                                                                for r in live):
+        found.append((*fr_pending, "flight-recorder"))
+    if not found:
         return None
-    longest = min(steady, key=lambda r: r.last_ran)
-    if longest.first_seen - longest.last_ran <= 0:
-        return None
+    since, rank, wait, told_by = min(found, key=lambda f: f[0])
     others = [r for r in live if not waiting(r)]
-    return Before(longest.last_ran, longest.rank, longest.joining or longest.detail,
-                  all(asleep(r) for r in others))
+    return Before(since, rank, wait, all(asleep(r) for r in others), told_by)
 
 
 def _same_wait_since(rank: RankDigest) -> float:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hangdoc.analyze.diagnose import Census, Diagnosis, JobFacts, decide, node_digest, rank_views
-from hangdoc.analyze.flight import fr_step_times
+from hangdoc.analyze.flight import fr_pending, fr_step_times
 from hangdoc.analyze.timeline import timelines
 from hangdoc.bundle.files import load_bundle, load_head
 from hangdoc.base.errors import BadBundle
@@ -82,6 +82,8 @@ def diagnose_by_class(nodes: Sequence[NodeRead], hang_after: float | None = None
         exit_code=exit_code_of([n.exit_code for n in nodes]),
         hang_after=hang_after if hang_after is not None else (min(given) if given else None),
         collective_steps=tuple(t for n in nodes for t in n.digest.collective_steps) + tuple(fr_step_times(records)),
+        fr_pending=min((p for p in [*(n.digest.fr_pending for n in nodes), fr_pending(records)] if p is not None),
+                       key=lambda p: p[0], default=None),
     )
     decision = decide(ranks, facts)
 

@@ -149,6 +149,7 @@ class BeforeAttach:
     decided: bool = False            # the hang was named from this evidence, before the threshold passed
     log: str | None = None           # the log file the job wrote last ...
     log_quiet_s: float | None = None   # ... and how long before the first sample
+    told_by: str = "kernel"          # what told the wait: "kernel" (off-CPU time) or "flight-recorder"
 
 
 @dataclass(frozen=True)

@@ -96,8 +96,9 @@ def before_line(report: Report) -> str | None:
     parts = []
     if _waited_before(report) is not None:
         who = f"rank {rank_label(before.rank)}" if before.rank is not None else "a rank"
-        parts.append(f"{who} had waited in {before.wait or 'a collective'} for at least {span(before.waited_s)} "
-                     "(its main thread had not run since)")
+        how = ("its Flight Recorder shows the collective enqueued then, not completed" if before.told_by == "flight-recorder"
+               else "its main thread had not run since")
+        parts.append(f"{who} had waited in {before.wait or 'a collective'} for at least {span(before.waited_s)} ({how})")
     if before.log is not None and before.log_quiet_s is not None:
         parts.append(f"the job last wrote {_short(before.log)} {span(before.log_quiet_s)} before")
     return "Before hangdoc attached: " + "; ".join(parts) + "." if parts else None

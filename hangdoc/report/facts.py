@@ -97,7 +97,7 @@ def before_attach(bundle: Bundle, diagnosis) -> BeforeAttach | None:
         return BeforeAttach(log=log.source, log_quiet_s=log_quiet)
     return BeforeAttach(waited_s=round(first - before.since, 1), rank=before.rank, wait=before.wait,
                         others_asleep=before.others_asleep, decided=diagnosis.from_past,
-                        log=log.source if log else None, log_quiet_s=log_quiet)
+                        log=log.source if log else None, log_quiet_s=log_quiet, told_by=before.told_by)
 
 
 def slowness(call) -> Slowness | None:

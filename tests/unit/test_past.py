@@ -213,3 +213,22 @@ def test_the_log_the_job_wrote_last_is_said_with_its_age():
     diagnosis = Diagnosis("hang", (1,), T0 - 847, T0 + 4, ())
     told = before_attach(bundle, diagnosis)
     assert (told.log, told.log_quiet_s, told.waited_s) == ("/runs/a/train.log", 851.0, None)
+
+
+def test_the_flight_recorders_oldest_pending_collective_dates_the_wait_on_a_recorded_job():
+    # GIVEN the recorded fr-straggler job (gloo, Flight Recorder on; no off-CPU time in that bundle):
+    # rank 0's dump shows all_reduce #11 enqueued and not completed, rank 1 never enqueued it
+    from pathlib import Path
+
+    from hangdoc.analyze.diagnose import diagnose
+    from hangdoc.analyze.flight import fr_pending
+    from hangdoc.bundle.files import load_bundle
+
+    bundle = load_bundle(Path(__file__).resolve().parents[1] / "golden" / "fr-straggler" / "bundle.json")
+    created, rank, op = fr_pending(bundle.flight_records)
+    assert (rank, op) == (0, "all_reduce") and created < bundle.samples[0].time
+    # WHEN diagnosed
+    diagnosis = diagnose(bundle)
+    # THEN the wait is dated from it, told by the Flight Recorder, and the onset is no later
+    assert diagnosis.before.told_by == "flight-recorder" and diagnosis.before.since == created
+    assert diagnosis.onset <= created
