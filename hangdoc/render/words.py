@@ -101,6 +101,10 @@ def before_line(report: Report) -> str | None:
         parts.append(f"{who} had waited in {before.wait or 'a collective'} for at least {span(before.waited_s)} ({how})")
     if before.log is not None and before.log_quiet_s is not None:
         parts.append(f"the job last wrote {_short(before.log)} {span(before.log_quiet_s)} before")
+    if before.loop_value and before.loop_age_s:
+        parts.append(f"rank {rank_label(before.rank)}'s loop stood at {before.loop_counter}={before.loop_value:,} "
+                     f"{span(before.loop_age_s)} after it started (at most {before.loop_age_s / before.loop_value:.2g} s "
+                     "a step on average)")
     return "Before hangdoc attached: " + "; ".join(parts) + "." if parts else None
 
 

@@ -93,11 +93,33 @@ def before_attach(bundle: Bundle, diagnosis) -> BeforeAttach | None:
     before = diagnosis.before
     if before is None and log is None:
         return None
+    loop = _loop_position(bundle, before.rank if before is not None else None)
     if before is None:
-        return BeforeAttach(log=log.source, log_quiet_s=log_quiet)
+        return BeforeAttach(log=log.source, log_quiet_s=log_quiet, **loop)
+    loop.pop("rank", None)      # the waiting rank's own loop (or the first rank's, said as such)
     return BeforeAttach(waited_s=round(first - before.since, 1), rank=before.rank, wait=before.wait,
                         others_asleep=before.others_asleep, decided=diagnosis.from_past,
-                        log=log.source if log else None, log_quiet_s=log_quiet, told_by=before.told_by)
+                        log=log.source if log else None, log_quiet_s=log_quiet, told_by=before.told_by, **loop)
+
+
+# Names a training loop's step counter goes by, most telling first.
+_STEP_NAMES = ("global_step", "step", "iteration", "iter", "batch_idx", "batch_index", "it", "i")
+
+
+def _loop_position(bundle: Bundle, rank: int | None) -> dict:
+    """The step counter of a rank's loop at the first sample and the process's age then: how far
+    the job had got before hangdoc arrived (the mean step time is at most age / counter)."""
+    info = next((p for p in bundle.job.ranks if p.rank == rank), None) or next(iter(bundle.job.ranks), None)
+    sample = bundle.samples[0].sample_of(info.pid) if info is not None else None
+    main = sample.stack.main if sample is not None and sample.stack is not None else None
+    if main is None or main.loop is None or not info.start_time:
+        return {}
+    counters = {name: value for frame in main.loop.frames for name, value in frame.counters}
+    name = next((n for n in _STEP_NAMES if counters.get(n, 0) > 0), None)
+    age = bundle.samples[0].time - info.start_time
+    if name is None or age <= 0:
+        return {}
+    return {"loop_counter": name, "loop_value": counters[name], "loop_age_s": round(age, 1), "rank": info.rank}
 
 
 def slowness(call) -> Slowness | None:

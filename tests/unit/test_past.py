@@ -232,3 +232,13 @@ def test_the_flight_recorders_oldest_pending_collective_dates_the_wait_on_a_reco
     # THEN the wait is dated from it, told by the Flight Recorder, and the onset is no later
     assert diagnosis.before.told_by == "flight-recorder" and diagnosis.before.since == created
     assert diagnosis.onset <= created
+
+
+def test_the_loop_position_against_the_process_age_bounds_the_mean_step():
+    before = BeforeAttach(waited_s=847.0, rank=0, wait="all_reduce", loop_counter="step", loop_value=40_000,
+                          loop_age_s=7200.0)
+    report = Report(schema="hangdoc/report-v1", verdict="suspect", detected_after_s=None, culprit_ranks=(1,),
+                    findings=(), ranks=(), samples=1, before=before)
+    assert before_line(report) == ("Before hangdoc attached: rank 0 had waited in all_reduce for at least 14 min (its "
+                                   "main thread had not run since); rank 0's loop stood at step=40,000 2.0 h after it "
+                                   "started (at most 0.18 s a step on average).")
