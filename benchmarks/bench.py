@@ -1,10 +1,11 @@
 """`make bench`: the speed, overhead and accuracy figures, as tables and as JSON.
 
-    python -m benchmarks.bench [--only snapshot,latency,engines,overhead,zoo,check,merge,matrix,late,slow] [--out DIR]
+    python -m benchmarks.bench [--only snapshot,latency,engines,overhead,zoo,check,merge,matrix,late,slow,fuzz] [--out DIR]
 
 `matrix` runs the quick ordinary-jobs matrix; the whole of it: python -m benchmarks.bench_matrix.
 `late` attaches to the zoo's hung jobs 5, 30 and 120 s after the fault, and to healthy ones at random;
 `slow` scores the slow verdict (stragglers, speed-up estimated against measured, 0 on balanced jobs).
+`fuzz` feeds `hangdoc report` Hypothesis-made and crafted bundles, digests and FR dumps under 1 GiB.
 
 Every figure comes from real torchrun jobs on this machine; ratios are measured within one
 run (alternating the two arms) because a shared machine is noisy. Absolute times are
@@ -28,7 +29,7 @@ from hangdoc.scenarios import SCENARIOS
 from hangdoc.scenarios.launch import start_job, stop_job, wait_for
 
 SECTIONS = ("snapshot", "locals", "latency", "engines", "analysis", "overhead", "false-alarms", "detection", "zoo",
-            "check", "merge", "matrix", "late", "slow")
+            "check", "merge", "matrix", "late", "slow", "fuzz")
 
 
 def machine() -> str:
@@ -195,6 +196,17 @@ def main(argv=None) -> int:
     wanted = [s for s in args.only.split(",") if s]
     results: dict = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M")}
     print(f"hangdoc bench on {results['machine']}\n")
+    if "fuzz" in wanted:
+        from benchmarks.bench_fuzz import bench_fuzz
+
+        r = results["fuzz"] = bench_fuzz()
+        print(table(f"Fuzz of report's inputs (seed {r['seed']}, {r['examples_per_strategy']} per strategy, "
+                    "1 GiB address space, 20 s an input)",
+                    ["inputs tried", "peak RSS MB", "slowest s", "slowest input", "wall s", "failures"],
+                    [[r["inputs"], r["peak_rss_mb"], r["slowest_s"], r["slowest"], r["seconds"], len(r["failures"])]]))
+        for line in r["failures"][:5]:
+            print(f"  {line.splitlines()[-1] if line else line}")
+        print()
     if "snapshot" in wanted:
         rows = results["snapshot"] = bench_snapshot()
         print(table("Snapshot of a 2-rank x 4-worker job (median of alternated runs)",

@@ -21,8 +21,10 @@ _ALLOWED_PREFIXES = (
     "ROLE_", "MASTER_", "TORCHELASTIC_", "NCCL_", "TORCH_", "PYTHON", "GLOO_", "KMP_",
     "ACCELERATE_", "DEEPSPEED_",
 )
-# Even an allowed prefix does not make these safe (TORCH_HUB_TOKEN, NCCL_..._KEY).
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|API_?KEY|PRIVATE|_KEY$", re.I)
+# Even an allowed prefix does not make these safe (TORCH_HUB_TOKEN, NCCL_..._KEY, TORCH_DB_PASS):
+# the words anywhere, and the short ones as whole parts of the name (`_PASS`, `PWD`, `KEY_ID`, `PIN`).
+_SECRET_NAME = re.compile(r"TOKEN(?!S|IZ)|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|API_?KEY|PRIVATE|"
+                          r"(?:^|_)(?:PASS|PWD|KEYS?|PIN|OTP)(?:_|$)", re.I)
 
 _SECRET_VALUE = re.compile(
     r"(?:hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|"
@@ -32,6 +34,12 @@ _SECRET_VALUE = re.compile(
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 _LONG_RANDOM = re.compile(r"[A-Za-z0-9+/=_\-]{32,}")
 _URL_CREDENTIALS = re.compile(r"(\w+://)[^/\s:@]+:[^/\s@]+@")
+# A value shaped like a key after a word or flag that says key: `--wandb-key X`, `auth: X`, `"key": "X"`.
+_KEYISH = r"(?:key|auth|token|secret|pass(?:word|wd)?|pwd|credential)"
+_KEYISH_FLAG = re.compile(r"^--?[\w-]*" + _KEYISH + r"[\w-]*$", re.I)
+_KEY_RUN = r"[A-Za-z0-9+/_=.-]{32,}"
+_KEYISH_VALUE = re.compile(r"(?i)(" + _KEYISH + r"[\w-]*[\"']?(?:\s*[=:]\s*|\s+)[\"']?)(" + _KEY_RUN + ")")
+_HEX_RUN = re.compile(r"(?<![0-9A-Za-z])[0-9a-fA-F]{32,}(?![0-9A-Za-z])")
 _FLAG_SECRET = re.compile(r"^(--?[\w-]*(?:token|secret|passw|(?<![a-z])pass(?![a-z])|api[_-]?key|credential)[\w-]*)(=.*)?$", re.I)
 # A name that says "secret" followed by its value, in free text: `password=...`, `PASSWD=...`,
 # `api_key: ...`, `"password": "..."`, `--token X`, `Authorization: Bearer X`, `wandb login X`.
@@ -77,11 +85,14 @@ def redact_text(text: str) -> str:
     text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
     text = _SECRET_VALUE.sub(REDACTED, text)
     text = _URL_CREDENTIALS.sub(lambda m: m.group(1) + REDACTED + "@", text)
+    text = _KEYISH_VALUE.sub(lambda m: m.group(1) + REDACTED, text)
+    text = _HEX_RUN.sub(REDACTED, text)
     return _LONG_RANDOM.sub(lambda m: REDACTED if _looks_random(m.group(0)) else m.group(0), text)
 
 
-# Log tails are read again every watch round and mostly hold the lines of the round before.
-_redact_line = functools.lru_cache(maxsize=8192)(redact_text)
+# Log tails are read again every watch round and mostly hold the lines of the round before;
+# open files' paths repeat in every sample.
+redact_cached = functools.lru_cache(maxsize=8192)(redact_text)
 
 
 class LineRedactor:
@@ -101,7 +112,7 @@ class LineRedactor:
         if begin and not _PEM_END.search(line, begin.end()):
             self.in_pem = True
             return redact_text(line[:begin.start()]) + begin.group(0) + f" {REDACTED}"
-        return _redact_line(line)
+        return redact_cached(line)
 
 
 def redact_lines(lines) -> tuple[str, ...]:
@@ -110,13 +121,18 @@ def redact_lines(lines) -> tuple[str, ...]:
     return tuple(redact(line) for line in lines)
 
 
+def secret_name(name: str) -> bool:
+    """True for a name (environment variable, local variable) that says it holds a secret."""
+    return bool(_SECRET_NAME.search(name))
+
+
 def filter_env(env: dict[str, str]) -> dict[str, str]:
     """The allowlisted part of an environment, with credential-looking values replaced."""
     kept = {}
     for name, value in env.items():
         if name not in _ALLOWED_NAMES and not name.startswith(_ALLOWED_PREFIXES):
             continue
-        if _SECRET_NAME.search(name) or looks_secret(value):
+        if secret_name(name) or looks_secret(value):
             kept[name] = REDACTED
         else:
             kept[name] = value
@@ -127,10 +143,13 @@ def redact_cmdline(argv: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     """A command line with the values of secret-named flags and secret-shaped words replaced."""
     out: list[str] = []
     hide_next = False
-    for word in argv:
+    for i, word in enumerate(argv):
         if hide_next:
             out.append(REDACTED)
             hide_next = False
+            continue
+        if i and _KEYISH_FLAG.match(argv[i - 1]) and re.fullmatch(_KEY_RUN, word):
+            out.append(REDACTED)
             continue
         flag = _FLAG_SECRET.match(word)
         if flag:

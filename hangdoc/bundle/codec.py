@@ -31,6 +31,7 @@ import msgspec
 from hangdoc.model import (
     Bundle, Frame, Host, LogTail, NodeDigest, Options, ProcSample, Snapshot, Stack, Thread,
 )
+from hangdoc.base.redact import redact_cached
 from hangdoc.base.serde import to_dict
 
 SCHEMA = "hangdoc/bundle-v2"
@@ -83,6 +84,8 @@ def encode(bundle: Bundle, digest: NodeDigest | None = None) -> bytes:
         for sample in snap.processes:
             item = to_dict(dataclasses.replace(sample, stack=None))
             item["stack"] = tables.stack_id(sample.stack)
+            for opened in (item.get("proc") or {}).get("open_files") or ():
+                opened["path"] = redact_cached(opened["path"])    # a path may hold a token
             procs.append(item)
         row["processes"] = procs
         samples.append(row)

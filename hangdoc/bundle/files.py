@@ -11,8 +11,9 @@ import msgspec
 import zstandard
 
 from hangdoc.bundle import codec as bundle_v2
-from hangdoc.bundle.checks import check_bundle, hostile_input
+from hangdoc.bundle.checks import check_bundle, check_head, check_values, hostile_input
 from hangdoc.base.errors import BadBundle, BadOutput
+from hangdoc.base.limits import MAX_BUNDLE_FILE_BYTES, MAX_BUNDLE_JSON_BYTES, TooLarge, read_regular
 from hangdoc.model import BUNDLE_SCHEMA, Bundle, NodeDigest
 from hangdoc.base.serde import from_json
 
@@ -32,6 +33,12 @@ def check_writable(path: str | Path) -> Path:
         raise BadOutput(f"cannot write {path}: the directory {parent} does not exist")
     if not os.access(parent, os.W_OK):
         raise BadOutput(f"cannot write {path}: no write permission on {parent}")
+    try:     # what access() cannot tell: /proc, a read-only mount, root on a root-squashed share
+        fd, probe = tempfile.mkstemp(prefix=".hangdoc-", suffix=".probe", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise BadOutput(f"cannot write {path}: {exc.strerror or exc} in {parent}") from None
     return path
 
 
@@ -52,9 +59,7 @@ def save_bundle(bundle: Bundle, path: str | Path, digest: NodeDigest | None = No
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes it 0600; a bundle is meant to be shared
+        os.chmod(tmp, 0o600)    # the job's command lines, logs and paths: its owner's to share, not the node's
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -93,20 +98,56 @@ def bundle_from_json(text: str | bytes, source: str = "bundle", interner: bundle
 
 
 def read_bundle_bytes(path: Path) -> bytes:
-    """The bundle's JSON bytes, decompressed when the file is zstd (by its magic, whatever its name)."""
+    """The bundle's JSON bytes, decompressed when the file is zstd (by its magic, whatever its name).
+
+    Within the budgets (hangdoc/base/limits.py), checked before anything is expanded: only a
+    regular file, at most MAX_BUNDLE_FILE_BYTES of it; a zstd frame that declares more than
+    MAX_BUNDLE_JSON_BYTES is refused from its header, and one that declares no size (the `zstd`
+    command reading a pipe) is streamed and stopped at that many bytes."""
     try:
-        data = path.read_bytes()
+        data = read_regular(path, MAX_BUNDLE_FILE_BYTES)
     except FileNotFoundError:
         raise BadBundle(f"no such bundle: {path}") from None
+    except TooLarge as exc:
+        raise BadBundle(f"{path} is refused: {exc}") from None
     except OSError as exc:
         raise BadBundle(f"cannot read {path}: {exc.strerror or exc}") from None
     if data[:4] == ZSTD_MAGIC:
         try:
-            data = zstandard.ZstdDecompressor().decompress(data)
+            data = _decompress(data, MAX_BUNDLE_JSON_BYTES)
         except zstandard.ZstdError as exc:
             raise BadBundle(f"{path} is a corrupt or truncated zstd file ({exc}); copy it again "
                             "from the node") from None
+        except TooLarge as exc:
+            raise BadBundle(f"{path} is refused: it decompresses to {exc}") from None
+    elif len(data) > MAX_BUNDLE_JSON_BYTES:
+        raise BadBundle(f"{path} is refused: {len(data):,} bytes of JSON, more than the "
+                        f"{MAX_BUNDLE_JSON_BYTES:,} hangdoc reads")
+    check_values(data, str(path))
     return data
+
+
+def _decompress(data: bytes, limit: int) -> bytes:
+    """zstd data (one frame or several), decompressed never past `limit` bytes: TooLarge beyond.
+
+    Fed 1 KB at a time: a zstd block expands at most 32,768-fold, so no step yields more than 32 MB."""
+    declared = zstandard.get_frame_parameters(data).content_size
+    if declared != zstandard.CONTENTSIZE_UNKNOWN and declared > limit:
+        raise TooLarge(f"{declared:,} bytes (its header says), more than the {limit:,} hangdoc reads")
+    out = bytearray()
+    view, at = memoryview(data), 0
+    while at < len(data):
+        frame = zstandard.ZstdDecompressor().decompressobj()
+        while at < len(data) and not frame.eof:
+            chunk = view[at:at + 1024]
+            out += frame.decompress(chunk)
+            at += len(chunk)
+            if len(out) > limit:
+                raise TooLarge(f"more than the {limit:,} bytes hangdoc reads")
+        if not frame.eof:
+            raise zstandard.ZstdError("the last frame ends early")
+        at -= len(frame.unused_data)
+    return bytes(out)
 
 
 def load_head(path: str | Path) -> bundle_v2.Head | None:
@@ -119,10 +160,16 @@ def load_head(path: str | Path) -> bundle_v2.Head | None:
         except msgspec.DecodeError as exc:
             raise BadBundle(f"{path} is not valid JSON (truncated or corrupt?): {exc}") from None
         except (ValueError, TypeError) as exc:
-            if msgspec.json.decode(data, type=_Schema).schema != bundle_v2.SCHEMA:
+            try:
+                schema = msgspec.json.decode(data, type=_Schema).schema
+            except msgspec.DecodeError:   # the head's first error came before the malformed byte
+                schema = None
+            if schema != bundle_v2.SCHEMA:
                 return None    # v1, or not a bundle at all: the whole load says which
             raise BadBundle(f"{path} is damaged: {exc}") from None
-    return head if head.schema == bundle_v2.SCHEMA and head.bundle is not None else None
+    if head.schema != bundle_v2.SCHEMA or head.bundle is None:
+        return None
+    return check_head(head, str(path))
 
 
 def load_bundle(path: str | Path, interner: bundle_v2.Interner | None = None) -> Bundle:

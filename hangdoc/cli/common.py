@@ -55,7 +55,7 @@ HANG_AFTER_HELP = ("Seconds without a step before the verdict is hang. Default: 
 
 
 def interval_option(default: float = INTERVAL_S):
-    return typer.Option(default, "--interval", min=MIN_INTERVAL_S, callback=seconds(MIN_INTERVAL_S),
+    return typer.Option(default, "--interval", min=MIN_INTERVAL_S, callback=seconds(MIN_INTERVAL_S, high=MAX_INTERVAL_S),
                         help="Seconds between samples.")
 
 
@@ -84,15 +84,19 @@ def html_option():
                         "timeline) to this file.")
 
 
-def seconds(low: float = 0.0, strict: bool = False) -> Callable:
-    """A typer callback: a finite number of seconds, at least `low` (above it when `strict`)."""
+MAX_INTERVAL_S = 3600.0       # between two samples
+MAX_WAIT_S = 1e9              # any other span: the clocks' and sleeps' limits lie beyond it (about 9e9 s)
+
+
+def seconds(low: float = 0.0, strict: bool = False, high: float = MAX_WAIT_S) -> Callable:
+    """A typer callback: a finite number of seconds, at least `low` (above it when `strict`), at most `high`."""
 
     def check(value):
         if value is None:
             return value
-        if not math.isfinite(value) or value < low or (strict and value == low):
+        if not math.isfinite(value) or value < low or (strict and value == low) or value > high:
             bound = f"above {low:g}" if strict else f"at least {low:g}"
-            raise typer.BadParameter(f"give a finite number of seconds {bound} (got {value:g})")
+            raise typer.BadParameter(f"give a finite number of seconds {bound} and at most {high:g} (got {value:g})")
         return value
 
     return check

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from hangdoc.base.errors import EXIT_NOT_SAVED, EXIT_OK, EXIT_SIGINT, HangdocError
+from hangdoc.base.errors import EXIT_NOT_SAVED, EXIT_OK, EXIT_SIGINT, BundleNotSaved, HangdocError
 from hangdoc.bundle.files import check_writable
 from hangdoc.cli import app
 from hangdoc.cli.common import (
@@ -69,7 +69,11 @@ def watch(
         from hangdoc.bundle.files import save_bundle
 
         bundle = snapshot_once(pid, probes, options)
-        save_bundle(bundle, out, node_digest(bundle))
+        try:
+            save_bundle(bundle, out, node_digest(bundle))
+        except OSError as exc:     # the disk filled, the place went away: one line, exit 6
+            raise BundleNotSaved(f"the bundle was not saved to {out}: {exc.strerror or exc} "
+                                 "(free some space or pass --out to a writable place)") from None
         job = bundle.job
         print(f"hangdoc: captured {len(job.by_role(Role.RANK))} ranks, "
               f"{len(job.by_role(Role.WORKER))} DataLoader workers, "

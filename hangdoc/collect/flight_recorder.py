@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from hangdoc.base.limits import MAX_DUMP_BYTES, MAX_DUMP_DEPTH, MAX_DUMP_OBJECTS, MAX_NUMBER, TooLarge, read_regular
 from hangdoc.base.parse import to_int
 from hangdoc.model import FlightRecord, FrConfig, FrEntry, FrFrame, FrGroup, Job, ProcessInfo
 
@@ -33,7 +34,6 @@ BUFFER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 PREFIX_VARS = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
 PIPE_VAR = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
 DUMP_ON_TIMEOUT_VAR = "TORCH_NCCL_DUMP_ON_TIMEOUT"
-MAX_DUMP_BYTES = 256 << 20        # a 2000-entry dump with frames is a few MB
 _FR_KEYS = (b'"comm_lib_version"', b'"entries"', b'"pg_config"', b'"pg_status"', b'"version"', b'"nccl_comm_state"')
 _DUMP_NAME = re.compile(r"^(?P<stem>.*?)(?P<rank>\d+)(?P<ext>\.json|\.pickle|\.pkl)?$")
 
@@ -196,31 +196,59 @@ def read_dump(path: str | Path, rank: int | None = None, trigger: str = "given")
         if rank is None:
             raise BadDump(f"{path}: no rank in the file name (Flight Recorder names dumps <prefix><rank>)")
     try:
-        if path.stat().st_size > MAX_DUMP_BYTES:
-            raise BadDump(f"{path}: larger than {MAX_DUMP_BYTES >> 20} MB, not read")
-        data = path.read_bytes()
+        data = read_regular(path, MAX_DUMP_BYTES)
+    except TooLarge as exc:
+        raise BadDump(f"{path}: refused, not read: {exc}") from None
     except OSError as exc:
         raise BadDump(f"{path}: cannot read: {exc.strerror}") from None
-    if data[:1] == b"\x80":
-        form = "pickle"
-        try:
-            raw = loads_plain(data)
-        except pickle.UnpicklingError as exc:
-            raise BadDump(f"{path}: refused, not read: {exc}") from None
-        except Exception as exc:    # a truncated or corrupt pickle fails in many ways
-            raise BadDump(f"{path}: not a readable pickle ({type(exc).__name__}: {exc})") from None
-    else:
-        form = "json"
-        try:
-            raw = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
+    form = "pickle" if data[:1] == b"\x80" else "json"
+    try:
+        raw = loads_plain(data) if form == "pickle" else json.loads(data)
+    except pickle.UnpicklingError as exc:
+        raise BadDump(f"{path}: refused, not read: {exc}") from None
+    except (RecursionError, MemoryError) as exc:
+        raise BadDump(f"{path}: refused, not read: {_too_big(exc)}") from None
+    except Exception as exc:    # a truncated or corrupt pickle fails in many ways
+        if form == "json" and isinstance(exc, (ValueError, UnicodeDecodeError)):
             raise BadDump(f"{path}: neither a pickle nor JSON ({exc})") from None
+        raise BadDump(f"{path}: not a readable pickle ({type(exc).__name__}: {exc})") from None
     if not isinstance(raw, dict) or "entries" not in raw and "pg_status" not in raw:
         raise BadDump(f"{path}: not a Flight Recorder dump (no entries, no pg_status)")
     try:
+        within_budget(raw)
         return _record(raw, rank, str(path), form, trigger, _mtime(path))
+    except TooLarge as exc:
+        raise BadDump(f"{path}: refused, not read: {exc}") from None
     except (TypeError, ValueError, AttributeError, KeyError) as exc:
         raise BadDump(f"{path}: a Flight Recorder dump of an unexpected shape ({type(exc).__name__}: {exc})") from None
+
+
+def _too_big(exc: BaseException) -> str:
+    return "nested too deeply" if isinstance(exc, RecursionError) else "too large to hold in memory"
+
+
+def within_budget(raw: object) -> None:
+    """TooLarge when a decoded dump holds more than MAX_DUMP_OBJECTS values or nests deeper than
+    MAX_DUMP_DEPTH. A value shared by reference (a pickle's memo) counts each time it is used, as
+    the copy into the model would copy it: 400 KB of pickle can name one entry 200,000 times."""
+    seen = 0
+    todo = [(raw, 1)]
+    while todo:
+        value, depth = todo.pop()
+        seen += 1
+        if seen > MAX_DUMP_OBJECTS:
+            raise TooLarge(f"more than {MAX_DUMP_OBJECTS:,} values (shared ones counted at each use)")
+        if isinstance(value, dict):
+            children = [*value.keys(), *value.values()]
+        elif isinstance(value, (list, tuple)):
+            children = value
+        else:
+            continue
+        if depth >= MAX_DUMP_DEPTH and children:
+            raise TooLarge(f"nested more than {MAX_DUMP_DEPTH} deep")
+        if seen + len(todo) + len(children) > MAX_DUMP_OBJECTS:
+            raise TooLarge(f"more than {MAX_DUMP_OBJECTS:,} values (shared ones counted at each use)")
+        todo.extend((child, depth + 1) for child in children)
 
 
 def dump_rank(path: Path) -> int | None:
@@ -258,18 +286,27 @@ def load_dumps(paths) -> tuple[tuple[FlightRecord, ...], tuple[str, ...]]:
     return tuple(records), tuple(errors)
 
 
+def _int(value) -> int | None:
+    """An integer of the dump, None beyond +-MAX_NUMBER (20,000 digits cannot even be printed)."""
+    try:
+        number = to_int(value)
+    except OverflowError:       # int(inf)
+        return None
+    return number if number is not None and -MAX_NUMBER <= number <= MAX_NUMBER else None
+
+
 def _ranks(value) -> tuple[int, ...]:
     if isinstance(value, str):
         value = [v for v in re.split(r"[\s,\[\]]+", value) if v]
     if not isinstance(value, (list, tuple)):
         return ()
-    return tuple(r for r in (to_int(v) for v in value) if r is not None)
+    return tuple(r for r in (_int(v) for v in value) if r is not None)
 
 
 def _sizes(value) -> tuple[tuple[int, ...], ...]:
     if not isinstance(value, (list, tuple)):
         return ()
-    return tuple(tuple(int(d) for d in shape) if isinstance(shape, (list, tuple)) else () for shape in value)
+    return tuple(tuple(_int(d) or 0 for d in shape) if isinstance(shape, (list, tuple)) else () for shape in value)
 
 
 def _texts(value) -> tuple[str, ...]:
@@ -279,8 +316,8 @@ def _texts(value) -> tuple[str, ...]:
 def _entry(raw: dict) -> FrEntry:
     group = raw.get("process_group") or ("", "")
     is_p2p = bool(raw.get("is_p2p"))
-    seq = to_int(raw.get("p2p_seq_id") if is_p2p else raw.get("collective_seq_id"))
-    frames = tuple(FrFrame(str(f.get("name", "?")), str(f.get("filename", "?")), to_int(f.get("line")) or 0)
+    seq = _int(raw.get("p2p_seq_id") if is_p2p else raw.get("collective_seq_id"))
+    frames = tuple(FrFrame(str(f.get("name", "?")), str(f.get("filename", "?")), _int(f.get("line")) or 0)
                    for f in raw.get("frames") or () if isinstance(f, dict))
     duration = raw.get("duration_ms")
     return FrEntry(
@@ -289,8 +326,9 @@ def _entry(raw: dict) -> FrEntry:
         state=str(raw.get("state") or "?"), retired=bool(raw.get("retired")),
         input_sizes=_sizes(raw.get("input_sizes")), input_dtypes=_texts(raw.get("input_dtypes")),
         output_sizes=_sizes(raw.get("output_sizes")), output_dtypes=_texts(raw.get("output_dtypes")),
-        is_p2p=is_p2p, time_created_ns=to_int(raw.get("time_created_ns")),
-        duration_ms=float(duration) if isinstance(duration, (int, float)) and not isinstance(duration, bool) else None,
+        is_p2p=is_p2p, time_created_ns=_int(raw.get("time_created_ns")),
+        duration_ms=float(duration) if isinstance(duration, (int, float)) and not isinstance(duration, bool)
+        and abs(duration) < MAX_NUMBER else None,
         frames=frames,
     )
 
@@ -308,9 +346,9 @@ def _record(raw: dict, rank: int, source: str, form: str, trigger: str, mtime: f
         groups.append(FrGroup(
             name=str(name), desc=str(config.get("desc") or descs.get(name, "")),
             ranks=_ranks(config.get("ranks")),
-            last_enqueued=to_int(st.get("last_enqueued_collective")),
-            last_started=to_int(st.get("last_started_collective")),
-            last_completed=to_int(st.get("last_completed_collective")),
+            last_enqueued=_int(st.get("last_enqueued_collective")),
+            last_started=_int(st.get("last_started_collective")),
+            last_completed=_int(st.get("last_completed_collective")),
         ))
     return FlightRecord(rank=rank, source=source, form=form, version=str(raw.get("version", "?")),
                         trigger=trigger, groups=tuple(groups), entries=entries, mtime=mtime or None)

@@ -11,17 +11,22 @@ from __future__ import annotations
 import hashlib
 import re
 
+from hangdoc.base.redact import secret_name
 from hangdoc.model import FrameMark, LoopMark, is_job_file
 
 MAX_FRAMES = 24
 MAX_COUNTERS = 16          # per frame
 _INT = re.compile(r"-?\d{1,18}")
+
+
 def frame_mark(frame: dict) -> FrameMark:
     digest = hashlib.blake2b(digest_size=8)
     counters: list[tuple[str, int]] = []
     for local in frame.get("locals") or ():
         name = str(local.get("name") or "?")
         text = local.get("repr")
+        if secret_name(name):
+            continue      # an integer named like a secret (`secret_pin`) is a secret, not a counter
         if isinstance(text, str) and _INT.fullmatch(text):
             if len(counters) < MAX_COUNTERS:
                 counters.append((name, int(text)))

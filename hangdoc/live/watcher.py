@@ -120,7 +120,10 @@ class Watcher:
                     # The timeline lanes are drawn once, for the report the watch ends with.
                     report = with_lanes(report, bundle, self.diagnosis, self.live.of(bundle))
                     return Outcome(report, bundle, reason, digest)
-                self._wait(self._next_delay(bundle))
+                delay = self._next_delay(bundle)
+                if self.options.timeout_s is not None:    # never wait past the timeout
+                    delay = min(delay, max(0.0, began + self.options.timeout_s - time.monotonic()))
+                self._wait(delay)
                 on_round()
                 bundle = self.step()
         finally:
