@@ -44,6 +44,9 @@ def run(
 ) -> None:
     """Run a short training under watch: exit 3 on a hang, 4 on a crash, else the command's own code.
 
+    Ctrl-C / SIGTERM end the job, print the report so far, save the bundle and the JUnit result
+    and exit 130 / 143.
+
     The command's output streams through (to stderr with --format json, html or trace, so stdout
     holds only the report). With GITHUB_STEP_SUMMARY set, the Markdown report is appended to it.
     """
@@ -69,14 +72,18 @@ def run(
     finally:
         view.close()
     outcome = result.outcome
+    stopped = result.interrupted is not None
     failed = outcome.report.verdict in (Verdict.HANG, Verdict.CRASH)
     slow = outcome.report.slow is not None and not failed
-    if failed or slow or fmt is not ReportFormat.text:
+    if stopped:
+        print(f"hangdoc: interrupted; the job was ended; the report of the {outcome.report.samples} samples so far:",
+              file=sys.stderr)
+    if failed or slow or stopped or fmt is not ReportFormat.text:
         emit_report(outcome.report, fmt)
     else:
         print(f"hangdoc: the run finished (exit code {result.job_exit_code}), no hang", file=sys.stderr)
     saved = True
-    if (failed or slow) and outcome.bundle.samples:
+    if (failed or slow or stopped) and outcome.bundle.samples:
         saved = save_or_say(outcome.bundle, out, outcome.digest)
     write_html(outcome.report, html)
     if junit is not None:
@@ -92,6 +99,6 @@ def run(
                 f.write(report_markdown(outcome.report) + "\n")
         except OSError as exc:
             print(f"hangdoc: cannot append to GITHUB_STEP_SUMMARY ({exc.strerror})", file=sys.stderr)
-    code = run_exit_code(outcome.report.verdict, result.job_exit_code,
-                         slow=slow and fail_on is FailOn.slow)
+    code = result.interrupted if stopped else run_exit_code(outcome.report.verdict, result.job_exit_code,
+                                                            slow=slow and fail_on is FailOn.slow)
     raise typer.Exit(code if saved else EXIT_NOT_SAVED)

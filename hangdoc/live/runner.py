@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -15,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, TextIO
 
-from hangdoc.base.errors import HangdocError, NotDistributed
+from hangdoc.base.errors import EXIT_SIGINT, HangdocError, NotDistributed
 from hangdoc.base.redact import LineRedactor
 from hangdoc.collect.discover import find_job, is_python, looks_like_launcher
 from hangdoc.collect.procfs import ProcFS
@@ -23,9 +24,9 @@ from hangdoc.live.capture import make_bundle
 from hangdoc.live.options import WatchOptions
 from hangdoc.live.proc import RunningJob, stop_job
 from hangdoc.live.watcher import Outcome, Watcher
-from hangdoc.model import Bundle, Job, LogTail, StopReason
+from hangdoc.model import Bundle, Job, LogTail, StopReason, Verdict
 from hangdoc.report import verdict
-from hangdoc.report.build import assess
+from hangdoc.report.build import assess, report_without_ranks
 
 TAIL_LINES = 2000
 # A command with no ranks after this long is watched as a single process: soon for a plain
@@ -64,6 +65,7 @@ class OutputTail:
 class RunResult:
     outcome: Outcome
     job_exit_code: int | None
+    interrupted: int | None = None    # stopped by Ctrl-C or SIGTERM: the exit code to leave with (130 / 143)
 
 
 def run_command(cmd: list[str], options: WatchOptions, probes, sink: TextIO,
@@ -79,28 +81,57 @@ def run_command(cmd: list[str], options: WatchOptions, probes, sink: TextIO,
     tail = OutputTail(popen.stdout, sink)
     began = time.monotonic()
     watcher = None
+    interrupted = None
     try:
         watcher = _attach(popen, job, options, probes, tail, began, sleep)
-        if watcher is None:
-            outcome = _ended_before_attach(popen, tail, options)
-        else:
-            remaining = None if options.timeout_s is None else max(0.0, options.timeout_s - (time.monotonic() - began))
-            watcher.options = dataclasses.replace(watcher.options, timeout_s=remaining)
-            outcome = watcher.run(on_sample, ended=lambda: popen.poll() is not None,
-                                  on_round=job.refresh_tree)
-            if outcome.reason is StopReason.ENDED:
-                popen.wait()
-                tail.join()
-                bundle = watcher.bundle()
-                report, diagnosis = assess(bundle, options.hang_after_s)
-                outcome = Outcome(report, bundle, StopReason.ENDED, diagnosis.digest)
-            elif outcome.reason is StopReason.TIMEOUT:
-                outcome = dataclasses.replace(outcome, report=verdict.run_timed_out(outcome.report, options.timeout_s))
+        outcome = _follow(watcher, popen, job, tail, options, on_sample, began)
+    except KeyboardInterrupt as exc:     # Ctrl-C, or SIGTERM (hangdoc.base.errors.Interrupted)
+        _hold_signals()                  # a second one must not lose the job's end or the report
+        interrupted = getattr(exc, "exit_code", EXIT_SIGINT)
     finally:
         if popen.poll() is None:
             stop_job(job)
         tail.join()
-    return RunResult(outcome, popen.returncode)
+    if interrupted is not None:
+        outcome = _stopped(watcher, popen, tail, options)
+    return RunResult(outcome, popen.returncode, interrupted)
+
+
+def _follow(watcher: Watcher | None, popen, job: RunningJob, tail: OutputTail, options: WatchOptions,
+            on_sample: Callable | None, began: float) -> Outcome:
+    """Watch the command's ranks until it ends, crashes, hangs or runs out of time."""
+    if watcher is None:
+        return _ended_before_attach(popen, tail, options)
+    remaining = None if options.timeout_s is None else max(0.0, options.timeout_s - (time.monotonic() - began))
+    watcher.options = dataclasses.replace(watcher.options, timeout_s=remaining)
+    outcome = watcher.run(on_sample, ended=lambda: popen.poll() is not None, on_round=job.refresh_tree)
+    if outcome.reason is StopReason.ENDED:
+        popen.wait()
+        tail.join()
+        bundle = watcher.bundle()
+        report, diagnosis = assess(bundle, options.hang_after_s)
+        return Outcome(report, bundle, StopReason.ENDED, diagnosis.digest)
+    if outcome.reason is StopReason.TIMEOUT:
+        return dataclasses.replace(outcome, report=verdict.run_timed_out(outcome.report, options.timeout_s))
+    return outcome
+
+
+def _hold_signals() -> None:
+    for number in (signal.SIGINT, signal.SIGTERM):
+        try:
+            signal.signal(number, signal.SIG_IGN)
+        except ValueError:      # not the main thread: nothing to hold
+            pass
+
+
+def _stopped(watcher: Watcher | None, popen, tail: OutputTail, options: WatchOptions) -> Outcome:
+    """Stopped by Ctrl-C or SIGTERM, the job ended: the report of what was seen so far."""
+    if watcher is None or not watcher.samples:
+        report = report_without_ranks(Verdict.INTERRUPTED, ())
+        return Outcome(report, _empty_bundle(popen, tail, options), StopReason.INTERRUPTED)
+    bundle = watcher.bundle()
+    report, diagnosis = assess(bundle, options.hang_after_s)
+    return Outcome(verdict.interrupted(report), bundle, StopReason.INTERRUPTED, diagnosis.digest)
 
 
 def _attach(popen, job: RunningJob, options: WatchOptions, probes, tail: OutputTail, began: float,

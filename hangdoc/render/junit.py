@@ -13,22 +13,20 @@ from hangdoc.render.layout import layout
 
 def junit_xml(report: Report, cmd: list[str], fail_on_slow: bool = False) -> str:
     """A hang or a crash fails the test case; a slow job only with `fail_on_slow` (else its
-    findings are the case's output, a warning)."""
+    findings are the case's output, a warning); a run stopped by Ctrl-C or SIGTERM is an error."""
     failed = report.verdict in ("hang", "crash") or (fail_on_slow and report.slow is not None)
-    suite = ET.Element("testsuite", name="hangdoc", tests="1", failures=str(int(failed)), errors="0",
+    stopped = report.verdict == "interrupted"
+    suite = ET.Element("testsuite", name="hangdoc", tests="1", failures=str(int(failed)), errors=str(int(stopped)),
                        timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
     case = ET.SubElement(suite, "testcase", classname="hangdoc.run", name=xml(" ".join(redact_cmdline(cmd)))[:200])
     doc = layout(report)
-    if failed:
-        failure = ET.SubElement(case, "failure", message=xml(doc.headline), type=report.verdict)
-        body = [doc.headline, *doc.cause, *doc.missing]
-        for f in doc.findings:
-            body += [f"[{f.severity.value}] {f.rule}: {f.title}", *("    " + e for e in f.evidence), f"    fix: {f.fix}"]
-        failure.text = xml("\n".join(body))
+    body = [doc.headline, *doc.cause, *doc.missing] if failed else [doc.headline, *doc.notes[:2]]
+    for f in doc.findings:
+        body += [f"[{f.severity.value}] {f.rule}: {f.title}", *("    " + e for e in f.evidence), f"    fix: {f.fix}"]
+    if failed or stopped:
+        ET.SubElement(case, "failure" if failed else "error", message=xml(doc.headline),
+                      type=report.verdict).text = xml("\n".join(body))
     else:
-        body = [doc.headline, *doc.notes[:2]]
-        for f in doc.findings:
-            body += [f"[{f.severity.value}] {f.rule}: {f.title}", *("    " + e for e in f.evidence), f"    fix: {f.fix}"]
         ET.SubElement(case, "system-out").text = xml("\n".join(body))
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)
 
