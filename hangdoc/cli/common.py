@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import sys
 import time
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 from typing import Callable, TextIO
@@ -196,3 +198,21 @@ def save_or_say(bundle: Bundle, out: Path, digest: NodeDigest | None) -> bool:
         return False
     print(f"hangdoc: bundle saved to {out} (replay: hangdoc report {out})", file=sys.stderr)
     return True
+
+
+@contextmanager
+def signals_held():
+    """Ctrl-C and SIGTERM wait while the report is printed and the bundle saved: the list yielded
+    holds the exit code (130 / 143) of each that came meanwhile, for the caller to leave with."""
+    came: list[int] = []
+    codes = {signal.SIGINT: 130, signal.SIGTERM: 143}
+    try:
+        old = {number: signal.signal(number, lambda n, _frame: came.append(codes[n])) for number in codes}
+    except ValueError:            # not the main thread: nothing to hold
+        old = {}
+    try:
+        yield came
+    finally:
+        for number, handler in old.items():
+            signal.signal(number, handler)
+

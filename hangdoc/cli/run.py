@@ -14,7 +14,7 @@ from hangdoc.bundle.files import check_writable
 from hangdoc.cli import app
 from hangdoc.cli.common import (
     Engine, ReportFormat, default_out, emit_report, engine_option, hang_after_option, html_option, html_target,
-    interval_option, report_format_option, save_or_say, timeout_option, write_html,
+    interval_option, report_format_option, save_or_say, signals_held, timeout_option, write_html,
 )
 from hangdoc.model import Verdict
 
@@ -75,30 +75,33 @@ def run(
     stopped = result.interrupted is not None
     failed = outcome.report.verdict in (Verdict.HANG, Verdict.CRASH)
     slow = outcome.report.slow is not None and not failed
-    if stopped:
-        print(f"hangdoc: interrupted; the job was ended; the report of the {outcome.report.samples} samples so far:",
-              file=sys.stderr)
-    if failed or slow or stopped or fmt is not ReportFormat.text:
-        emit_report(outcome.report, fmt)
-    else:
-        print(f"hangdoc: the run finished (exit code {result.job_exit_code}), no hang", file=sys.stderr)
-    saved = True
-    if (failed or slow or stopped) and outcome.bundle.samples:
-        saved = save_or_say(outcome.bundle, out, outcome.digest)
-    write_html(outcome.report, html)
-    if junit is not None:
-        from hangdoc.render.junit import write_junit
+    with signals_held() as came:      # a Ctrl-C or SIGTERM now must not cut the report or the save short
+        if stopped:
+            print(f"hangdoc: interrupted; the job was ended; the report of the {outcome.report.samples} samples so far:",
+                  file=sys.stderr)
+        if failed or slow or stopped or fmt is not ReportFormat.text:
+            emit_report(outcome.report, fmt)
+        else:
+            print(f"hangdoc: the run finished (exit code {result.job_exit_code}), no hang", file=sys.stderr)
+        saved = True
+        if (failed or slow or stopped) and outcome.bundle.samples:
+            saved = save_or_say(outcome.bundle, out, outcome.digest)
+        write_html(outcome.report, html)
+        if junit is not None:
+            from hangdoc.render.junit import write_junit
 
-        write_junit(junit, outcome.report, cmd, fail_on_slow=fail_on is FailOn.slow)
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        from hangdoc.render.markdown import report_markdown
+            write_junit(junit, outcome.report, cmd, fail_on_slow=fail_on is FailOn.slow)
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary:
+            from hangdoc.render.markdown import report_markdown
 
-        try:
-            with open(summary, "a") as f:
-                f.write(report_markdown(outcome.report) + "\n")
-        except OSError as exc:
-            print(f"hangdoc: cannot append to GITHUB_STEP_SUMMARY ({exc.strerror})", file=sys.stderr)
+            try:
+                with open(summary, "a") as f:
+                    f.write(report_markdown(outcome.report) + "\n")
+            except OSError as exc:
+                print(f"hangdoc: cannot append to GITHUB_STEP_SUMMARY ({exc.strerror})", file=sys.stderr)
     code = result.interrupted if stopped else run_exit_code(outcome.report.verdict, result.job_exit_code,
                                                             slow=slow and fail_on is FailOn.slow)
+    if came and saved:
+        code = came[-1]
     raise typer.Exit(code if saved else EXIT_NOT_SAVED)

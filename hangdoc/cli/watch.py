@@ -13,7 +13,7 @@ from hangdoc.bundle.files import check_writable
 from hangdoc.cli import app
 from hangdoc.cli.common import (
     Engine, ReportFormat, default_out, emit_report, engine_option, hang_after_option, html_option, html_target,
-    interval_option, report_format_option, save_or_say, timeout_option, write_html,
+    interval_option, report_format_option, save_or_say, signals_held, timeout_option, write_html,
 )
 from hangdoc.model import Role, StopReason, Verdict
 
@@ -140,12 +140,18 @@ def finish(outcome, out: Path, fmt: ReportFormat, html: Path | None = None) -> i
         print(f"hangdoc: --timeout reached, {found}", file=sys.stderr)
     elif outcome.reason is StopReason.ENDED:
         print("hangdoc: the job ended", file=sys.stderr)
-    emit_report(outcome.report, fmt)
-    write_html(outcome.report, html)
     keep = outcome.reason in (StopReason.HANG, StopReason.CRASH) or outcome.report.verdict == Verdict.SLOW or (
         outcome.reason is StopReason.ENDED and outcome.report.verdict == Verdict.ENDED)
-    if keep and not save_or_say(outcome.bundle, out, outcome.digest):
+    with signals_held() as came:      # a Ctrl-C or SIGTERM now must not cut the report or the save short
+        emit_report(outcome.report, fmt)
+        write_html(outcome.report, html)
+        saved = not keep or save_or_say(outcome.bundle, out, outcome.digest)
+    if not saved:
         return EXIT_NOT_SAVED
+    if came:
+        print("hangdoc: stopped by a signal once the report was out" + (" and the bundle saved" if keep else ""),
+              file=sys.stderr)
+        return came[-1]
     return exit_code(outcome.report.verdict)
 
 

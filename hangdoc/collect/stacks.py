@@ -96,7 +96,7 @@ class PySpy:
         if done.returncode != 0:
             if done.returncode < 0:
                 raise StackError("failed", f"py-spy crashed (signal {-done.returncode}) while reading pid {pid}")
-            raise classify_failure(pid, done.stderr or done.stdout, tracer_of(pid))
+            raise classify_failure(pid, done.stderr or done.stdout, tracer_of(pid), state_of(pid))
         try:
             data = json.loads(done.stdout)
         except (json.JSONDecodeError, RecursionError):
@@ -124,9 +124,24 @@ def tracer_of(pid: int, proc_root: str = "/proc") -> int | None:
     return None
 
 
-def classify_failure(pid: int, text: str, tracer: int | None = None) -> StackError:
+def state_of(pid: int) -> str | None:
+    """The process's state letter (/proc/PID/stat), None when unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            raw = f.read()
+        return raw[raw.rindex(")") + 2:].split()[0]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def classify_failure(pid: int, text: str, tracer: int | None = None, state: str | None = None) -> StackError:
+    # py-spy (Rust) may append its own backtrace: "Stack backtrace: 0: <E as anyhow::...>": not for users.
+    text = text.split("Stack backtrace:", 1)[0]
     message = " ".join(text.strip().split())[:300] or "py-spy failed with no message"
     lowered = message.lower()
+    if state == "T" or "sigstop" in lowered or "failed to suspend" in lowered:
+        return StackError("stopped", f"process {pid} is stopped (state T: SIGSTOP, Ctrl-Z or a job-control stop), "
+                          f"so its stack cannot be read; `kill -CONT {pid}` resumes it ({message})")
     if "permission denied" in lowered or "operation not permitted" in lowered:
         if tracer:
             return StackError("denied", f"ptrace refused: process {tracer} already traces pid {pid} "

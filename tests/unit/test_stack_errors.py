@@ -1,0 +1,24 @@
+"""What a user reads when a stack cannot be read: one line that says why and what to do, never
+py-spy's own Rust backtrace."""
+from __future__ import annotations
+
+from hangdoc.collect.stacks import classify_failure
+
+# What py-spy 0.4 printed for a rank stopped by SIGSTOP (from a real run of the ordinary jobs).
+STOPPED = ("Error: Failed to get stack traces\n\nCaused by:\n    0: Failed to suspend process\n    1: unexpected "
+           "waitpid result PtraceEvent(Pid(10353), SIGSTOP, 128) to 10353\n\nStack backtrace:\n   0: <E as "
+           "anyhow::context::ext::StdError>::ext_context\n   1: py_spy::python_spy::PythonSpy::get_stack_traces\n")
+
+
+def test_a_stopped_process_is_said_to_be_stopped_with_the_way_to_resume_it():
+    # GIVEN py-spy's failure on a process in state T WHEN classified
+    error = classify_failure(10353, STOPPED, tracer=None, state="T")
+    # THEN it says stopped, how to resume it, and none of the Rust backtrace
+    assert error.kind == "stopped"
+    assert "kill -CONT 10353" in str(error) and "stopped" in str(error)
+    assert "anyhow" not in str(error) and "Stack backtrace" not in str(error)
+
+
+def test_other_failures_lose_the_rust_backtrace_too():
+    error = classify_failure(42, "Error: something odd\n\nStack backtrace:\n   0: py_spy::main\n", state="S")
+    assert error.kind == "failed" and str(error).endswith("Error: something odd")
