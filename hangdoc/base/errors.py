@@ -9,6 +9,8 @@ Exit codes (documented in docs/exit-codes.md):
 """
 from __future__ import annotations
 
+import os
+
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
@@ -85,7 +87,17 @@ class PtraceDenied(HangdocError):
 
 
 class ProcessNotReadable(HangdocError):
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, as_root: bool | None = None):
+        as_root = (os.geteuid() == 0) if as_root is None else as_root
+        if as_root:
+            # Root already: what refuses is a namespace or a security module, not the user.
+            super().__init__(
+                f"cannot read /proc/{pid}/environ: permission denied even to root, so pid {pid} is outside what "
+                "this hangdoc may inspect (another container's or a sandbox's process, or a security module such as "
+                "Yama or AppArmor refusing it). Is it the job? Run hangdoc inside the job's container, or give that "
+                "container CAP_SYS_PTRACE (--cap-add=SYS_PTRACE)."
+            )
+            return
         super().__init__(
             f"cannot read /proc/{pid}/environ: permission denied, so pid {pid} belongs to another user. "
             f"Run hangdoc as the job's user (e.g. `sudo -u <user> hangdoc ...`) or as root; "

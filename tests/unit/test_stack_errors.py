@@ -22,3 +22,13 @@ def test_a_stopped_process_is_said_to_be_stopped_with_the_way_to_resume_it():
 def test_other_failures_lose_the_rust_backtrace_too():
     error = classify_failure(42, "Error: something odd\n\nStack backtrace:\n   0: py_spy::main\n", state="S")
     assert error.kind == "failed" and str(error).endswith("Error: something odd")
+
+
+def test_a_process_root_cannot_read_is_not_blamed_on_the_user():
+    from hangdoc.base.errors import ProcessNotReadable
+
+    # GIVEN /proc/PID/environ refused WHEN hangdoc runs as root THEN it does not say "run as root"
+    as_root = str(ProcessNotReadable(1, as_root=True))
+    assert "even to root" in as_root and "as root" not in as_root.replace("even to root", "")
+    # and as another user it says whose process it is and how to get there
+    assert "Run hangdoc as the job's user" in str(ProcessNotReadable(1, as_root=False))
