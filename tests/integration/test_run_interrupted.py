@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -25,18 +26,23 @@ def test_a_run_stopped_by_a_signal_keeps_its_report_bundle_and_junit(tmp_path, s
                             "--out", str(bundle), "--junit", str(junit), "--", sys.executable, "-c", SLEEPER],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                            env=dict(os.environ, NO_COLOR="1"))
+    errors: list[str] = []
+    reader = threading.Thread(target=lambda: errors.extend(iter(run.stderr.readline, "")), daemon=True)
+    reader.start()
     try:
-        deadline = time.monotonic() + 40
+        deadline = time.monotonic() + 60
         job = []
-        while time.monotonic() < deadline and not job:
-            job = [c for c in psutil.Process(run.pid).children(recursive=True)
-                   if "time.sleep(600)" in " ".join(c.cmdline())]
+        while time.monotonic() < deadline and not (job and any(" sample " in line for line in errors)):
+            job = job or [c for c in psutil.Process(run.pid).children(recursive=True)
+                          if "time.sleep(600)" in " ".join(c.cmdline())]
             time.sleep(0.2)
-        assert job, "the command never started"
-        time.sleep(5)              # a few samples of it
-        # WHEN the signal arrives
+        assert job and any(" sample " in line for line in errors), "the command was never watched: " + "".join(errors)
+        # WHEN the signal arrives, the run having sampled the command
         run.send_signal(sig)
-        out, err = run.communicate(timeout=60)
+        out = run.stdout.read()
+        run.wait(timeout=60)
+        reader.join(10)
+        err = "".join(errors)
         # THEN the documented code, the report so far, the bundle, the JUnit error, and no job left
         assert run.returncode == code, err[-2000:]
         assert "INTERRUPTED" in out, out[-2000:]
