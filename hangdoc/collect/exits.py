@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from hangdoc.model import OomCount, ProcessExit, Snapshot
 
+SETTLE_S = 0.3             # how long an exit still under way is read again before it counts
 KEEP_QUIET_EXITS = 1024    # exits that wake nobody (DataLoader workers come and go every epoch)
 _STAT_EXIT_CODE = 49       # field 52 of /proc/PID/stat, counted from the field after the command name
 _STAT_START = 19           # field 22, starttime: tells the watched process from a later one with its pid
@@ -231,7 +232,7 @@ class ExitWatcher:
         core = False
         source = "unseen"
         try:
-            fields = self._stat_fields(pid)
+            fields = self._settled_fields(pid)
         except (OSError, ValueError):
             fields = None
             errors.append("exit status: could not read: its parent reaped it before hangdoc could")
@@ -262,6 +263,17 @@ class ExitWatcher:
         return ProcessExit(pid=pid, time=now, code=code, signal=signal, core_dumped=core, source=source,
                            last_rss_bytes=watched.last_rss, peak_rss_bytes=watched.peak_rss, oom=oom,
                            errors=tuple(errors))
+
+    def _settled_fields(self, pid: int) -> list[str]:
+        """/proc/PID/stat once the process is a zombie. A pidfd can wake while the exit is still
+        under way (the group leader gone, its other threads still ending: state R or S for a few
+        ms), so a live state is read again, briefly, before it counts."""
+        deadline = time.monotonic() + SETTLE_S
+        while True:
+            fields = self._stat_fields(pid)
+            if not fields or fields[0] in ("Z", "X") or time.monotonic() >= deadline:
+                return fields
+            time.sleep(0.002)
 
     def _stat_fields(self, pid: int) -> list[str]:
         with open(f"{self.proc_root}/{pid}/stat", "rb") as f:

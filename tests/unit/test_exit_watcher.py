@@ -216,3 +216,22 @@ def test_a_zombies_exit_code_is_decoded_as_waitpid_does(tmp_path):
     got = {e.pid: (e.code, e.signal, e.core_dumped) for e in watcher.exits}
     assert got == {10: (1, None, False), 11: (None, signal.SIGSEGV, True)}
     watcher.close()
+
+
+def test_an_exit_still_under_way_when_read_is_read_again_until_it_is_a_zombie(tmp_path):
+    # GIVEN a watched process whose exit wakes hangdoc while its threads are still ending: /proc
+    # says R for a few ms, then Z with its status (a rank with gloo and DataLoader threads; real
+    # pidfds woke this early on this machine, and the rank read "unseen": ended, cause unknown)
+    import threading
+
+    fake_proc(tmp_path, 4545, "S", 0)
+    watcher = ExitWatcher(proc_root=str(tmp_path / "proc"), cgroup_root=str(tmp_path / "cg"))
+    watcher.watch(4545)
+    fake_proc(tmp_path, 4545, "R", 0)
+    threading.Timer(0.03, fake_proc, (tmp_path, 4545, "Z", 0)).start()
+    # WHEN the sample that found it gone reads its exit at once
+    watcher.observe(snapshot(5.0, sample(4545, False, state="R")))
+    # THEN it waited for the zombie and read the exit 0
+    [record] = watcher.exits
+    assert record.told and record.code == 0 and record.source == "zombie", record.errors
+    watcher.close()
