@@ -32,6 +32,16 @@ SECTIONS = ("snapshot", "locals", "latency", "engines", "analysis", "overhead", 
             "check", "merge", "matrix", "late", "slow", "fuzz")
 
 
+def write_results(results: dict, out: str | Path, name: str) -> Path:
+    """A section run on its own: its results as OUT/NAME.json, said on stdout."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.json"
+    path.write_text(json.dumps(results, indent=2, default=str))
+    print(f"written to {path}")
+    return path
+
+
 def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}"
 

@@ -11,10 +11,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import time
-from pathlib import Path
 
 from hangdoc.scenarios import SCENARIOS
 from hangdoc.scenarios.late import attach_late
@@ -67,7 +65,7 @@ def print_late(r: dict, table) -> None:
 
 
 def main(argv=None) -> int:
-    from benchmarks.bench import machine, table
+    from benchmarks.bench import machine, table, write_results
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_late")
     parser.add_argument("--delays", default=",".join(f"{d:g}" for d in DELAYS))
@@ -82,10 +80,7 @@ def main(argv=None) -> int:
     results = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M"),
                "late": bench_late([float(d) for d in args.delays.split(",")], args.healthy_runs, names)}
     print_late(results["late"], table)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "late.json").write_text(json.dumps(results, indent=2, default=str))
-    print(f"written to {out / 'late.json'}")
+    write_results(results, args.out, "late")
     return 0
 
 

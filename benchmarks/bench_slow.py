@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import tempfile
 import time
@@ -94,7 +93,7 @@ def print_slow(r: dict, table) -> None:
 
 
 def main(argv=None) -> int:
-    from benchmarks.bench import machine, table
+    from benchmarks.bench import machine, table, write_results
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_slow")
     parser.add_argument("--runs", type=int, default=3)
@@ -102,10 +101,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     results = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M"), "slow": bench_slow(args.runs)}
     print_slow(results["slow"], table)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "slow.json").write_text(json.dumps(results, indent=2, default=str))
-    print(f"written to {out / 'slow.json'}")
+    write_results(results, args.out, "slow")
     return 0
 
 
