@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import shutil
 import subprocess
 import sys
@@ -102,6 +103,13 @@ def fake_nvml_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return library
 
 
+def ctrl_c_reaches_it() -> None:
+    """In a child before it runs: Ctrl-C (SIGINT) as a terminal delivers it. A suite started in the
+    background (`make test &`, some CI runners) ignores SIGINT, and an ignored signal is inherited:
+    hangdoc would then rightly never see the Ctrl-C these tests send."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Watch:
     """`hangdoc watch` as a real process; its stderr read line by line as it comes."""
 
@@ -109,7 +117,8 @@ class Watch:
         env = dict(os.environ, NO_COLOR="1", COLUMNS="200")
         self.proc = subprocess.Popen([*hangdoc_cmd(), "watch", str(pid), "--interval", "0.5", "--no-live",
                                       "--no-gpu", "--format", "json", "--out", str(out), *extra],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                     preexec_fn=ctrl_c_reaches_it)
         self.err: list[str] = []
         self._reader = threading.Thread(target=lambda: self.err.extend(iter(self.proc.stderr.readline, "")),
                                         daemon=True)

@@ -11,6 +11,7 @@ import time
 
 import psutil
 import pytest
+from conftest import ctrl_c_reaches_it
 
 pytestmark = [pytest.mark.integration]
 
@@ -25,7 +26,7 @@ def test_a_run_stopped_by_a_signal_keeps_its_report_bundle_and_junit(tmp_path, s
     run = subprocess.Popen([sys.executable, "-m", "hangdoc", "run", "--interval", "0.5", "--no-gpu",
                             "--out", str(bundle), "--junit", str(junit), "--", sys.executable, "-c", SLEEPER],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                           env=dict(os.environ, NO_COLOR="1"))
+                           env=dict(os.environ, NO_COLOR="1"), preexec_fn=ctrl_c_reaches_it)
     errors: list[str] = []
     reader = threading.Thread(target=lambda: errors.extend(iter(run.stderr.readline, "")), daemon=True)
     reader.start()
