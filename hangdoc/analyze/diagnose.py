@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from hangdoc.analyze.classify import Reading, parked_in, signature
 from hangdoc.analyze.flight import fr_pending, fr_step_times
 from hangdoc.analyze.logs import failed_worker_rank, killed_workers, says_failure, torchrun_root_cause
-from hangdoc.analyze.past import Before, before_attach, confirmed
+from hangdoc.analyze.past import Before, before_attach, confirmed, gone_at
 from hangdoc.analyze.past import hang_after as past_hang_after
 from hangdoc.analyze.progress import PollLoop, Rhythm, blocked_since, poll_loop, progress_word, rank_progress, rhythm
 from hangdoc.analyze.shares import rank_shares
@@ -198,7 +198,7 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
     crash = told.crash if told is not None else _crash(ranks, facts)
     if crash is not None:
         return Decision(Verdict.CRASH, crash[0], crash[1], rhythm=beat)
-    if ranks and all(_gone_at(r) is not None for r in ranks):
+    if ranks and all(gone_at(r) is not None for r in ranks):
         ended_well = (told is not None and told.ended_well) or ended_readably(facts)
         slow = slow_call(ranks, include_gone=True)
         if not ended_well:
@@ -255,8 +255,8 @@ def digest_of(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView])
         children = [raw_points(bundle, c.pid) for c in bundle.job.children_of(view.info.pid) if c.role is Role.CHILD]
         first = line.points[0]
         fresh = [p for p in line.points if p.fresh]
-        quiet = (len(fresh) >= 2 and all(p.sig == fresh[0].sig for p in fresh) and still(list(line.points))
-                 and all(still(list(lines[pid].points)) for pid in live if pid in lines)
+        quiet = (len(fresh) >= 2 and all(p.sig == fresh[0].sig for p in fresh) and still(line.points)
+                 and all(still(lines[pid].points) for pid in live if pid in lines)
                  and all(still(points) for points in children if len(points) >= 2))
         sample = bundle.last.sample_of(view.info.pid)
         ranks.append(RankDigest(
@@ -315,12 +315,6 @@ class _Exits:
     ended_well: bool = False       # every rank exited with code 0
 
 
-def _gone_at(rank: RankDigest) -> float | None:
-    """When the rank exited: its exit record's time (the moment it died, when a pidfd told),
-    else the first sample that found it gone."""
-    return rank.exit_time if rank.exit_time is not None else rank.exited_at
-
-
 def _told_by_exits(ranks: Sequence[RankDigest], facts: JobFacts) -> _Exits | None:
     """The verdict the exit statuses give, or None where they do not decide: no exit records
     (an older bundle), a rank gone with its status unread and no failure read, ranks that exited
@@ -329,22 +323,22 @@ def _told_by_exits(ranks: Sequence[RankDigest], facts: JobFacts) -> _Exits | Non
     closed") are not culprits. Ranks that exited 0, however far apart, did not crash."""
     if not any(r.exit_time is not None for r in ranks):
         return None
-    gone = sorted((r for r in ranks if _gone_at(r) is not None), key=_gone_at)
+    gone = sorted((r for r in ranks if gone_at(r) is not None), key=gone_at)
     failed = [r for r in gone if r.exit_failed]
     unread = [r for r in gone if not r.exit_told]
     if not failed:
         if unread or facts.exit_code not in (None, 0):
             return None
         return _Exits(None, ended_well=len(gone) == len(ranks))
-    first = _gone_at(failed[0])
-    earlier = [r for r in unread if _gone_at(r) < first]
+    first = gone_at(failed[0])
+    earlier = [r for r in unread if gone_at(r) < first]
     if earlier:   # gone before the first failure read, its status unread: it went first
-        onset = _gone_at(earlier[0])
+        onset = gone_at(earlier[0])
         root = torchrun_root_cause(facts.logs)
         culprits = (root.rank,) if root is not None else tuple(
-            r.rank for r in earlier if _gone_at(r) == onset and r.rank is not None)
+            r.rank for r in earlier if gone_at(r) == onset and r.rank is not None)
         return _Exits((tuple(culprits), onset))
-    tied = [r for r in failed if _gone_at(r) == first]
+    tied = [r for r in failed if gone_at(r) == first]
     # Read at one instant: a fatal signal is the likelier cause, an error exit next (a peer's
     # "Connection closed by peer"), SIGTERM last (the launcher's teardown).
     likely = min(map(_teardown_order, tied))

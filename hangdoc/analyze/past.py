@@ -47,8 +47,14 @@ def waiting(rank: RankDigest) -> bool:
     return rank.state == RankState.COLLECTIVE or bool(rank.joining)
 
 
+def gone_at(rank: RankDigest) -> float | None:
+    """When the rank exited: its exit record's time (the moment it died, when a pidfd told),
+    else the first sample that found it gone."""
+    return rank.exit_time if rank.exit_time is not None else rank.exited_at
+
+
 def gone(rank: RankDigest) -> bool:
-    return rank.exit_time is not None or rank.exited_at is not None
+    return gone_at(rank) is not None
 
 
 def before_attach(ranks: Sequence[RankDigest], quiet_since: float, first: float,

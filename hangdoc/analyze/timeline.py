@@ -8,6 +8,7 @@ all-reduce moves a few bytes a step.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -96,7 +97,7 @@ STILL_CPU_SHARE = 0.05
 STILL_BYTES_PER_S = 16384
 
 
-def still(points: list[Point]) -> bool:
+def still(points: Sequence[Point]) -> bool:
     """Did the process do nothing worth the name over its points: under STILL_CPU_SHARE of a CPU,
     under STILL_BYTES_PER_S? Judged from the first and the last point (a share, not a per-round
     delta: the kernel counts CPU in 10 ms ticks). False with fewer than two points."""

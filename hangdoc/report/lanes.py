@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hangdoc.analyze.diagnose import Diagnosis, RankView
-from hangdoc.analyze.progress import stepped
+from hangdoc.analyze.progress import step_times
 from hangdoc.analyze.timeline import Point, Timeline, timelines
 from hangdoc.base.words import rank_ranges
 from hangdoc.model import Bundle, Lane, RankState, Role, Span, WorkerState
@@ -51,7 +51,7 @@ def _rank_lane(bundle: Bundle, view: RankView, lines: dict[int, Timeline], first
     util, power = _gpu(bundle, view.info.pid, first)
     return Lane(
         rank=view.info.rank, pid=view.info.node_pid, spans=spans(line.points, first),
-        steps=_capped(tuple(_at((a.time + b.time) / 2, first) for a, b in _fresh_pairs(line.points) if stepped(a, b))),
+        steps=_capped(tuple(_at(t, first) for t in step_times(line))),
         cpu_pct=_downsampled(_cpu(line.points, first, main=True)),
         gpu_util_pct=_downsampled(util), gpu_power_w=_downsampled(power),
         culprit=culprit,
@@ -120,12 +120,6 @@ def _coarsened(spans: tuple[Span, ...], limit: int) -> tuple[Span, ...]:
         else:
             out.append(Span(state, round(lo, 3), round(hi, 3), detail))
     return tuple(out)
-
-
-def _fresh_pairs(points: Sequence[Point]):
-    """Consecutive points that both read a stack: where a step can be told (as rank_progress reads them)."""
-    fresh = [p for p in points if p.fresh]
-    return zip(fresh, fresh[1:])
 
 
 def _cpu(points: Sequence[Point], first: float, main: bool) -> tuple[tuple[float, float], ...]:
