@@ -37,9 +37,11 @@ def check(ctx: Context) -> list[Finding]:
     if slow is None or slow.kind != "straggler" or ctx.diagnosis.verdict not in ("slow", "healthy"):
         return []
     views = [v for v in ctx.diagnosis.ranks if v.info.rank is not None]
+    digest = ctx.diagnosis.digest    # the shares the diagnosis counted already, by pid
+    counted = {r.pid: r.shares for r in digest.ranks} if digest is not None else {}
     evidence = []
     for view in views:
-        shares = time_shares(ctx.timelines.get(view.info.pid))
+        shares = time_shares(ctx.timelines.get(view.info.pid), counted.get(view.info.node_pid))
         if shares is not None:
             evidence.append(share_line(view.info.rank, shares))
     late = [v for v in views if v.info.rank in slow.stragglers]
