@@ -55,6 +55,9 @@ def watch(
     from hangdoc.live.options import WatchOptions
     from hangdoc.live.probes import make_probes
 
+    if native and nonblocking:
+        raise HangdocError("--native and --nonblocking do not go together: py-spy reads native frames only "
+                           "from a paused process (drop --nonblocking to see them)")
     pid = job_pid(target, job)
     out = check_writable(out or default_out())
     html = html_target(html)

@@ -78,6 +78,9 @@ class PySpy:
     def dump(self, pid: int, native: bool = False, nonblocking: bool = False,
              worker_locals: bool = False, loop_locals: bool = False) -> Dump:
         cmd = [self.path, "dump", "--pid", str(pid), "--json"]
+        # py-spy reads native frames only from a paused process: a gentle (unpaused) read of a
+        # stepping rank goes without them, and the rank that looks stuck is read paused, with them.
+        native = native and not nonblocking
         if native:
             cmd.append("--native")
         if nonblocking:
