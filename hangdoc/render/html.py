@@ -28,6 +28,9 @@ STEP_H = 6
 BAR_H = 20
 SERIES_H = 16
 CHAR_W = 6.4            # an 11-unit sans-serif character, for fitting a label into its span
+MIN_SPAN_W = 3          # narrower than this, the last span (a state read at the verdict) goes right of the line
+GUTTER_PAD = 4
+AT_VERDICT_W = 12
 MAX_TREE_CHAIN = 6      # frames of a single-branch chain shown before its middle folds
 
 # state -> (fill, text colour, pattern): Okabe-Ito; "hatch" marks a wait, "dots" idle, "cross" gone.
@@ -52,6 +55,8 @@ STATE_WORDS = {
     "decompressing": "worker decompresses", "decoding": "worker decodes", "reading": "worker reads",
     "busy": "worker runs dataset code", "lock-wait": "worker waits on a lock", "queue-put": "worker waits to hand over",
 }
+# The browser itself holds the page to "no script, nothing fetched": only the inline style may apply.
+CSP = "default-src 'none'; style-src 'unsafe-inline'"
 _LABEL = re.compile(r"^(.*) \(([^()]*)\)$")     # "all_reduce (torch/distributed/distributed_c10d.py:3252)"
 
 
@@ -76,6 +81,7 @@ def report_html(report: Report) -> str:
 
 def _head(headline: str) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\n"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
             f"<title>hangdoc: {h(headline)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n{_patterns()}")
 
@@ -83,7 +89,8 @@ def _head(headline: str) -> str:
 def _header(report: Report, doc: ReportLayout) -> str:
     watched = _end(report.lanes)
     meta = [f"host {h(report.host)}" if report.host else "",
-            f"{report.samples} samples over {watched:.1f} s" if report.samples else "",
+            f"{report.samples} sample{'s' if report.samples != 1 else ''} over {watched:.1f} s"
+            if report.samples else "",
             f"{report.ranks_seen} rank{'s' if report.ranks_seen != 1 else ''}", REPORT_SCHEMA]
     out = [f"<header class=\"verdict {'alarm' if doc.alarm else 'calm'}\">",
            f"<h1 id=\"headline\">hangdoc: {h(doc.headline)}</h1>",
@@ -102,13 +109,23 @@ def _header(report: Report, doc: ReportLayout) -> str:
 
 @dataclass(frozen=True)
 class Scale:
-    """Seconds from the first sample to SVG units; the watch's end is where the verdict was read."""
+    """Seconds from the first sample to SVG units; the watch's end is where the verdict was read
+    (a report of one sample is all at that line)."""
 
     end_s: float
     onset_s: float | None = None
 
     def x(self, t: float) -> float:
+        if self.end_s <= 0:
+            return float(PLOT_W)
         return round(max(0.0, min(t, self.end_s)) / self.end_s * PLOT_W, 1)
+
+    def at_verdict(self, lane: Lane) -> bool:
+        """Whether the lane's last state was first read at the last sample (too narrow to draw on the plot)."""
+        if not lane.spans:
+            return False
+        x0, x1 = self.x(lane.spans[-1].start_s), self.x(lane.spans[-1].end_s)
+        return x1 >= PLOT_W and x1 - x0 < MIN_SPAN_W
 
 
 def _end(lanes: tuple[Lane, ...]) -> float:
@@ -124,11 +141,15 @@ def _timeline(report: Report) -> str:
     if report.detected_after_s is not None:
         onset = end - report.detected_after_s
         onset = max(0.0, onset) if onset > -0.1 else onset    # detected_after_s is rounded to 0.1 s
-    scale = Scale(max(end, 1e-3), onset)
+    scale = Scale(end, onset)
     states = {s.state for lane in report.lanes for each in (lane, *lane.workers) for s in each.spans}
+    watched = (f"over the {end:.1f} s hangdoc watched (0 s: its first sample)" if end > 0
+               else "at the one sample hangdoc read")
+    gone = any(scale.at_verdict(each) for lane in report.lanes for each in (lane, *lane.workers))
     out = ["<section id=\"timeline\">", "<h2>Timeline</h2>",
-           f"<p class=\"caption\">Each rank's main thread over the {end:.1f} s hangdoc watched (0 s: its first "
-           "sample), its DataLoader workers folded under it. Ticks above a lane: the rank's loop stepped."
+           f"<p class=\"caption\">Each rank's main thread {watched}, its DataLoader workers folded under it. "
+           "Ticks above a lane: the rank's loop stepped."
+           + (" A state first read at the last sample (a rank seen gone) is right of the verdict line." if gone else "")
            + _onset_words(report, onset) + "</p>",
            _legend(states, onset is not None and onset >= 0), "<div class=\"lanes\">", _axis(scale, report)]
     for lane in report.lanes:
@@ -177,10 +198,11 @@ def _axis(scale: Scale, report: Report) -> str:
                  if scale.end_s / s <= 10), 7200)
     ticks = []
     t = 0.0
-    while t <= scale.end_s + 1e-9:
+    while 0 < scale.end_s and t <= scale.end_s + 1e-9:      # one sample: no time to mark
         x = scale.x(t)
         anchor = "start" if t == 0 else "end" if x > PLOT_W - 20 else "middle"   # the verdict's word is right of it
-        ticks.append(f"<path d=\"M{x} 16v6\"/><text x=\"{x}\" y=\"12\" text-anchor=\"{anchor}\">{t:g} s</text>")
+        at = round(x - 3, 1) if anchor == "end" else x
+        ticks.append(f"<path d=\"M{x} 16v6\"/><text x=\"{at}\" y=\"12\" text-anchor=\"{anchor}\">{t:g} s</text>")
         t += step
     marks = []
     if scale.onset_s is not None and scale.onset_s >= 0:
@@ -225,7 +247,10 @@ def _lane_row(lane: Lane, scale: Scale, worker: bool) -> str:
 def _lane_svg(lane: Lane, scale: Scale, worker: bool) -> str:
     top = 0 if worker else STEP_H
     body = [f"<g class=\"spans\" transform=\"translate(0 {top})\">"]
-    body += [_span(s, scale) for s in lane.spans]
+    gone = scale.at_verdict(lane)
+    body += [_span(s, scale) for s in (lane.spans[:-1] if gone else lane.spans)]
+    if gone:
+        body.append(_at_verdict(lane.spans[-1]))
     body.append("</g>")
     if lane.steps:
         ticks = "".join(f"M{scale.x(t)} 0v{STEP_H}" for t in lane.steps)
@@ -268,6 +293,19 @@ def _span(span: Span, scale: Scale) -> str:
     ink = STATE_LOOK.get(span.state, ("", "#000", ""))[1]
     return rect + (f"<text x=\"{round(x0 + 3, 1)}\" y=\"{BAR_H - 6}\" fill=\"{ink}\" class=\"state-label\">"
                    f"{h(_cut(what, room))}</text>")
+
+
+def _at_verdict(span: Span) -> str:
+    """A state first read at the last sample (a rank seen gone as the verdict was read) has no width
+    on the plot: it is drawn right of the verdict line, named, so an exit never hides under it."""
+    x = PLOT_W + GUTTER_PAD
+    what = f"{span.state}: {span.detail}" if span.detail else span.state
+    room = int((VIEW_W - x - AT_VERDICT_W - 3) / CHAR_W)
+    return (f"<rect class=\"span at-verdict\" data-state=\"{h(span.state)}\" x=\"{x}\" y=\"3\" "
+            f"width=\"{AT_VERDICT_W}\" height=\"{BAR_H - 6}\" fill=\"{_fill(span.state)}\">"
+            f"<title>{h(what)} (at {span.end_s:.1f} s, the last sample)</title></rect>"
+            f"<text x=\"{x + AT_VERDICT_W + 3}\" y=\"{BAR_H - 6}\" class=\"at-verdict-label\">"
+            f"{h(_cut(span.state, room))}</text>")
 
 
 def _sparkline(name: str, series: tuple, top: float, unit: str, y: float, scale: Scale) -> str:
@@ -386,11 +424,12 @@ def _prefix_tree(classes: tuple[StackClass, ...]) -> _Node:
     return root
 
 
-def _tree(node: _Node) -> str:
-    """The children of `node` as list items; a chain of single children over the same ranks is one
-    item of frames (its middle folded when long)."""
+def _tree(node: _Node, root: bool = True) -> str:
+    """The children of `node` as list items, the most ranks first; a chain of single children over
+    the same ranks is one item of frames (its middle folded when long). Ranks that go no deeper than
+    `node` say so, as the text report's tree does; at the root, those are the ranks without a stack."""
     items = []
-    for child in node.children.values():
+    for child in sorted(node.children.values(), key=lambda c: (-len(set(c.ranks)), min(c.ranks, default=0))):
         chain = [child]
         while len(chain[-1].children) == 1 and next(iter(chain[-1].children.values())).ranks == chain[-1].ranks:
             chain.append(next(iter(chain[-1].children.values())))
@@ -401,9 +440,15 @@ def _tree(node: _Node) -> str:
                                    + "".join(middle) + "</ol></details></li>"] + frames[-3:]
         ranks = chain[0].ranks
         who = f"rank{'s' if len(ranks) > 1 else ''} {rank_ranges(sorted(set(ranks)))}"
-        inner = f"<ul>{_tree(chain[-1])}</ul>" if chain[-1].children else ""
+        inner = f"<ul>{_tree(chain[-1], root=False)}</ul>" if chain[-1].children else ""
         items.append(f"<li><span class=\"who\">{h(_cut(who, 80))}</span><ol class=\"frames\">{''.join(frames)}</ol>"
                      f"{inner}</li>")
+    deeper = {r for child in node.children.values() for r in child.ranks}
+    here = sorted({r for r in node.ranks if r not in deeper})
+    if here:
+        why = "(no stack)" if root else "(innermost frame above)"
+        who = f"rank{'s' if len(here) > 1 else ''} {rank_ranges(here)}"
+        items.append(f"<li><span class=\"who\">{h(_cut(who, 80))}</span> <span class=\"loc\">{why}</span></li>")
     return "".join(items)
 
 
@@ -445,6 +490,7 @@ details.workers{margin:0 0 .2rem}details.workers summary{cursor:pointer;color:va
 .axis text,.lane text{font-size:11px;font-family:system-ui,"DejaVu Sans",sans-serif}
 .axis path{stroke:#777}.axis{font-size:.9em;color:var(--muted)}
 .span{stroke:#fff;stroke-width:.5}.state-label{pointer-events:none}
+.span.at-verdict{stroke:#333}.at-verdict-label{font-weight:700}
 .step{stroke:#000;stroke-width:1.2}
 .onset{stroke:var(--culprit);stroke-width:2;stroke-dasharray:4 3}
 .verdict-mark{stroke:#000;stroke-width:2}.verdict-word{font-weight:700}
@@ -463,5 +509,6 @@ tr.culprit{background:var(--bg-culprit);font-weight:700}tr.worker td{color:var(-
 footer{margin-top:2rem;border-top:1px solid var(--line);padding-top:.5rem}
 .defs{position:absolute;width:0;height:0;overflow:hidden}
 @media print{body{max-width:none;padding:0;font-size:10pt}*{-webkit-print-color-adjust:exact;print-color-adjust:exact}
-.rank-block,.finding,tr{break-inside:avoid}h2{break-after:avoid}}
+.rank-block,.finding,tr{break-inside:avoid}h2{break-after:avoid}
+details::details-content{content-visibility:visible;display:block}details>summary{list-style:none}}
 """

@@ -32,7 +32,10 @@ def trace_events(report: Report) -> list[dict]:
     first_pid = 1 if report.lanes else 0
     if report.detected_after_s is not None:
         what = "first rank exited" if report.verdict == "crash" else "stall began"
-        events.append({"name": what, "ph": "i", "s": "g", "ts": us(max(0.0, end - report.detected_after_s)),
+        onset = end - report.detected_after_s
+        if onset < -0.1:      # detected_after_s is rounded to 0.1 s; past that, it began before hangdoc looked
+            what += " (before the first sample)"
+        events.append({"name": what, "ph": "i", "s": "g", "ts": us(max(0.0, onset)),
                        "pid": first_pid, "tid": MAIN_TID, "args": {"detected_after_s": report.detected_after_s}})
     events.append({"name": f"verdict: {report.verdict}", "ph": "i", "s": "g", "ts": us(end), "pid": first_pid,
                    "tid": MAIN_TID, "args": {"culprit_ranks": list(report.culprit_ranks)}})
@@ -66,7 +69,8 @@ def _lane_events(lane: Lane, pid: int, order: int) -> list[dict]:
 
 
 def _meta(kind: str, pid: int, tid: int, **args) -> dict:
-    return {"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": args}
+    # ts and tid on every event, though metadata and counters need neither: stricter readers ask for them.
+    return {"name": kind, "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": args}
 
 
 def _slices(lane: Lane, pid: int, tid: int, cat: str) -> list[dict]:
@@ -81,7 +85,7 @@ def _slices(lane: Lane, pid: int, tid: int, cat: str) -> list[dict]:
 
 
 def _counter(name: str, key: str, series: tuple[tuple[float, float], ...], pid: int) -> list[dict]:
-    return [{"name": name, "ph": "C", "ts": us(t), "pid": pid, "args": {key: v}} for t, v in series]
+    return [{"name": name, "ph": "C", "ts": us(t), "pid": pid, "tid": MAIN_TID, "args": {key: v}} for t, v in series]
 
 
 def report_trace(report: Report) -> str:

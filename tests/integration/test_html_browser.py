@@ -1,12 +1,20 @@
 """The HTML report opened in a real browser: Debian's chromium, headless, from disk, offline.
 
 The DOM chromium built is read back (a lane per rank, the culprit's marked, the workers folded
-under their rank), and a screenshot is compared loosely: the states' colours and the culprit's
-tint must be on the screen in some quantity, which they are only when the inline SVG drew.
-`make install` installs chromium where apt can; elsewhere this test skips and says so.
+under their rank); the page's own Content-Security-Policy (no script, nothing fetched) is
+enforced by chromium, which reports no violation, so the page asked for nothing outside itself;
+the layout chromium computed is measured on a laptop-sized window (lanes wide enough to read,
+no sideways scrolling, every span inside its lane, a rank's exit right of the verdict line),
+by a script added to a copy of the page only; and a screenshot is compared loosely: the states'
+colours and the culprit's tint must be on the screen in some quantity, which they are only
+when the inline SVG drew. `make install` installs chromium where apt can; elsewhere these tests
+skip and say so.
 """
 from __future__ import annotations
 
+import html
+import json
+import re
 import shutil
 import struct
 import subprocess
@@ -18,10 +26,10 @@ from pathlib import Path
 import pytest
 
 from hangdoc.bundle.files import load_bundle
-from hangdoc.render.html import report_html
+from hangdoc.render.html import CSP, report_html
 from hangdoc.report import build_report
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 CHROMIUM = shutil.which("chromium")
@@ -31,6 +39,8 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 COLOURS = [("collective-wait orange", (0xE6, 0x9F, 0x00)), ("dataloader-wait sky blue", (0x56, 0xB4, 0xE9)),
            ("decompressing purple", (0xCC, 0x79, 0xA7)), ("culprit tint", (0xFD, 0xEE, 0xE4))]
 MIN_PIXELS = 500
+LAPTOP = "--window-size=1280,900"
+MIN_LANE_PX = 700       # a lane's plot on a 1280-pixel screen: about a pixel per 1/700 of the watched time
 
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (`make install` installs "
                                     "Debian's chromium with apt where it can: no apt or no root here)")
@@ -42,12 +52,22 @@ def chromium(tmp_path: Path, page: Path, *args: str) -> subprocess.CompletedProc
                           capture_output=True, text=True, timeout=30, check=False)
 
 
+def golden_page(tmp_path_factory, case: str) -> Path:
+    path = tmp_path_factory.mktemp("html") / f"{case}.html"
+    path.write_text(report_html(build_report(load_bundle(GOLDEN / case / "bundle.json"))))
+    return path
+
+
 @pytest.fixture(scope="module")
 def hang_page(tmp_path_factory) -> Path:
     """GIVEN the HTML report of a real hang (bz2-shards: rank 1's workers decompress, rank 0 waits), on disk."""
-    path = tmp_path_factory.mktemp("html") / "hang.html"
-    path.write_text(report_html(build_report(load_bundle(GOLDEN / "bz2-shards" / "bundle.json"))))
-    return path
+    return golden_page(tmp_path_factory, "bz2-shards")
+
+
+@pytest.fixture(scope="module")
+def crash_page(tmp_path_factory) -> Path:
+    """GIVEN the HTML report of a real crash (rank-sigkill: rank 1 killed, seen gone at the last sample)."""
+    return golden_page(tmp_path_factory, "rank-sigkill")
 
 
 class Dom(HTMLParser):
@@ -100,10 +120,98 @@ def test_chromium_builds_a_lane_per_rank_with_the_culprit_marked(hang_page, tmp_
 
 
 @needs_chromium
+@pytest.mark.parametrize("page", ["hang_page", "crash_page"])
+def test_chromium_enforces_the_pages_policy_and_it_asks_for_nothing(page, request, tmp_path):
+    # GIVEN a report page, and a copy of it with one image fetched from the network added
+    path = request.getfixturevalue(page)
+    text = path.read_text()
+    assert f'<meta http-equiv="Content-Security-Policy" content="{CSP}">' in text
+    tampered = tmp_path / "tampered.html"
+    tampered.write_text(text.replace("<body>", "<body><img src=\"http://127.0.0.1:9/x.png\">", 1))
+    # WHEN chromium loads each from disk, its console on stderr
+    clean = chromium(tmp_path, path, "--enable-logging=stderr", "--v=0", "--dump-dom")
+    caught = chromium(tmp_path, tampered, "--enable-logging=stderr", "--v=0", "--dump-dom")
+    # THEN the page loads with no policy violation: it tried no script and no fetch
+    assert clean.returncode == 0 and "lane rank" in clean.stdout, clean.stderr[-2000:]
+    assert "Content Security Policy" not in clean.stderr
+    # AND the policy is live: the added fetch is blocked and reported (the check above can fail)
+    assert "violates the following Content Security Policy" in caught.stderr
+
+
+MEASURE = """<script>
+const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; };
+const lanes = [...document.querySelectorAll('.lane.rank, .lane.worker')].map(lane => {
+  const svg = lane.querySelector('svg');
+  return {rank: lane.dataset.rank, worker: lane.dataset.worker || null, visible: lane.checkVisibility(),
+          label: box(lane.querySelector('.label')),
+          svg: box(svg), verdict: box(svg.querySelector('.verdict-mark')),
+          spans: [...svg.querySelectorAll('rect.span')].map(r => ({state: r.dataset.state,
+                  atVerdict: r.classList.contains('at-verdict'), box: box(r)}))};
+});
+const out = document.createElement('pre');
+out.id = 'measured';
+out.textContent = JSON.stringify({scrollWidth: document.documentElement.scrollWidth, innerWidth, lanes});
+document.body.appendChild(out);
+</script>"""
+
+
+def measured(tmp_path: Path, page: Path) -> dict:
+    """The boxes chromium laid the page's lanes and spans out in (CSS pixels), on a laptop-sized window;
+    measured by a script added to a copy of the page, its policy lifted for that script alone."""
+    copy = tmp_path / f"measured-{page.name}"
+    text = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page.read_text())
+    copy.write_text(text.replace("</body>", MEASURE + "</body>"))
+    done = chromium(tmp_path, copy, LAPTOP, "--dump-dom")
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = re.search(r'<pre id="measured">(.*?)</pre>', done.stdout, re.S)
+    assert found, "the measuring script did not run"
+    return json.loads(html.unescape(found.group(1)))
+
+
+@needs_chromium
+def test_the_lanes_are_laid_out_readably_on_a_laptop_screen(hang_page, tmp_path):
+    # WHEN chromium lays the hang's page out in a 1280-pixel window
+    m = measured(tmp_path, hang_page)
+    # THEN nothing scrolls sideways, and each rank's lane is wide enough to read, its label beside it
+    assert m["scrollWidth"] <= m["innerWidth"]
+    shown = [lane for lane in m["lanes"] if lane["visible"]]
+    ranks = [lane for lane in shown if lane["worker"] is None]
+    assert [lane["rank"] for lane in ranks] == ["0", "1"]
+    for lane in ranks:
+        assert lane["svg"][2] >= MIN_LANE_PX, lane["svg"]
+        assert lane["label"][0] + lane["label"][2] <= lane["svg"][0] + 0.5
+    # AND the culprit's workers are shown under it, rank 0's stay folded out of sight
+    assert sorted((lane["rank"], lane["worker"]) for lane in shown if lane["worker"]) == [("1", "0"), ("1", "1")]
+    assert sum(1 for lane in m["lanes"] if lane["rank"] == "0" and lane["worker"] and not lane["visible"]) == 2
+    # AND the lanes stack without overlapping, every span drawn inside its lane up to the verdict line
+    tops = [(lane["svg"][1], lane["svg"][1] + lane["svg"][3]) for lane in shown]
+    assert all(b[0] >= a[1] - 0.5 for a, b in zip(tops, tops[1:])), tops
+    for lane in shown:
+        verdict = lane["verdict"][0] + lane["verdict"][2]
+        for span in lane["spans"]:
+            left, _, width, _ = span["box"]
+            assert width >= 1 and left >= lane["svg"][0] - 0.5 and left + width <= verdict + 0.5, (lane["rank"], span)
+
+
+@needs_chromium
+def test_a_rank_seen_gone_at_the_verdict_shows_right_of_the_line(crash_page, tmp_path):
+    # WHEN chromium lays out the crash's page (rank 1 read as exited at the last sample only)
+    m = measured(tmp_path, crash_page)
+    rank1 = next(lane for lane in m["lanes"] if lane["rank"] == "1" and lane["worker"] is None)
+    # THEN its exit is a box a reader sees, right of the verdict line and inside the page
+    gone = rank1["spans"][-1]
+    assert gone["state"] == "exited" and gone["atVerdict"]
+    left, _, width, height = gone["box"]
+    assert left >= rank1["verdict"][0] and width >= 8 and height >= 8
+    assert left + width <= rank1["svg"][0] + rank1["svg"][2]
+    assert m["scrollWidth"] <= m["innerWidth"]
+
+
+@needs_chromium
 def test_the_screenshot_shows_the_states_and_the_culprit(hang_page, tmp_path):
     # WHEN chromium draws the page in a laptop-sized window
     shot = tmp_path / "hang.png"
-    done = chromium(tmp_path, hang_page, f"--screenshot={shot}", "--window-size=1280,900")
+    done = chromium(tmp_path, hang_page, f"--screenshot={shot}", LAPTOP)
     assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
     width, height, pixels = read_png(shot.read_bytes())
     assert (width, height) == (1280, 900)

@@ -1,11 +1,15 @@
 """The HTML report and the lanes it draws, on the golden bundles (real torchrun jobs): one
-self-contained page whose structure, not its bytes, is checked: a lane per rank, the culprit's
+self-contained page whose structure is checked on every case (a lane per rank, the culprit's
 marked, the verdict and every finding as the text report says them, nothing fetched, a bounded
-size. tests/integration/test_html_browser.py opens the same page in a real browser."""
+size) and whose bytes are checked on two, expected.html. tests/integration/test_html_browser.py
+opens the same page in a real browser. Re-record the two after a deliberate change:
+    HANGDOC_RECORD_HTML=1 .venv/bin/python -m pytest -q tests/unit/test_html_report.py
+"""
 from __future__ import annotations
 
 import html
 import json
+import os
 import re
 from dataclasses import replace
 from functools import lru_cache
@@ -19,13 +23,14 @@ from hangdoc.base.serde import to_dict
 from hangdoc.bundle.files import load_bundle
 from hangdoc.live.inputs import report_from_files
 from hangdoc.model import Finding, Lane, Severity, Span
-from hangdoc.render.html import report_html
+from hangdoc.render.html import CSP, PLOT_W, report_html
 from hangdoc.render.words import headline
 from hangdoc.report import build_report
 from hangdoc.report.lanes import MAX_POINTS, MAX_SPANS, spans
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 CASES = sorted(p.name for p in GOLDEN.iterdir() if (p / "bundle.json").is_file())
+EXACT = ("bz2-shards", "rank-sigkill")    # a hang with its workers, a crash whose culprit is seen gone at the verdict
 MAX_PAGE_BYTES = 200_000
 VOID = {"meta", "br", "hr", "img", "input", "link", "wbr", "col", "source", "area", "base", "embed", "track"}
 
@@ -190,9 +195,72 @@ def test_the_page_is_one_file_that_fetches_nothing(name):
             assert not attrs.get(key), (key, attrs)
     assert not re.search(r"url\((?!#)|@import", text)
     assert not re.search(r"\bon[a-z]+=", text)
+    # AND it tells the browser so: its policy lets the inline style apply and nothing else
+    policies = [a["content"] for t, a in doc.found if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
+    assert policies == [CSP]
     # AND it is small enough to attach to an issue, and ASCII whatever the job's strings held
     assert len(text.encode()) < MAX_PAGE_BYTES
     assert text.isascii()
+
+
+@pytest.mark.parametrize("name", EXACT)
+def test_the_page_is_the_golden_one(name):
+    # GIVEN a golden bundle WHEN rendered as HTML THEN the page is expected.html, byte for byte
+    path = GOLDEN / name / "expected.html"
+    if os.environ.get("HANGDOC_RECORD_HTML"):
+        path.write_text(page(name))
+    assert page(name) == path.read_text()
+
+
+def test_a_rank_seen_gone_at_the_verdict_is_drawn_right_of_the_line():
+    # GIVEN a crash whose culprit (rank 1, SIGKILL) was read as exited at the last sample only
+    report, doc = golden("rank-sigkill"), Elements(page("rank-sigkill"))
+    last = report.lanes[1].spans[-1]
+    assert last.state == "exited" and last.start_s == last.end_s
+    # WHEN rendered THEN its exit is a named box right of the verdict line, not a sliver under it
+    gone = doc.with_class("at-verdict")
+    assert [(a["data-state"], float(a["x"]) > PLOT_W, float(a["width"]) >= 10) for a in gone] == [
+        ("exited", True, True)]
+    assert '<text x="919" y="14" class="at-verdict-label">exited</text>' in page("rank-sigkill")
+    assert "is right of the verdict line" in doc.all_text
+    # AND a lane whose last state lasted is drawn as before, nothing right of its line
+    assert "right of the verdict line" not in Elements(page("bz2-shards")).all_text
+
+
+def test_a_report_of_one_sample_draws_each_state_at_the_verdict():
+    # GIVEN a crash hangdoc saw in one sample (worker-segfault: the worker died before the capture)
+    report, doc = golden("worker-segfault"), Elements(page("worker-segfault"))
+    assert report.samples == 1
+    # WHEN rendered THEN every lane's one state is beside the verdict line, and no time axis is made up
+    assert sorted(a["data-state"] for a in doc.with_class("at-verdict")) == ["exited", "unknown"]
+    assert "1 sample over" in doc.all_text and "at the one sample hangdoc read" in doc.all_text
+    ticks = [t for t in doc.text if re.fullmatch(r"[0-9.]+ s", t)]
+    assert not ticks and [t for t in Elements(page("bz2-shards")).text if re.fullmatch(r"[0-9.]+ s", t)]
+
+
+def test_the_stack_tree_says_where_ranks_stop_and_which_have_no_stack():
+    # GIVEN classes where ranks 0-1 go deeper than rank 2, and rank 3 has no stack
+    from hangdoc.model import StackClass
+
+    classes = (StackClass((0, 1), ("all_reduce (c10d.py:10)", "step (train.py:5)", "main (train.py:1)")),
+               StackClass((2,), ("step (train.py:5)", "main (train.py:1)")), StackClass((3,), ()))
+    report = replace(golden("bz2-shards"), stack_classes=classes)
+    # WHEN rendered
+    text = Elements(report_html(report)).all_text
+    # THEN the tree is STAT's: the ranks at each branch, where rank 2 stops, and rank 3 without a stack
+    assert "ranks 0-2main train.py:1step train.py:5" in text
+    assert "ranks 0-1all_reduce c10d.py:10" in text
+    assert "rank 2 (innermost frame above)" in text and "rank 3 (no stack)" in text
+    # AND a class without frames is listed even when it is the only one
+    assert "ranks 0-1 (no stack)" in Elements(page("healthy-finished")).all_text
+
+
+def test_the_page_prints_with_every_worker_shown():
+    # GIVEN the page's print style THEN the folded workers open on paper, and nothing is cut across pages
+    text = page("bz2-shards")
+    printed = text[text.index("@media print"):]
+    assert "details::details-content{content-visibility:visible" in printed
+    assert ".rank-block,.finding,tr{break-inside:avoid}" in printed
 
 
 def test_job_strings_are_escaped_and_secrets_redacted():

@@ -83,6 +83,41 @@ def test_the_onset_of_a_hang_is_marked():
         min(us(report.detected_after_s), marks["verdict: hang"]), abs=1000)
 
 
+@pytest.mark.parametrize("name", CASES)
+def test_every_event_is_one_chrome_trace_viewers_read(name):
+    # GIVEN a golden bundle WHEN written as a trace
+    _, doc = traced(name)
+    events = doc["traceEvents"]
+    # THEN every event has the fields a strict reader asks for, of the kinds Perfetto and chrome://tracing draw
+    for e in events:
+        assert {"name", "ph", "ts", "pid", "tid"} <= set(e), e
+        assert e["ph"] in ("M", "X", "i", "C") and isinstance(e["ts"], int) and e["ts"] >= 0
+        assert isinstance(e["pid"], int) and isinstance(e["tid"], int)
+    for e in of(events, "X"):
+        assert isinstance(e["dur"], int) and e["dur"] >= 0 and e["cat"] in ("rank", "worker")
+    assert all(e["s"] in ("g", "p", "t") for e in of(events, "i"))
+    assert all(e["args"] and all(isinstance(v, (int, float)) for v in e["args"].values()) for e in of(events, "C"))
+    # AND metadata names every process and thread an event is drawn on
+    meta = of(events, "M")
+    assert {m["name"] for m in meta} <= {"process_name", "process_sort_index", "process_labels", "thread_name",
+                                         "thread_sort_index"}
+    processes = {m["pid"] for m in meta if m["name"] == "process_name"}
+    threads = {(m["pid"], m["tid"]) for m in meta if m["name"] == "thread_name"}
+    drawn = [e for e in events if e["ph"] != "M" and e.get("s") != "g"]
+    assert {e["pid"] for e in drawn} <= processes
+    assert {(e["pid"], e["tid"]) for e in drawn} <= threads
+
+
+def test_a_stall_older_than_the_watch_is_marked_at_its_left_edge():
+    # GIVEN a hang whose ranks had stalled before hangdoc's first sample (fr-straggler: 6.4 s of stall in 4.5 s watched)
+    report, doc = traced("fr-straggler")
+    marks = {e["name"]: e for e in of(doc["traceEvents"], "i") if e["s"] == "g"}
+    # THEN the onset is at 0 and says it began earlier, how much earlier in its args
+    onset = marks["stall began (before the first sample)"]
+    assert onset["ts"] == 0 and onset["args"]["detected_after_s"] == report.detected_after_s
+    assert us(report.detected_after_s) > marks["verdict: hang"]["ts"]
+
+
 def test_job_strings_in_the_trace_are_redacted():
     from dataclasses import replace
 
