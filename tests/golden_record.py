@@ -67,6 +67,7 @@ class Case:
     timeout_s: float | None = None       # healthy jobs: how long to watch
     derive: tuple[str, Callable[[Bundle], Bundle]] | None = None   # (source case, edit)
     readme: str = ""
+    device: bool = False                 # recorded on a GPU machine by tests/gpu/device_check.py, not here
 
     @property
     def not_fire(self) -> tuple[str, ...]:
@@ -156,6 +157,9 @@ CASES = [
          readme="Hand-derived from ../worker-segfault/bundle.json (a real x86_64 segfault): "
                 "host.arch set to aarch64, hostname suffixed -kunpeng, libarm_compute added to the "
                 "ranks' and workers' libs (torch's libgomp is mapped already). No aarch64 machine was available."),
+    Case("gpu-gloo-cuda", "2 ranks on one real H200, gloo carrying CUDA tensors: rank 1's workers never return "
+         "a sample, rank 0 waits in all_reduce (watched with --native)",
+         "hang", (1,), ("dataloader-stall", "collective-straggler"), device=True),
     Case("worker-oom", "a rank-1 worker is SIGKILLed, as the OOM killer does",
          "crash", (1,), ("worker-died",), rules_job("worker-oom", fault=False, fault_after=10)),
     Case("worker-keyerror", "a rank-1 worker raises KeyError: 'sample_rate' (decode sets it in one branch)",
@@ -342,7 +346,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.markdown_only and not (GOLDEN / case.name / "bundle.json").exists():
             print(f"{case.name}: not recorded yet")
             continue
-        if not args.markdown_only:
+        if case.device and not args.markdown_only:
+            print(f"{case.name}: recorded on a GPU machine (tests/gpu/device_check.py); its reports rewritten")
+        elif not args.markdown_only:
             started = time.monotonic()
             write_case(case, record(case))
             print(f"{case.name}: recorded in {time.monotonic() - started:.0f} s", flush=True)

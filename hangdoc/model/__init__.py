@@ -5,7 +5,9 @@ room's schema version lives beside it.
 
 Every name is importable from `hangdoc.model` itself.
 """
-from hangdoc.model.vocab import Progress, RankState, Role, Severity, StopReason, Verdict, Wait, Word, WorkerState
+from hangdoc.model.vocab import (
+    GpuActivity, Progress, RankState, Role, Severity, StopReason, Verdict, Wait, Word, WorkerState,
+)
 from hangdoc.model.capture import (
     BUNDLE_SCHEMA, FILE_LOCK_WCHANS, PID_STRIDE, Bundle, DataListCopy, FdLink, FileLock, FlightRecord, FrConfig, FrEntry, FrFrame, FrGroup, Frame,
     FrameMark, GpuDevice, GpuProcess, GpuState, Host, IoCounters, Job, LogTail, LoopMark, OomCount, OpenFile,
@@ -25,6 +27,7 @@ __all__ = [
     "Role",
     "Severity",
     "StopReason",
+    "GpuActivity",
     "Verdict",
     "Wait",
     "Word",

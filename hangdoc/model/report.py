@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hangdoc.base.words import expand_ranges
-from hangdoc.model.vocab import Progress, Severity, Verdict
+from hangdoc.model.vocab import GpuActivity, Progress, Severity, Verdict
 
 REPORT_SCHEMA = "hangdoc/report-v1"
 
@@ -37,6 +37,7 @@ class RankGpu:
     power_w: float | None = None
     sm_clock_mhz: int | None = None
     memory_used_bytes: int | None = None
+    activity: GpuActivity | None = None    # idle / busy / spin (a kernel running at idle power: a wait)
 
 
 @dataclass(frozen=True)

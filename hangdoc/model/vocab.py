@@ -24,6 +24,15 @@ class Verdict(Word):
     INTERRUPTED = "interrupted"    # the watch was stopped before a verdict
 
 
+class GpuActivity(Word):
+    """What a GPU's busy reading means, from utilisation, memory traffic and power together."""
+
+    IDLE = "idle"                  # no kernel running
+    BUSY = "busy"                  # kernels running and drawing more than an idle GPU does
+    SPIN = "spin"                  # a kernel always running, at an idle GPU's power and no memory traffic:
+                                   # a wait that spins (an NCCL kernel waiting for its peers), not work
+
+
 class StopReason(Word):
     """Why a watch stopped sampling."""
 

@@ -161,6 +161,8 @@ def gpu_cell(gpu: RankGpu | None) -> str:
     parts = [f"GPU{gpu.index}", f"{util}%" if util is not None else "?%"]
     if power is not None:
         parts.append(f"{power:.0f}W")
+    if gpu.activity == "spin":         # 100 % at idle power: a kernel waiting, not working
+        parts.append("spin")
     return " ".join(parts)
 
 

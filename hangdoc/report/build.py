@@ -10,6 +10,7 @@ from hangdoc.analyze.past import hang_after as past_hang_after
 from hangdoc.analyze.shares import time_shares
 from hangdoc.analyze.timeline import LiveTimelines, Timeline, timelines
 from hangdoc.analyze.workers import workers_of_rank
+from hangdoc.analyze.gpu import gpu_activity
 from hangdoc.model import REPORT_SCHEMA, Bundle, Finding, RankGpu, RankReport, Report, Threshold, Verdict, WorkerReport, WorkerState
 from hangdoc.rules import run_rules
 from hangdoc.rules.base import Context
@@ -108,7 +109,7 @@ def _rank_report(bundle: Bundle, diagnosis: Diagnosis, view: RankView) -> RankRe
     gpu = None
     if device is not None:
         gpu = RankGpu(device.index, device.utilization_pct, device.power_w, device.sm_clock_mhz,
-                      device.memory_used_bytes)
+                      device.memory_used_bytes, gpu_activity(device))
     return RankReport(
         rank=view.info.rank,
         pid=view.info.node_pid,

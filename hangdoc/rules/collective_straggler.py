@@ -4,7 +4,7 @@ from __future__ import annotations
 from hangdoc.model import Finding, Severity
 from hangdoc.rules import child_process_wait, debugger_prompt, file_lock_wait, helper_thread_died
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import frames_line, rank_line, waiting_line, worker_lines
+from hangdoc.rules.evidence import frames_line, gpu_lines, rank_line, waiting_line, worker_lines
 
 # Rules that name what holds a rank in its own code (they run before this one): for a rank one of
 # them explains, this finding stands back and points at it instead of the generic advice.
@@ -53,6 +53,7 @@ def check(ctx: Context) -> list[Finding]:
         if stack:
             evidence.append(f"rank {view.info.rank} stack: {stack}")
         evidence.extend(worker_lines(view))
+        evidence.extend(gpu_lines(ctx.bundle, waiting, view))
         findings.append(finding(
             RULE, [view.info.rank],
             f"Rank {view.info.rank} is the straggler: the others wait in {collective} while it is in {doing}",

@@ -10,11 +10,12 @@ import re
 from dataclasses import dataclass
 
 from hangdoc.analyze.diagnose import RankView
+from hangdoc.analyze.gpu import gpu_activity
 from hangdoc.analyze.logs import killed_workers
 from hangdoc.analyze.logs import line_rank as log_rank  # noqa: F401  (re-exported for rules)
 from hangdoc.analyze.workers import worker_fates
-from hangdoc.model import Bundle, Frame, LogTail, ProcSample
-from hangdoc.base.words import mb
+from hangdoc.model import Bundle, Frame, GpuActivity, LogTail, ProcSample
+from hangdoc.base.words import mb, rank_set
 
 COMPRESSED_SUFFIXES = {".bz2": "bz2", ".tbz2": "bz2", ".tbz": "bz2", ".gz": "gzip", ".tgz": "gzip",
                        ".xz": "xz", ".lzma": "xz", ".txz": "xz", ".zst": "zstd", ".zstd": "zstd"}
@@ -416,3 +417,26 @@ def dead_workers(ctx) -> list[DeadWorker]:
             rank = d.culprits[0]
         dead[pid] = DeadWorker(pid, rank, how, strip_rank(lines[pid]) if pid in lines else None, info)
     return sorted(dead.values(), key=lambda w: (w.rank is None, w.rank, w.pid))
+
+
+def gpu_lines(bundle: Bundle, waiting: list[RankView], culprit: RankView) -> list[str]:
+    """What the GPUs say of the wait, at the last sample: the waiting ranks' kernels spinning at an
+    idle GPU's power (100 % utilisation that is not work), and what the culprit's GPU does."""
+    gpu = bundle.last.gpu
+    if not gpu.available:
+        return []
+    lines = []
+    spinning = [(v, d) for v in waiting if (d := gpu.device_of(v.info.pid)) and gpu_activity(d) is GpuActivity.SPIN]
+    if spinning:
+        ranks = [r for v, _ in spinning for r in v.ranks]
+        device = spinning[0][1]
+        who = f"the GPU of {rank_set(ranks)} reads" if len(ranks) == 1 else f"the GPUs of {rank_set(ranks)} read"
+        lines.append(f"{who} {device.utilization_pct} % at {device.power_w:.0f} W of {device.power_limit_w:.0f} W "
+                     "with no memory traffic: a kernel spinning in the wait, not work")
+    device = gpu.device_of(culprit.info.pid)
+    activity = gpu_activity(device)
+    if device is not None and activity is not None:
+        doing = {GpuActivity.IDLE: "is idle", GpuActivity.BUSY: "works", GpuActivity.SPIN: "spins too"}[activity]
+        power = f", {device.power_w:.0f} W" if device.power_w is not None else ""
+        lines.append(f"rank {culprit.info.rank}'s GPU {device.index} {doing} ({device.utilization_pct} %{power})")
+    return lines

@@ -1,6 +1,6 @@
 """The checks of hangdoc on a real NVIDIA GPU, in one run: what docs/gpu.md reports was measured by this.
 
-    PYTHONPATH=. python3 tests/gpu/device_check.py RESULTS_DIR [--cpu]
+    PYTHONPATH=. python3 tests/gpu/device_check.py RESULTS_DIR [--cpu] [--shapes=spin,sleep] [--no-ddp]
 
 Not a test (pytest never collects it: CI has no GPU). Each step records what it saw into
 RESULTS_DIR (JSON and text files, one summary.json) and goes on when one step fails:
@@ -85,10 +85,23 @@ def start(cmd: list[str], env: dict | None = None, log: Path | None = None) -> s
 
 
 def stop(proc: subprocess.Popen) -> None:
+    """End the process and everything under it: torchrun starts each rank in a session of its
+    own, so killing the launcher's process group leaves the ranks running."""
+    import psutil
+
+    try:
+        family = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        family = []
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+    for child in family:
+        try:
+            os.killpg(child.pid, signal.SIGKILL) if os.getpgid(child.pid) == child.pid else child.kill()
+        except (ProcessLookupError, psutil.Error, OSError):
+            pass
     proc.wait(timeout=30)
 
 
@@ -334,16 +347,16 @@ def shape_step(results: Results, mode: str) -> dict:
         out["nvidia_smi_after"] = nvidia_smi_now()
         if mode == "matmul":
             out["nvml_call_ms"] = nvml_call_costs()
-        if mode in ("matmul", "spin"):
+        if mode in ("matmul", "spin", "sleep"):
             out["pyspy_s"] = pyspy_costs(proc.pid)
             native = sh(["py-spy", "dump", "--pid", str(proc.pid), "--native", "--locals"], 60)
             results.write(f"{mode}-native.txt", native.get("stdout", "") + native.get("stderr", ""))
-        if mode == "spin":
+        if mode in ("spin", "sleep"):
             out["main_thread"] = main_thread_motion(proc.pid)
             out["nvml_history"] = nvml_history()
-            watched = hangdoc("watch", "--single", str(proc.pid), "--no-live", "--interval", "1", "--timeout", "15",
-                              "--format", "json", "-o", str(results.root / "spin-bundle.json"), timeout=60)
-            results.write("spin-watch.json", watched.get("stdout", ""))
+            watched = hangdoc("watch", "--single", "--native", str(proc.pid), "--no-live", "--interval", "1", "--timeout", "15",
+                              "--format", "json", "-o", str(results.root / f"{mode}-bundle.json"), timeout=60)
+            results.write(f"{mode}-watch.json", watched.get("stdout", ""))
             out["watch"] = {"rc": watched.get("rc"), "stderr": watched.get("stderr", "")[-3000:],
                             "verdict": _json_or_text(watched.get("stdout", "")).get("verdict")
                             if isinstance(_json_or_text(watched.get("stdout", "")), dict) else None}
@@ -412,10 +425,12 @@ def main() -> int:
     results = Results(root)
     results.step("env", env_step, cpu)
     results.step("check", check_step, results)
+    shapes = [a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--shapes=")]
     if not cpu:
-        for mode in ("matmul", "idle", "spin"):
+        for mode in (shapes[0] if shapes else ("matmul", "idle", "spin", "sleep")):
             results.step(f"shape-{mode}", shape_step, results, mode)
-    results.step("ddp", ddp_step, results, cpu)
+    if "--no-ddp" not in sys.argv:
+        results.step("ddp", ddp_step, results, cpu)
     results.summary["took_s"] = round(time.time() - results.summary["started"], 1)
     results.write("summary.json", results.summary)
     print(json.dumps({k: v.get("ok") for k, v in results.summary["steps"].items()}))

@@ -154,7 +154,9 @@ def fake_proc(root, pid: int, state: str, exit_status: int, start: int = 777, cg
     folder = root / "proc" / str(pid)
     folder.mkdir(parents=True, exist_ok=True)
     fields = [state, "1", str(pid), str(pid)] + ["0"] * 15 + [str(start)] + ["0"] * 29 + [str(exit_status)]
-    (folder / "stat").write_text(f"{pid} (python) {' '.join(fields)}\n")
+    # written whole, as the kernel shows /proc: a reader never sees a half-written file
+    (folder / "stat.new").write_text(f"{pid} (python) {' '.join(fields)}\n")
+    os.replace(folder / "stat.new", folder / "stat")
     (folder / "cgroup").write_text(cgroup)
     uid = os.geteuid()
     (folder / "status").write_text(f"Name:\tpython\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")

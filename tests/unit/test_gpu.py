@@ -15,11 +15,12 @@ from hangdoc.base.serde import from_dict, to_dict
 
 RANK0, RANK1 = os.getpid(), os.getppid()
 
-# GPU 0 holds a rank spinning in NCCL; GPU 1 the rank that never reached the collective,
-# on a board that cannot report its power draw.
+# GPU 0 holds a rank spinning in NCCL (the reading a spin kernel gave on a real H200: 100 %, no
+# memory traffic, an idle GPU's 125 W); GPU 1 the rank that never reached the collective, on a
+# board that cannot report its power draw.
 TWO_GPUS = f"""
 driver=550.54.15
-device name=NVIDIA-H100 uuid=GPU-0000 util=100 mem_util=3 mem_total=85520809984 mem_used=2147483648 power_mw=312500 power_limit_mw=700000 sm_clock=1980 sm_clock_max=1980 pids={RANK0}:2147483648
+device name=NVIDIA-H100 uuid=GPU-0000 util=100 mem_util=0 mem_total=85520809984 mem_used=2147483648 power_mw=125000 power_limit_mw=700000 sm_clock=1980 sm_clock_max=1980 pids={RANK0}:2147483648
 device name=NVIDIA-H100 uuid=GPU-1111 util=0 mem_util=0 mem_total=85520809984 mem_used=1073741824 power_mw=unsupported power_limit_mw=700000 sm_clock=345 sm_clock_max=1980 pids={RANK1} gfx_pids={RANK1}:4096,4242:65536
 """
 
@@ -69,17 +70,17 @@ def test_utilisation_and_memory_are_read_per_gpu(two_gpus: GpuState) -> None:
     # GIVEN a spinning GPU at 100 % and an idle one at 0 %
     spinning, idle = two_gpus.devices
     # THEN each reports its own utilisation and memory in bytes
-    assert (spinning.utilization_pct, spinning.memory_util_pct) == (100, 3)
+    assert (spinning.utilization_pct, spinning.memory_util_pct) == (100, 0)
     assert (idle.utilization_pct, idle.memory_util_pct) == (0, 0)
     assert (spinning.memory_used_bytes, spinning.memory_total_bytes) == (2147483648, 85520809984)
     assert idle.memory_used_bytes == 1073741824
 
 
 def test_power_is_in_watts_and_sm_clocks_in_mhz(two_gpus: GpuState) -> None:
-    # GIVEN NVML reporting 312500 mW of a 700000 mW limit and the SM clock at its maximum
+    # GIVEN NVML reporting 125000 mW of a 700000 mW limit and the SM clock at its maximum
     spinning, idle = two_gpus.devices
     # THEN power is converted to watts and the clocks are read as MHz
-    assert spinning.power_w == pytest.approx(312.5)
+    assert spinning.power_w == pytest.approx(125.0)
     assert spinning.power_limit_w == pytest.approx(700.0)
     assert (spinning.sm_clock_mhz, spinning.sm_clock_max_mhz) == (1980, 1980)
     assert (idle.sm_clock_mhz, idle.sm_clock_max_mhz) == (345, 1980)
@@ -212,3 +213,63 @@ def test_the_gpu_state_round_trips_through_json(two_gpus: GpuState) -> None:
     # WHEN it is turned into a dict and back
     # THEN nothing is lost
     assert from_dict(GpuState, to_dict(two_gpus)) == two_gpus
+
+
+class CountingNvml:
+    """pynvml's API over one fixed GPU, counting the calls and offering the v2 memory query."""
+
+    NVMLError = pynvml.NVMLError
+    NVMLError_FunctionNotFound = pynvml.NVMLError_FunctionNotFound
+    NVML_CLOCK_SM = pynvml.NVML_CLOCK_SM
+    nvmlMemory_v2 = pynvml.nvmlMemory_v2
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith("nvml"):
+            raise AttributeError(name)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return self.answer(name, *args, **kwargs)
+        return call
+
+    def answer(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        from types import SimpleNamespace as NS
+        if name == "nvmlDeviceGetCount":
+            return 1
+        if name == "nvmlDeviceGetMemoryInfo":
+            # the driver's reserve (615 MiB) counts as used in v1 and not in v2, as on an H200
+            reserved = 615 << 20
+            used = 1139 << 20
+            return NS(total=150754820096, used=used if kwargs.get("version") else used + reserved, free=0)
+        if name == "nvmlDeviceGetUtilizationRates":
+            return NS(gpu=100, memory=0)
+        if name.startswith("nvmlDeviceGetComputeRunningProcesses") or name.startswith("nvmlDeviceGetGraphicsRunningProcesses"):
+            return []
+        if name in ("nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetClockInfo"):
+            return 1980
+        if name in ("nvmlDeviceGetPowerUsage", "nvmlDeviceGetEnforcedPowerLimit"):
+            return 125000 if name.endswith("Usage") else 700000
+        return "x"
+
+
+def test_memory_used_is_what_nvidia_smi_shows_and_the_max_clock_is_read_once() -> None:
+    # GIVEN a driver that offers the v2 memory query (the driver reserves 615 MiB that v1 counts as used)
+    nvml = CountingNvml()
+    # WHEN a session samples the GPU five times
+    with open_nvml(nvml) as session:
+        states = [session.sample() for _ in range(5)]
+    # THEN used memory is nvidia-smi's figure (1139 MiB, not 1754), and the static maximum SM
+    # clock (the slowest query on a real driver) was asked once, at open, yet is in every sample
+    assert {s.devices[0].memory_used_bytes for s in states} == {1139 << 20}
+    assert {s.devices[0].sm_clock_max_mhz for s in states} == {1980}
+    assert nvml.calls["nvmlDeviceGetMaxClockInfo"] == 1
+    assert nvml.calls["nvmlDeviceGetClockInfo"] == 5
+
+
+def test_a_driver_without_the_v2_memory_query_answers_v1(fake_gpus: Callable[[str], str]) -> None:
+    # GIVEN the fake libnvidia-ml, which has only the v1 memory query
+    state = sample_gpus(library_path=fake_gpus(TWO_GPUS))
+    # THEN the memory still reads
+    assert state.devices[0].memory_used_bytes == 2147483648

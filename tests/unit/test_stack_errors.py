@@ -32,3 +32,25 @@ def test_a_process_root_cannot_read_is_not_blamed_on_the_user():
     assert "even to root" in as_root and "as root" not in as_root.replace("even to root", "")
     # and as another user it says whose process it is and how to get there
     assert "Run hangdoc as the job's user" in str(ProcessNotReadable(1, as_root=False))
+
+
+def test_a_gentle_read_goes_without_native_frames_which_py_spy_reads_only_paused():
+    # GIVEN a watch with --native that reads a stepping rank without pausing it
+    import json as _json
+    import subprocess as _sp
+
+    from hangdoc.collect.stacks import PySpy
+
+    seen = []
+
+    def run(cmd, **kwargs):
+        seen.append(cmd)
+        return _sp.CompletedProcess(cmd, 0, _json.dumps([]), "")
+    pyspy = PySpy("/usr/bin/py-spy", run=run)
+    # WHEN it reads one rank gently and one paused
+    pyspy.dump(1234, native=True, nonblocking=True)
+    pyspy.dump(1235, native=True, nonblocking=False)
+    # THEN py-spy is never asked for both (it refuses: "Can't get native stack traces with the
+    # --nonblocking option", and the rank had no stack at all), and the paused read has native frames
+    assert "--native" not in seen[0] and "--nonblocking" in seen[0]
+    assert "--native" in seen[1] and "--nonblocking" not in seen[1]

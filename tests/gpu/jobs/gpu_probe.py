@@ -1,6 +1,6 @@
 """One CUDA process in one of three shapes, to see what NVML reads of each on a real GPU.
 
-    python gpu_probe.py matmul|idle|spin READY_FILE
+    python gpu_probe.py matmul|idle|spin|sleep READY_FILE
 
 matmul: a bf16 matrix-product loop (real work); idle: a CUDA context holding memory, no
 kernel; spin: a few steps of work, then one kernel that spins reading a flag in GPU memory
@@ -23,7 +23,7 @@ extern "C" __global__ void spin(volatile const int* flag, long long budget) {
     }
 }
 """
-SPIN_CYCLES = 90 * 2_000_000_000     # ~90 s at 2 GHz
+SPIN_CYCLES = 120 * 2_000_000_000    # ~120 s at 2 GHz
 
 
 def ready(path: str) -> None:
@@ -38,8 +38,9 @@ def launch_spin(flag: torch.Tensor) -> str:
         import numpy
 
         kernel = cupy.RawKernel(SPIN_SOURCE, "spin")
+        flag_array = cupy.asarray(flag)
         with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
-            kernel((4,), (128,), (cupy.asarray(flag), numpy.int64(SPIN_CYCLES)))
+            kernel((4,), (128,), (flag_array, numpy.int64(SPIN_CYCLES)))
         return "cupy flag-spin"
     except Exception as exc:          # no CuPy: torch's own clock-spin kernel
         print(f"gpu_probe: cupy spin unavailable ({exc}); torch.cuda._sleep instead", file=sys.stderr)
@@ -67,19 +68,27 @@ def main() -> None:
         ready(ready_path)
         while held.numel():
             time.sleep(1)
-    elif mode == "spin":
+    elif mode in ("spin", "sleep"):
         x = torch.randn(1024, 1024, device=dev)
         flag = torch.zeros(1, dtype=torch.int32, device=dev)
+        total = torch.zeros((), device=dev)
         step = 0
         for step in range(1, 21):
             x = torch.tanh(x @ x)
             torch.cuda.synchronize()
-        kind = launch_spin(flag)
-        loss = (x * 2).sum()             # queued behind the spin kernel
-        print(f"gpu_probe: {kind} launched at step {step}", file=sys.stderr, flush=True)
+        t0 = time.monotonic()
+        if mode == "spin":
+            kind = launch_spin(flag)
+        else:
+            torch.cuda._sleep(SPIN_CYCLES)
+            kind = "torch.cuda._sleep"
+        launched = time.monotonic() - t0
         ready(ready_path)
-        value = loss.item()              # blocks here while the kernel spins
-        print(f"gpu_probe: released ({value})", file=sys.stderr)
+        torch.sum(x, dim=(0, 1), out=total)   # queued behind the spinning kernel, into memory held already
+        print(f"gpu_probe: {kind} launched at step {step} in {launched:.3f} s, queued in "
+              f"{time.monotonic() - t0:.3f} s", file=sys.stderr, flush=True)
+        value = total.item()             # blocks here while the kernel spins
+        print(f"gpu_probe: released after {time.monotonic() - t0:.1f} s ({value})", file=sys.stderr)
     else:
         raise SystemExit(f"gpu_probe: unknown mode {mode!r}")
 
