@@ -279,6 +279,22 @@ class ProcFS:
             return None
         return None if start is None else round(max(0.0, (now_ms - start) / 1000.0), 3)
 
+    def thread_names(self, pid: int, limit: int = 512) -> tuple[str, ...]:
+        """The distinct names of a process's threads (at most `limit` threads read), sorted."""
+        try:
+            tids = os.listdir(f"{self._root}/{pid}/task")[:limit]
+        except FileNotFoundError:
+            raise ProcGone(f"no process {pid}") from None
+        except PermissionError as exc:
+            raise ProcDenied(str(exc)) from None
+        names = set()
+        for tid in tids:
+            try:
+                names.add(self.read_text(pid, f"task/{tid}/comm").strip())
+            except (ProcGone, ProcDenied, OSError):
+                continue             # a thread that ended between the listing and the read
+        return tuple(sorted(n for n in names if n))
+
     def proc_stat(self, pid: int, full: bool = True, links: tuple[int, ...] | None = ()) -> ProcStat:
         """Everything a sample needs from /proc for one process; `full=False` leaves out the
         kernel wait (wchan, syscall) and the open files, the costly part (about 0.5 ms a process).

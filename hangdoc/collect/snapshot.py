@@ -65,6 +65,7 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
         links = _links_wanted(job)
         procs = {pid: _read_proc(probes.procfs, pid, pid not in light, links.get(pid, ())) for pid in pids}
         procs = _with_lock_holders(probes.procfs, procs)
+        procs = _with_thread_names(probes.procfs, procs, {p.pid for p in job.processes if p.role is Role.RANK} - light)
         if stacks_future is not None:
             dumps = stacks_future.result()
         gpu = gpu_future.result()
@@ -112,6 +113,19 @@ def _with_lock_holders(procfs: ProcFS, procs: dict):
             procs[pid] = (stat, errors + (f"locks: could not collect: {error}",), alive)
         elif pid in found:
             procs[pid] = (dataclasses.replace(stat, locks=found[pid]), errors, alive)
+    return procs
+
+
+def _with_thread_names(procfs: ProcFS, procs: dict, ranks: set[int]):
+    """The ranks read in full get their threads' names (what tells NCCL from gloo)."""
+    for pid in ranks:
+        stat, errors, alive = procs.get(pid, (None, (), False))
+        if stat is None or not alive:
+            continue
+        try:
+            procs[pid] = (dataclasses.replace(stat, thread_names=procfs.thread_names(pid)), errors, alive)
+        except (ProcGone, ProcDenied, OSError):
+            pass                     # the names are a hint; the sample stands without them
     return procs
 
 

@@ -184,6 +184,9 @@ class ProcStat:
     # rank's other children, fd 0 of a rank. Empty where not read.
     fd_links: tuple[FdLink, ...] = ()
     locks: tuple[FileLock, ...] = ()  # the file locks it waits for (/proc/locks), with their holders
+    # A rank's threads' distinct names (/proc/PID/task/*/comm): c10d names its own, which tells the
+    # backend (pt_nccl_watchdg, pt_gloo_runloop). Empty where not read (workers, light reads, old bundles).
+    thread_names: tuple[str, ...] = ()
 
     @property
     def cpu_s(self) -> float:

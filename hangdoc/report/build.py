@@ -98,7 +98,15 @@ def _threshold(diagnosis: Diagnosis) -> Threshold | None:
 
 
 def pg_timeout(bundle: Bundle) -> float:
-    """The default timeout of the job's backend: NCCL when a rank maps libnccl, gloo otherwise."""
+    """The default timeout of the job's backend. c10d names its threads, which tells it: NCCL's
+    watchdog (pt_nccl_*) makes it NCCL, gloo's run loops (pt_gloo_*, gloo_*) alone gloo. Where no
+    thread names were read (older bundles), a rank mapping libnccl means NCCL; but every process
+    of a CUDA build of torch maps it, gloo jobs too."""
+    names = {n for s in bundle.last.processes if s.proc is not None for n in s.proc.thread_names}
+    if any(n.startswith("pt_nccl") for n in names):
+        return NCCL_TIMEOUT_S
+    if any(n.startswith(("pt_gloo", "gloo_")) for n in names):
+        return GLOO_TIMEOUT_S
     nccl = any("libnccl" in lib for p in bundle.job.ranks for lib in p.libs)
     return NCCL_TIMEOUT_S if nccl else GLOO_TIMEOUT_S
 

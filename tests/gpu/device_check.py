@@ -1,6 +1,6 @@
 """The checks of hangdoc on a real NVIDIA GPU, in one run: what docs/gpu.md reports was measured by this.
 
-    PYTHONPATH=. python3 tests/gpu/device_check.py RESULTS_DIR [--cpu] [--shapes=spin,sleep] [--no-ddp]
+    PYTHONPATH=. python3 tests/gpu/device_check.py RESULTS_DIR [--cpu] [--shapes=spin,sleep] [--no-ddp] [--no-nccl]
 
 Not a test (pytest never collects it: CI has no GPU). Each step records what it saw into
 RESULTS_DIR (JSON and text files, one summary.json) and goes on when one step fails:
@@ -11,6 +11,7 @@ RESULTS_DIR (JSON and text files, one summary.json) and goes on when one step fa
            clock, each sample's cost), nvidia-smi and `watch --once` at the same moment,
            py-spy dumps (plain, --locals, --native) timed, and for the spin shape whether the
            main thread spins and whether its `step` local stays still
+  nccl     a 1-rank NCCL job: its threads' names, and the backend's timeout the report reads from them
   ddp      a 2-rank gloo job with CUDA tensors on the one GPU (tests/gpu/jobs/ddp_gloo_cuda.py)
            whose rank 1 stalls in its DataLoader, watched with --native: the report, the bundle,
            the HTML page, the ranks' native frames
@@ -397,6 +398,7 @@ def ddp_step(results: Results, cpu: bool) -> dict:
             out["verdict"] = report.get("verdict")
             out["culprits"] = report.get("culprits") or report.get("culprit")
             out["findings"] = [f.get("slug") or f.get("rule") for f in report.get("findings", [])]
+            out["pg_timeout_s"] = report.get("pg_timeout_s")
         text = hangdoc("report", str(results.root / "ddp-bundle.json"))
         results.write("ddp-report.txt", text.get("stdout", "") + text.get("stderr", ""))
         # the ranks' native frames, read directly, for the golden case's README
@@ -405,16 +407,41 @@ def ddp_step(results: Results, cpu: bool) -> dict:
             dump = sh(["py-spy", "dump", "--pid", str(pid), "--native"], 60)
             results.write(f"ddp-rank-pid{pid}-native.txt", dump.get("stdout", "") + dump.get("stderr", ""))
         out["rank_pids"] = ranks
+        out["thread_names"] = {pid: sorted({_read(f"/proc/{pid}/task/{tid}/comm").strip()
+                                            for tid in os.listdir(f"/proc/{pid}/task")}) for pid in ranks}
     finally:
         stop(job)
     return out
 
 
-def _children_ranks(launcher: int) -> list[int]:
+def nccl_step(results: Results) -> dict:
+    """A 1-rank NCCL job: its threads' names, and the backend timeout hangdoc's report reads from them."""
+    ready = results.root / "nccl.ready"
+    job = start([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=1",
+                 str(HERE / "jobs" / "nccl_one_rank.py"), str(ready)], log=results.root / "nccl-job.log")
+    out: dict = {"launcher": job.pid}
+    try:
+        out["ready_after_s"] = wait_for(ready, job, 180)
+        ranks = _children_ranks(job.pid, "nccl_one_rank")
+        out["rank_pids"] = ranks
+        for pid in ranks:
+            out[f"threads_{pid}"] = sorted({_read(f"/proc/{pid}/task/{tid}/comm").strip()
+                                            for tid in os.listdir(f"/proc/{pid}/task")})
+        bundle = results.root / "nccl-once.json"
+        once = hangdoc("watch", "--once", str(job.pid), "-o", str(bundle))
+        out["watch_once"] = {k: once.get(k) for k in ("rc", "stderr")}
+        report = _json_or_text(hangdoc("report", str(bundle), "--format", "json").get("stdout", ""))
+        out["pg_timeout_s"] = report.get("pg_timeout_s") if isinstance(report, dict) else report
+    finally:
+        stop(job)
+    return out
+
+
+def _children_ranks(launcher: int, script: str = "ddp_gloo_cuda") -> list[int]:
     import psutil
 
     try:
-        return [c.pid for c in psutil.Process(launcher).children() if "ddp_gloo_cuda" in " ".join(c.cmdline())]
+        return [c.pid for c in psutil.Process(launcher).children() if script in " ".join(c.cmdline())]
     except psutil.Error:
         return []
 
@@ -425,12 +452,14 @@ def main() -> int:
     results = Results(root)
     results.step("env", env_step, cpu)
     results.step("check", check_step, results)
-    shapes = [a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--shapes=")]
+    shapes = [list(filter(None, a.split("=", 1)[1].split(","))) for a in sys.argv if a.startswith("--shapes=")]
     if not cpu:
         for mode in (shapes[0] if shapes else ("matmul", "idle", "spin", "sleep")):
             results.step(f"shape-{mode}", shape_step, results, mode)
     if "--no-ddp" not in sys.argv:
         results.step("ddp", ddp_step, results, cpu)
+    if not cpu and "--no-nccl" not in sys.argv:
+        results.step("nccl", nccl_step, results)
     results.summary["took_s"] = round(time.time() - results.summary["started"], 1)
     results.write("summary.json", results.summary)
     print(json.dumps({k: v.get("ok") for k, v in results.summary["steps"].items()}))

@@ -97,4 +97,4 @@ def test_the_recorded_job_as_it_was_reads_idle_gpus():
     straggler = next(f for f in report.findings if f.rule == "collective-straggler")
     # THEN nothing claims a spin, and the culprit's GPU is said to be idle
     assert {r.gpu.activity for r in report.ranks} == {GpuActivity.IDLE}
-    assert "rank 1's GPU 0 is idle (0 %, 125 W)" in straggler.evidence
+    assert any(line.startswith("rank 1's GPU 0 is idle (0 %, ") for line in straggler.evidence)
