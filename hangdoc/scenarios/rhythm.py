@@ -18,6 +18,7 @@ Markers in --workdir as in train.py: ready.<rank> after the first step.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
 import sys
@@ -150,6 +151,9 @@ def main(argv=None) -> int:
     dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))
     started = time.monotonic()
     SHAPES[args.scenario](args)
+    # The DDP model lives on in reference cycles; freed after its process group is destroyed, its
+    # reducer's threads end in std::terminate (rank 0 died SIGABRT after "done" now and then).
+    gc.collect()
     dist.barrier()
     dist.destroy_process_group()
     print(f"[rank {RANK}] {args.scenario}: done after {args.max_steps} steps "
