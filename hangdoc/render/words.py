@@ -124,7 +124,9 @@ def _short(path: str) -> str:
 
 
 def threshold_line(report: Report) -> str | None:
-    """How hang was told from slow, in one line: "steps took up to 4.1 s; nothing stepped for 13 s"."""
+    """How hang was told from slow, in one line: "a rank's loop moved at least every 4.1 s (12 moves
+    seen), so hang after 12.3 s; no rank has stepped for 13 s". A move is a sample at which the loop
+    had stepped: with steps faster than the samples, the gap between moves is the sampling's."""
     t = report.threshold
     if t is None or report.verdict == "crash":
         return None
@@ -138,8 +140,8 @@ def threshold_line(report: Report) -> str | None:
     if t.source == "given":
         rule = f"hang after {t.hang_after_s:g} s (--hang-after)"
     elif t.source == "learned":
-        rule = (f"steps took up to {t.longest_step_s:.1f} s ({t.steps_seen} seen), so hang after "
-                f"{t.hang_after_s:g} s")
+        rule = (f"a rank's loop moved at least every {t.longest_step_s:.1f} s ({t.steps_seen} moves seen), "
+                f"so hang after {t.hang_after_s:g} s")
     else:
         rule = f"no step seen yet, so hang after the default {t.hang_after_s:g} s (--hang-after sets it)"
     signal = "" if t.signal == "loop" else " [no loop locals could be read: judged from frames]"
