@@ -99,3 +99,16 @@ def test_worker_segfault_is_a_crash_naming_the_rank(stall_job, tmp_path):
     assert rc == 4, stdout + stderr
     report = json.loads(stdout)
     assert report["verdict"] == "crash" and report["culprit_ranks"] == [1]
+
+
+@pytest.mark.timeout(120)
+def test_native_frames_leave_no_rank_without_a_stack_while_the_job_steps(stall_job, tmp_path):
+    # GIVEN a healthy job that steps every 2-3 s (its stepping ranks are read without pausing them)
+    job = stall_job("slow", wait_fault=False)
+    # WHEN watched with --native
+    done, report, _ = watch(job.pid, tmp_path, "--native", "--timeout", "10")
+    # THEN every rank's stack was read, native frames included (py-spy refuses --native on an
+    # unpaused read: the ranks read gently had no stack, and a stalled job was named wrongly)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert report["missing_stacks"] == [], report["missing_stacks"]
+    assert "native stack traces" not in done.stderr
