@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from hangdoc.analyze.classify import Reading, parked_in, signature
 from hangdoc.analyze.flight import fr_pending, fr_step_times
 from hangdoc.analyze.logs import failed_worker_rank, killed_workers, says_failure, torchrun_root_cause
-from hangdoc.analyze.past import Before, before_attach, confirmed, gone_at
+from hangdoc.analyze.past import Before, a_pause, before_attach, confirmed, gone_at
 from hangdoc.analyze.past import hang_after as past_hang_after
 from hangdoc.analyze.progress import PollLoop, Rhythm, blocked_since, poll_loop, progress_word, rank_progress, rhythm
 from hangdoc.analyze.shares import rank_shares
@@ -220,6 +220,10 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
         return Decision(Verdict.HANG, culprits, since, mismatch, rhythm=beat, before=before)
     if (before is not None and before.others_asleep and confirmed(ranks)
             and now - before.since >= past_hang_after(beat.source, beat.threshold_s)):
+        return Decision(Verdict.HANG, culprits, before.since, mismatch, rhythm=beat, before=before, from_past=True)
+    if (before is not None and confirmed(ranks) and now - before.since >= beat.threshold_s
+            and not a_pause(ranks, before)):
+        # a rank outside the wait works, but no step for longer than the threshold, counted from the wait's start
         return Decision(Verdict.HANG, culprits, before.since, mismatch, rhythm=beat, before=before, from_past=True)
     frozen = _all_frozen(ranks, now, beat)
     if frozen is not None:

@@ -14,6 +14,13 @@ its workers or children), nothing will end the wait: the job is hung, and has be
 as long as the waiting has lasted. That is named after CONFIRM_SAMPLES samples, once the wait
 is older than the threshold (given, learned, or PAST_HANG_AFTER_S).
 
+When a rank outside the wait still works (its workers decompress, it computes), the wait is no
+proof; but its age is: no step for that long is what the rhythm rule counts, from the wait's
+start instead of the first sample, as a watch attached earlier would have (the default 60 s, or
+--hang-after). Except in a pause: ranks waiting in a barrier or a broadcast (not the step's
+own collectives) while one computes are a validation pass or a checkpoint, however long, and
+keep the rule from the first sample.
+
 On NCCL a waiting rank's main thread may spin at a sync point instead of sleeping: its
 off-CPU time is then near zero and the evidence is simply absent (never wrong). The Flight
 Recorder stands in where its dumps are read: the oldest collective a rank enqueued and that has
@@ -24,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hangdoc.analyze.shares import STEP_COLLECTIVES
 from hangdoc.model import Progress, RankDigest, RankState
 
 PAST_HANG_AFTER_S = 15.0   # a wait this old, with every other rank asleep, is a hang (no --hang-after, no rhythm)
@@ -90,6 +98,14 @@ def asleep(rank: RankDigest) -> bool:
     in the job's own code computing (on a GPU, a rank can sleep while its kernels run)."""
     return (rank.still and rank.progress != Progress.ACTIVE
             and rank.state not in (RankState.COMPUTE, RankState.IO, RankState.UNKNOWN))
+
+
+def a_pause(ranks: Sequence[RankDigest], before: Before) -> bool:
+    """The longest wait is in a collective outside the training step (a barrier, a broadcast) while a
+    live rank outside the wait computes or writes: a validation pass, a checkpoint."""
+    if before.wait in STEP_COLLECTIVES:
+        return False
+    return any(r.state in (RankState.COMPUTE, RankState.IO) for r in ranks if not gone(r) and not waiting(r))
 
 
 def confirmed(ranks: Sequence[RankDigest]) -> bool:

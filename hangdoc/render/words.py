@@ -134,6 +134,10 @@ def threshold_line(report: Report) -> str | None:
     if t.source == "past":
         waited = _waited_before(report)
         before = f", {span(waited)} of it before hangdoc attached" if waited is not None else ""
+        if report.before is not None and not report.before.others_asleep:
+            return (f"Progress: a rank has waited for at least {span(t.quiet_s)}{before}, so no rank has stepped "
+                    f"for that long: past the {t.hang_after_s:g} s threshold, counted from the wait's start "
+                    f"(a rank outside the wait still works; nothing stepped in {report.samples} samples).")
         return (f"Progress: a rank has waited for at least {span(t.quiet_s)}{before}, and every rank outside the "
                 f"wait has been asleep since hangdoc's first sample (no step, CPU, I/O or new frame in "
                 f"{report.samples} samples), so hang once a wait is {t.hang_after_s:g} s old.")

@@ -242,3 +242,48 @@ def test_the_loop_position_against_the_process_age_bounds_the_mean_step():
     assert before_line(report) == ("Before hangdoc attached: rank 0 had waited in all_reduce for at least 14 min (its "
                                    "main thread had not run since); rank 0's loop stood at step=40,000 2.0 h after it "
                                    "started (at most 0.18 s a step on average).")
+
+
+def test_a_wait_older_than_the_threshold_is_a_hang_even_while_the_culprit_works():
+    # GIVEN rank 0 off the CPU in all_reduce for 118 s when hangdoc arrived, rank 1 waiting on its
+    # DataLoader while its workers decompress (busy: not asleep), no step seen, no --hang-after
+    ranks = [rank(0, "collective-wait", "all_reduce", waited=118),
+             rank(1, "dataloader-wait", None, waited=0.0, still=False, progress="slow")]
+    # WHEN three samples over 4 s show no step
+    decision = decide(ranks, facts(T0 + 4))
+    # THEN a hang of rank 1: no step for 118 s is past the default 60 s, counted from the wait's start
+    # (a watch attached before the fault would have called it at 60 s)
+    assert (decision.verdict, decision.culprits, decision.from_past) == ("hang", (1,), True)
+    assert decision.onset == T0 - 118 and not decision.before.others_asleep
+
+
+def test_a_working_culprits_wait_younger_than_the_threshold_waits_for_it():
+    # GIVEN the same, with the wait 30 s old at attach
+    ranks = [rank(0, "collective-wait", "all_reduce", waited=30),
+             rank(1, "compute", None, waited=0.0, still=False, progress="slow")]
+    # THEN not yet at 4 s (34 s of no step), a hang once 60 s have passed since the wait began
+    assert decide(ranks, facts(T0 + 4)).verdict != "hang"
+    later = decide(ranks, facts(T0 + 30.5))
+    assert later.verdict == "hang" and later.onset == T0 - 30 and later.from_past
+
+
+def test_a_pause_in_a_barrier_however_old_keeps_the_rule_from_the_first_sample():
+    # GIVEN rank 0 in a barrier for 10 min while rank 1 validates (computes): a pause
+    ranks = [rank(0, "collective-wait", "barrier", waited=600),
+             rank(1, "compute", None, waited=0.0, still=False, progress="slow")]
+    # THEN not a hang from the past at 4 s, nor at 59 s of watching
+    for now in (T0 + 4, T0 + 59):
+        assert decide(ranks, facts(now)).verdict != "hang"
+
+
+def test_the_report_says_the_wait_was_past_the_threshold_while_a_rank_worked():
+    # GIVEN the decision above, as the report carries it
+    report = Report(schema="hangdoc/report-v1", verdict="hang", detected_after_s=122.0, culprit_ranks=(1,),
+                    findings=(), ranks=(), samples=3,
+                    threshold=Threshold(source="past", hang_after_s=60.0, longest_step_s=None, steps_seen=0,
+                                        quiet_s=122.0, signal="loop"),
+                    before=BeforeAttach(waited_s=118.0, rank=0, wait="all_reduce", others_asleep=False, decided=True))
+    line = threshold_line(report)
+    # THEN it says the threshold was passed from the wait's start, and that a rank still works
+    assert "past the 60 s threshold, counted from the wait's start" in line
+    assert "a rank outside the wait still works" in line and "asleep" not in line
