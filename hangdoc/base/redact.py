@@ -26,31 +26,38 @@ _ALLOWED_PREFIXES = (
 _SECRET_NAME = re.compile(r"TOKEN(?!S|IZ)|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|API_?KEY|PRIVATE|"
                           r"(?:^|_)(?:PASS|PWD|KEYS?|PIN|OTP)(?:_|$)", re.I)
 
+# Every pattern runs over text a job or a stranger's bundle controls (log lines, frame names, whole
+# report fields): each tries a run of name characters from its start only, and (?=(X))\1 takes X once
+# without backtracking into it (an atomic group, which Python before 3.11 lacks), so a line costs time
+# linear in its length, never quadratic or exponential (`a.` * 50,000 took minutes, `wandb login`
+# and 40 ` --a` forever).
 _SECRET_VALUE = re.compile(
     r"(?:hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|"
     r"(?:AKIA|ASIA)[A-Z0-9]{16}|sk-[A-Za-z0-9_-]{16,}|xox[abposr]-[A-Za-z0-9-]{10,}|"
-    r"glpat-[A-Za-z0-9_-]{16,}|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{5,})"
+    r"glpat-[A-Za-z0-9_-]{16,}|(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{5,})"
 )
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 _LONG_RANDOM = re.compile(r"[A-Za-z0-9+/=_\-]{32,}")
-_URL_CREDENTIALS = re.compile(r"(\w+://)[^/\s:@]+:[^/\s@]+@")
+_URL_CREDENTIALS = re.compile(r"(?<!\w)(\w+://)[^/\s:@]+:[^/\s@]+@")
 # A value shaped like a key after a word or flag that says key: `--wandb-key X`, `auth: X`, `"key": "X"`.
 _KEYISH = r"(?:key|auth|token|secret|pass(?:word|wd)?|pwd|credential)"
-_KEYISH_FLAG = re.compile(r"^--?[\w-]*" + _KEYISH + r"[\w-]*$", re.I)
+_KEYISH_FLAG = re.compile(r"^-(?=[\w-]*" + _KEYISH + r")[\w-]*$", re.I)
 _KEY_RUN = r"[A-Za-z0-9+/_=.-]{32,}"
-_KEYISH_VALUE = re.compile(r"(?i)(" + _KEYISH + r"[\w-]*[\"']?(?:\s*[=:]\s*|\s+)[\"']?)(" + _KEY_RUN + ")")
+_KEYISH_VALUE = re.compile(r"(?i)((?<![\w-])(?=([\w-]*?" + _KEYISH + r"[\w-]*))\2[\"']?(?:\s*[=:]\s*|\s+)[\"']?)("
+                           + _KEY_RUN + ")")
 _HEX_RUN = re.compile(r"(?<![0-9A-Za-z])[0-9a-fA-F]{32,}(?![0-9A-Za-z])")
-_FLAG_SECRET = re.compile(r"^(--?[\w-]*(?:token|secret|passw|(?<![a-z])pass(?![a-z])|api[_-]?key|credential)[\w-]*)(=.*)?$", re.I)
+_FLAG_SECRET = re.compile(r"^(-(?=[\w-]*(?:token|secret|passw|(?<![a-z])pass(?![a-z])|api[_-]?key|credential))[\w-]*)"
+                          r"(=.*)?$", re.I)
 # A name that says "secret" followed by its value, in free text: `password=...`, `PASSWD=...`,
 # `api_key: ...`, `"password": "..."`, `--token X`, `Authorization: Bearer X`, `wandb login X`.
 _NAME = r"[\w.-]*(?:passw(?:or)?d|passwd|passphrase|(?<![A-Za-z])pass(?![A-Za-z])|secret|token(?!iz|s\b)|api[_-]?key|apikey|access[_-]?key|private[_-]?key|credential)[\w.-]*"
-_QUOTED_PAIR = re.compile(r"""(?i)(["']""" + _NAME + r"""["']\s*:\s*)(["'])(?:(?!\2)[^\\]|\\.)*\2""")
-_PAIR = re.compile(r"(?i)(?<![\w-])(" + _NAME + r")(\s*=\s*|\s*:\s+)(?![<\s])(\"[^\"]*\"|'[^']*'|[^\s\"',;&]+)")
-_FLAG_PAIR = re.compile(r"(?i)(?<!\S)(--?" + _NAME + r")(\s+)(?!-)(\S+)")
+_QUOTED_PAIR = re.compile(r"""(?i)(["'](?=(""" + _NAME + r"""))\2["']\s*:\s*)(["'])(?:(?!\3)[^\\]|\\.)*\3""")
+_PAIR = re.compile(r"(?i)(?<![\w.-])(?=(" + _NAME + r"))\1(\s*=\s*|\s*:\s+)(?![<\s])(\"[^\"]*\"|'[^']*'|[^\s\"',;&]+)")
+_FLAG_PAIR = re.compile(r"(?i)(?<!\S)(?=(--?" + _NAME + r"))\1(\s+)(?!-)(\S+)")
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token)(\s+)(?=[A-Za-z0-9._~+/-]*[0-9])[A-Za-z0-9._~+/-]{8,}=*")
-_LOGIN = re.compile(r"(?i)\b((?:wandb|huggingface-cli|hf|docker|npm)\s+login\b(?:\s+--?[\w-]+)*\s+)(?![-<])(\S+)")
+_LOGIN = re.compile(r"(?i)\b((?:wandb|huggingface-cli|hf|docker|npm)\s+login\b(?:\s+-[\w-]+)*\s+)(?![-<])(\S+)")
 _PEM = re.compile(r"-----BEGIN ([A-Z0-9 ]*)-----.*?(?:-----END \1-----|\Z)", re.S)
-_PEM_BEGIN = re.compile(r"-----BEGIN ([A-Z0-9 ]*PRIVATE KEY[A-Z0-9 ]*|[A-Z0-9 ]*CERTIFICATE REQUEST)-----")
+_PEM_BEGIN = re.compile(r"-----BEGIN (?=([A-Z0-9 ]*)-----)(?=[A-Z0-9 ]*PRIVATE KEY|[A-Z0-9 ]*CERTIFICATE REQUEST-----)\1-----")
 _PEM_END = re.compile(r"-----END [A-Z0-9 ]*-----")
 
 
@@ -78,7 +85,7 @@ def redact_text(text: str) -> str:
     (log lines, command-line words, env values, report fields in every output format)."""
     if "-----BEGIN" in text:
         text = _PEM.sub(_pem, text)
-    text = _QUOTED_PAIR.sub(lambda m: m.group(1) + m.group(2) + REDACTED + m.group(2), text)
+    text = _QUOTED_PAIR.sub(lambda m: m.group(1) + m.group(3) + REDACTED + m.group(3), text)
     text = _PAIR.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
     text = _FLAG_PAIR.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
     text = _LOGIN.sub(lambda m: m.group(1) + REDACTED, text)

@@ -6,6 +6,9 @@ import errno
 import json
 import os
 import pickle
+import resource
+import subprocess
+import sys
 import types
 from collections import deque
 from pathlib import Path
@@ -15,6 +18,7 @@ import zstandard
 
 from hangdoc.analyze.diagnose import node_digest
 from hangdoc.base.errors import BadBundle, BadOutput
+from hangdoc.base import limits
 from hangdoc.base.limits import MAX_BUNDLE_JSON_BYTES, MAX_DUMP_OBJECTS, MAX_LOG_LINES
 from hangdoc.bundle import codec
 from hangdoc.bundle.files import check_writable, load_bundle, load_head, save_bundle
@@ -26,8 +30,10 @@ from hangdoc.live.watcher import Watcher
 from hangdoc.model import ProcessInfo, Role, Verdict
 from tests.factories import node_bundle
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden"
 BUNDLE = GOLDEN / "barrier-mismatch" / "bundle.json"
+GIB = 1 << 30
 
 
 def fr_entry(frames: int = 100) -> dict:
@@ -45,6 +51,30 @@ def run_cli(capsys, *args: str) -> tuple[int, list[str]]:
     return rc, capsys.readouterr().err.strip().splitlines()
 
 
+def limited(args: list[str], memory: int = GIB, timeout: float = 60) -> subprocess.CompletedProcess:
+    """`python ARGS` in a child limited to `memory` bytes of address space: what a user's `hangdoc`
+    costs, measured where going past the budget is a MemoryError, not the machine's OOM killer."""
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
+    try:
+        return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                              preexec_fn=limit, env=dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1", COLUMNS="120"))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{' '.join(args[:4])} ... took more than {timeout:g} s")
+
+
+def hangdoc_limited(*args: str, memory: int = GIB, timeout: float = 60) -> tuple[int, str, list[str]]:
+    """`hangdoc ARGS` within `memory` bytes: (exit code, stdout, stderr lines)."""
+    done = limited(["-m", "hangdoc", *args], memory, timeout)
+    return done.returncode, done.stdout, done.stderr.strip().splitlines()
+
+
+def one_error_line(rc: int, err: list[str]) -> bool:
+    return rc == 2 and len(err) == 1 and err[0].startswith("hangdoc: error: ") and "Traceback" not in err[0]
+
+
 # --- Flight Recorder dumps --------------------------------------------------------------------------
 
 
@@ -59,6 +89,40 @@ def test_a_pickle_sharing_one_entry_many_times_is_refused_by_its_object_budget(t
         read_dump(path)
     # THEN it is refused with one line naming the budget: every use of the shared entry counts
     assert f"{MAX_DUMP_OBJECTS:,} values" in str(refused.value) and "\n" not in str(refused.value)
+
+
+def shared_pickle(path: Path, shares: int = 200_000) -> Path:
+    """The issue's input: one 100-frame entry named `shares` times through the pickle's memo."""
+    path.write_bytes(pickle.dumps(fr_dump([fr_entry()] * shares), protocol=4))
+    return path
+
+
+def test_report_on_a_400_kb_pickle_naming_one_entry_200000_times_is_one_line_within_1_gib(tmp_path):
+    # GIVEN the 400 KB pickle that drove `hangdoc report` past 4 GiB
+    path = shared_pickle(tmp_path / "trace_0")
+    assert path.stat().st_size < 500_000
+    # WHEN `hangdoc report` reads it in a process limited to 1 GiB
+    rc, _, err = hangdoc_limited("report", str(path))
+    # THEN one line saying why, exit 2: no MemoryError
+    assert one_error_line(rc, err) and "values" in err[0], err[-5:]
+
+
+def test_the_watch_meets_that_pickle_under_the_jobs_dump_prefix_as_one_error_line_within_1_gib(tmp_path):
+    # GIVEN the same pickle where a rank's Flight Recorder dumps go
+    shared_pickle(tmp_path / "trace_0")
+    script = ("import json, sys\n"
+              "from hangdoc.collect.flight_recorder import collect_dumps, fr_config\n"
+              "from hangdoc.model import ProcessInfo, Role\n"
+              "info = ProcessInfo(pid=5, ppid=1, role=Role.RANK, cmdline=(), exe=None, start_time=0.0,\n"
+              "                   env={'TORCH_FR_DUMP_TEMP_FILE': sys.argv[1]}, rank=0)\n"
+              "records, errors = collect_dumps([fr_config(info)], trigger=False)\n"
+              "print(json.dumps([len(records), list(errors)]))\n")
+    # WHEN the watch collects the job's dumps, in a process limited to 1 GiB
+    done = limited(["-c", script, str(tmp_path / "trace_")])
+    # THEN no record and one line in flight_errors: no MemoryError
+    assert done.returncode == 0, done.stderr[-2000:]
+    records, errors = json.loads(done.stdout)
+    assert records == 0 and len(errors) == 1 and "values" in errors[0] and "\n" not in errors[0]
 
 
 def test_a_real_sized_dump_is_read_whole():
@@ -83,17 +147,37 @@ def test_a_deeply_nested_json_dump_in_the_watch_is_one_error_line(tmp_path):
     assert records == () and len(errors) == 1 and "nested" in errors[0]
 
 
+def two_ranks_dumps(folder: Path, frames: list[dict]) -> Path:
+    """Rank 0 issued collective #8 from `frames`, rank 1 never did: the report names where #8 was issued."""
+    issued = dict(fr_entry(0), collective_seq_id=8, frames=frames)
+    done = dict(fr_entry(2), state="completed", retired=True)
+    (folder / "trace_0").write_bytes(pickle.dumps(fr_dump([done, issued], pg_status={
+        "0": {"last_enqueued_collective": 8, "last_completed_collective": 7}})))
+    (folder / "trace_1").write_bytes(pickle.dumps(fr_dump([done], pg_status={
+        "0": {"last_enqueued_collective": 7, "last_completed_collective": 7}})))
+    return folder
+
+
 def test_a_frame_line_of_20000_digits_does_not_break_the_report(tmp_path, capsys):
-    # GIVEN a pickled dump whose frame line is an integer of 20,000 digits
-    entry = fr_entry(2)
-    entry["frames"][0]["line"] = 10**20_000 - 1
-    path = tmp_path / "trace_0"
-    path.write_bytes(pickle.dumps(fr_dump([entry])))
-    # WHEN `hangdoc report` reads it THEN the line is dropped as unreadable, and the report printed
-    assert read_dump(path).entries[0].frames[0].line == 0
-    rc = main(["report", str(path)])
-    assert rc in (0, 3, 5, 7), capsys.readouterr().err
-    assert "Traceback" not in capsys.readouterr().err
+    # GIVEN two ranks' dumps, rank 0's stuck collective issued from a frame whose line is 20,000 digits
+    two_ranks_dumps(tmp_path, [{"name": "f0", "filename": "train.py", "line": 10**20_000 - 1}])
+    # WHEN `hangdoc report` reads them (naming where #8 was issued raised a ValueError before)
+    rc = main(["report", str(tmp_path)])
+    out, err = capsys.readouterr()
+    # THEN the report is printed, the line read as unknown (0), and the hang named
+    assert rc == 3, err
+    assert "rank 0 issued #8 at f0 (train.py:0)" in out and "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", ["wandb login" + " --a" * 40 + " -", "a." * 100_000, "pass" * 50_000])
+def test_frame_names_shaped_against_the_redaction_cost_a_report_of_seconds(tmp_path, name):
+    # GIVEN dumps whose stuck collective was issued from a frame with a crafted name (a few KB): the
+    # redaction every printed string goes through once took forever on the first, minutes on the others
+    two_ranks_dumps(tmp_path, [{"name": name, "filename": "train.py", "line": 3}])
+    # WHEN `hangdoc report` reads them, within 60 s
+    rc, out, err = hangdoc_limited("report", str(tmp_path), timeout=60)
+    # THEN the report is printed
+    assert rc == 3 and "rank 0 issued #8 at " in out, err[-5:]
 
 
 def test_a_fifo_named_like_a_dump_is_never_waited_on(tmp_path):
@@ -125,6 +209,23 @@ def test_a_digest_claiming_a_billion_nodes_is_refused_before_any_census(tmp_path
         load_head(path)
 
 
+def test_report_on_nodes_whose_digests_claim_a_billion_nodes_is_one_line_within_1_gib(tmp_path):
+    # GIVEN two nodes of 40 ranks each (diagnosed by class: the census of missing nodes is walked),
+    # their digests claiming group_world_size 10^9
+    from tests.factories import node_bundle, save_node
+
+    for node in range(2):
+        path = save_node(node_bundle(node, 2, 1, 1_700_000_000.0, ranks_per_node=40, workers=0, samples=3),
+                         tmp_path / f"node{node}.json")
+        data = json.loads(path.read_bytes())
+        data["digest"]["group_world_size"] = 10**9
+        path.write_text(json.dumps(data))
+    # WHEN `hangdoc report DIR` reads them in a process limited to 1 GiB
+    rc, _, err = hangdoc_limited("report", str(tmp_path))
+    # THEN one line naming the field: no census of a billion nodes, no MemoryError
+    assert one_error_line(rc, err) and "group_world_size" in err[0], err[-5:]
+
+
 def test_a_zstd_bomb_is_stopped_at_the_decompressed_budget(tmp_path):
     # GIVEN 300 MB of zeros streamed into zstd (no size in the frame), a few KB on disk
     writer = zstandard.ZstdCompressor(level=1).compressobj()
@@ -135,6 +236,19 @@ def test_a_zstd_bomb_is_stopped_at_the_decompressed_budget(tmp_path):
     # WHEN loaded THEN one line, refused at the budget
     with pytest.raises(BadBundle, match=f"{MAX_BUNDLE_JSON_BYTES:,} bytes"):
         load_bundle(path)
+
+
+def test_report_on_a_64_kb_zstd_bomb_that_declares_its_2_gib_is_one_line_within_1_gib(tmp_path):
+    # GIVEN 2 GiB of zeros compressed as the zstd command does from a file: the size in the frame header
+    writer = zstandard.ZstdCompressor(level=1).compressobj(size=2 * GIB)
+    zeros = b"\0" * (1 << 20)
+    path = tmp_path / "bomb.json.zst"
+    path.write_bytes(b"".join(writer.compress(zeros) for _ in range(2048)) + writer.flush())
+    assert path.stat().st_size < 100_000
+    # WHEN `hangdoc report` reads it in a process limited to 1 GiB
+    rc, _, err = hangdoc_limited("report", str(path))
+    # THEN one line, refused from the header: nothing decompressed, no MemoryError
+    assert one_error_line(rc, err) and "its header says" in err[0], err[-5:]
 
 
 def test_a_frame_claiming_64_gib_is_refused_from_its_header(tmp_path):
@@ -158,6 +272,20 @@ def test_millions_of_log_lines_in_a_few_kb_are_refused_before_decoding(tmp_path)
     # WHEN loaded THEN refused by the count of values, before any line is built
     with pytest.raises(BadBundle, match="JSON values"):
         load_bundle(path)
+
+
+def test_report_on_20_m_log_lines_in_a_few_kb_of_zstd_is_one_line_in_seconds(tmp_path):
+    # GIVEN a bundle whose log tail holds 20 M empty lines, compressed as the zstd command does (size declared)
+    data = json.loads(BUNDLE.read_text())
+    head, _, tail = json.dumps(dict(data, logs=[{"source": "x.log", "lines": ["MARK"]}])).partition('"MARK"')
+    body = head.encode() + b'"",' * 20_000_000 + b'""' + tail.encode()
+    path = tmp_path / "lines.json.zst"
+    path.write_bytes(zstandard.ZstdCompressor(level=19).compress(body))
+    assert path.stat().st_size < 20_000
+    # WHEN `hangdoc report` reads it in a process limited to 1 GiB and 60 s (it took 97 s, then printed a report)
+    rc, _, err = hangdoc_limited("report", str(path))
+    # THEN one line, refused by its count of values before any line is built
+    assert one_error_line(rc, err) and "JSON values" in err[0], err[-5:]
 
 
 def test_a_log_tail_beyond_the_line_budget_is_refused(tmp_path):
@@ -217,6 +345,18 @@ def test_saved_bundles_are_private_to_their_owner(tmp_path):
     assert path.stat().st_mode & 0o777 == 0o600
 
 
+def test_docs_state_the_budgets_the_code_keeps():
+    # GIVEN docs/bundle.md's table of budgets WHEN read THEN each of limits.py's figures is the one it states
+    text = (ROOT / "docs" / "bundle.md").read_text()
+    table = text[text.index("### Budgets"):text.index("## The loop mark")]
+    stated = [f"{limits.MAX_BUNDLE_FILE_BYTES >> 20} MiB", f"{limits.MAX_BUNDLE_JSON_BYTES >> 20} MiB",
+              f"{limits.MAX_BUNDLE_VALUES:,}", f"{limits.MAX_LOG_LINES:,}", f"0..{limits.MAX_WORLD:,}",
+              f"+-10^{len(str(int(limits.MAX_TIME))) - 1} s", f"10^{len(str(int(limits.MAX_SECONDS))) - 1} s",
+              f"{limits.MAX_DUMP_BYTES >> 20} MiB", f"{limits.MAX_DUMP_OBJECTS:,}", f"{limits.MAX_DUMP_DEPTH} levels",
+              f"+-2^{limits.MAX_NUMBER.bit_length() - 1}"]
+    assert [figure for figure in stated if figure not in table] == []
+
+
 # --- the command line ---------------------------------------------------------------------------
 
 
@@ -252,6 +392,14 @@ def test_an_out_under_proc_is_refused_before_the_capture():
     # GIVEN --out in /proc (access() may say writable to root) WHEN checked THEN refused up front
     with pytest.raises(BadOutput):
         check_writable("/proc/b.json")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
+def test_watch_once_with_out_under_proc_is_one_line_before_the_capture(capsys, monkeypatch):
+    # GIVEN a job to capture (stubbed) WHEN `watch --once --out /proc/b.json` THEN one line, exit 2
+    once_without_a_job(monkeypatch)
+    rc, err = run_cli(capsys, "watch", "4242", "--once", "--out", "/proc/b.json")
+    assert one_error_line(rc, err) and "/proc" in err[0], err
 
 
 @pytest.mark.parametrize("option", ["--interval", "--timeout", "--hang-after"])

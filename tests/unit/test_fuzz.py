@@ -56,21 +56,44 @@ def crafted(folder: Path) -> dict[str, list[str]]:
     write("sample-time-1e308", json.dumps(dict(bundle, samples=[dict(s, time=-1e308) for s in bundle["samples"]])).encode())
     zeros, writer = b"\0" * (1 << 20), zstandard.ZstdCompressor(level=1).compressobj()
     write("zstd-bomb-2gib", b"".join(writer.compress(zeros) for _ in range(2048)) + writer.flush(), "b.json.zst")
+    writer = zstandard.ZstdCompressor(level=1).compressobj(size=2048 << 20)    # as `zstd FILE`: the size declared
+    write("zstd-bomb-2gib-declared", b"".join(writer.compress(zeros) for _ in range(2048)) + writer.flush(), "b.json.zst")
     write("zstd-claims-64gib", b"\x28\xb5\x2f\xfd\xe0" + (64 << 30).to_bytes(8, "little") + b"\x09\x00\x00{", "b.json.zst")
     head, _, tail = json.dumps(dict(bundle, logs=[{"source": "x", "lines": ["M"]}])).partition('"M"')
     writer = zstandard.ZstdCompressor(level=1).compressobj()
     lines = writer.compress(head.encode()) + b"".join(writer.compress(b'"",' * 1_000_000) for _ in range(20))
     write("log-lines-20m", lines + writer.compress(b'""' + tail.encode()) + writer.flush(), "b.json.zst")
-    digest = _digest_bundle()
-    digest["digest"]["group_world_size"] = 10**9
-    write("digest-world-1e9", json.dumps(digest).encode(), "node0.json")
-    (folder / "digest-world-1e9" / "node1.json").write_text(json.dumps(digest))
+    body = head.encode() + b'"",' * 20_000_000 + b'""' + tail.encode()
+    write("log-lines-20m-declared", zstandard.ZstdCompressor(level=3).compress(body), "b.json.zst")
+    del body
+    (folder / "digest-world-1e9").mkdir()
+    for node, data in enumerate(_digests_of_80_ranks()):     # diagnosed by class: the census is walked
+        data["digest"]["group_world_size"] = 10**9
+        (folder / "digest-world-1e9" / f"node{node}.json").write_text(json.dumps(data))
     cases["digest-world-1e9"] = [str(folder / "digest-world-1e9")]
+    done = dict(entry, state="completed", retired=True)      # rank 0 issued #2 from a name shaped against redaction
+    issued = dict(entry, collective_seq_id=2, frames=[{"name": "wandb login" + " --a" * 40 + " -", "filename": "t.py",
+                                                       "line": 1}])
+    write("fr-frame-name-redos", pickle.dumps({"version": "2.10", "entries": [done, issued], "pg_status": {
+        "0": {"last_enqueued_collective": 2, "last_completed_collective": 1}}}), "trace_0")
+    (folder / "fr-frame-name-redos" / "trace_1").write_bytes(pickle.dumps({"version": "2.10", "entries": [done],
+        "pg_status": {"0": {"last_enqueued_collective": 1, "last_completed_collective": 1}}}))
+    cases["fr-frame-name-redos"] = [str(folder / "fr-frame-name-redos")]
     os.mkfifo(folder / "fifo.json")
     cases["fifo"] = [str(folder / "fifo.json")]
     if os.path.exists("/dev/zero"):
         cases["dev-zero"] = ["/dev/zero"]
     return cases
+
+
+def _digests_of_80_ranks() -> list[dict]:
+    """Two nodes of 40 ranks each, as saved by a watch: `report DIR` diagnoses them by class."""
+    from tests.factories import node_bundle
+    from hangdoc.analyze.diagnose import node_digest
+    from hangdoc.bundle import codec
+
+    bundles = [node_bundle(node, 2, 1, 1_700_000_000.0, ranks_per_node=40, workers=0, samples=3) for node in range(2)]
+    return [json.loads(codec.encode(bundle, node_digest(bundle))) for bundle in bundles]
 
 
 def _digest_bundle() -> dict:

@@ -113,3 +113,32 @@ def test_no_planted_secret_reaches_any_output_format(fmt):
 ])
 def test_what_only_looks_near_a_secret_survives(text):
     assert redact_text(text) == text
+
+
+@pytest.mark.parametrize("text", [
+    "wandb login" + " --a" * 40 + " -",          # exponential before: 2^40 ways to split the flags
+    "a." * 50_000, "pass" * 25_000, "x" * 100_000, "key-" * 25_000, "eyJ" * 33_000,
+    "--" + "pass" * 25_000, '"' + "pass" * 25_000, "-----BEGIN " + "PRIVATE KEY " * 8_000,
+])
+def test_redaction_costs_time_linear_in_the_text(text):
+    import time
+
+    # GIVEN a 100 KB line shaped against the patterns (a job's log line, a frame name in a stranger's dump)
+    # WHEN it is redacted as a log line, a report field and a command-line word
+    began = time.monotonic()
+    redact_lines([text])
+    redact_cmdline([text])
+    # THEN it takes well under a second, not minutes (quadratic) or forever (exponential)
+    assert time.monotonic() - began < 2.0
+
+
+@pytest.mark.parametrize("text, kept", [
+    ("wandb login --relogin 0123456789abcdef0123456789abcdef01234567", "wandb login --relogin <redacted>"),
+    ("db.password=Hunter2Sekrit", "db.password=<redacted>"),
+    ('{"api_key": "sk_live_abc"}', '{"api_key": "<redacted>"}'),
+    ("--hf-token abc123", "--hf-token <redacted>"),
+    ("use --wandb-key " + HEX_KEY, "use --wandb-key <redacted>"),
+    ("https://user:pw@example.com/x", "https://<redacted>@example.com/x"),
+])
+def test_the_linear_patterns_still_redact_what_they_did(text, kept):
+    assert redact_text(text) == kept

@@ -35,5 +35,7 @@ def test_a_signal_during_the_save_waits_for_it_and_then_leaves_with_its_code(tmp
     got = watch_cli.finish(outcome, out, ReportFormat.text)
     # THEN the report was printed, the bundle saved, and the exit code is the signal's
     assert got == code
-    assert "HANG" in capsys.readouterr().out
+    said = capsys.readouterr()
+    assert "HANG" in said.out
     assert load_bundle(out).samples
+    assert "stopped by a signal once the report was out and the bundle saved" in said.err

@@ -54,3 +54,50 @@ def test_a_gentle_read_goes_without_native_frames_which_py_spy_reads_only_paused
     # --nonblocking option", and the rank had no stack at all), and the paused read has native frames
     assert "--native" not in seen[0] and "--nonblocking" in seen[0]
     assert "--native" in seen[1] and "--nonblocking" not in seen[1]
+
+
+def test_watch_as_root_on_a_process_root_may_not_read_never_says_run_as_root(capsys, monkeypatch, tmp_path):
+    import os
+
+    from hangdoc.cli import main
+    from hangdoc.collect.procfs import ProcDenied, ProcFS
+
+    # GIVEN hangdoc running as root, and a pid whose environment even root is refused (another container's)
+    def refused(self, pid):
+        raise ProcDenied(pid)
+
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(ProcFS, "environ", refused)
+    # WHEN `hangdoc watch 1` attaches
+    rc = main(["watch", "1", "--once", "--no-gpu", "--out", str(tmp_path / "b.json")])
+    err = capsys.readouterr().err.strip().splitlines()
+    # THEN one line, exit 2, that does not tell root to run as root
+    assert rc == 2 and len(err) == 1 and err[0].startswith("hangdoc: error: "), err
+    assert "even to root" in err[0] and "or as root" not in err[0]
+
+
+def test_a_stopped_rank_reads_stopped_in_the_report_with_how_to_resume_it():
+    import dataclasses
+    import io
+    from pathlib import Path
+
+    from hangdoc.bundle.files import load_bundle
+    from hangdoc.model import Role
+    from hangdoc.render.text import render_text
+    from hangdoc.report import build_report
+
+    # GIVEN a 2-rank job whose rank 1 was SIGSTOPped before the watch (state T in every sample), py-spy
+    # failing on it as it does, and the capture recording its failure as the collector words it
+    bundle = load_bundle(Path(__file__).resolve().parents[1] / "golden" / "barrier-mismatch" / "bundle.json")
+    pid = bundle.job.by_role(Role.RANK)[1].pid
+    failure = f"stack: could not collect: {classify_failure(pid, STOPPED.replace('10353', str(pid)))}"
+    samples = tuple(dataclasses.replace(snap, processes=tuple(
+        dataclasses.replace(p, proc=dataclasses.replace(p.proc, state="T"), stack=None, errors=(failure,))
+        if p.pid == pid else p for p in snap.processes)) for snap in bundle.samples)
+    # WHEN its report is drawn
+    out = io.StringIO()
+    render_text(build_report(dataclasses.replace(bundle, samples=samples)), out)
+    text = out.getvalue()
+    # THEN rank 1 is said to be stopped (SIGSTOP), with the command that resumes it, and no Rust backtrace
+    assert "stopped (SIGSTOP)" in text and f"kill -CONT {pid}" in text, text
+    assert "anyhow" not in text and "Stack backtrace" not in text
