@@ -11,7 +11,7 @@ from hangdoc.analyze.shares import time_shares
 from hangdoc.analyze.timeline import LiveTimelines, Timeline, timelines
 from hangdoc.analyze.workers import workers_of_rank
 from hangdoc.analyze.gpu import gpu_activity
-from hangdoc.model import REPORT_SCHEMA, Bundle, Finding, RankGpu, RankReport, Report, Threshold, Verdict, WorkerReport, WorkerState
+from hangdoc.model import REPORT_SCHEMA, Bundle, Finding, RankGpu, RankReport, Report, Threshold, Verdict, Wait, WorkerReport, WorkerState
 from hangdoc.rules import run_rules
 from hangdoc.rules.base import Context
 from hangdoc.report import facts
@@ -83,6 +83,15 @@ def report_without_ranks(verdict: Verdict, findings: tuple[Finding, ...]) -> Rep
                   findings=findings, ranks=())
 
 
+def _top_frame(view: RankView) -> str | None:
+    """The rank's frame as the table shows it; a rank stopped by a signal says so first (its state
+    is idle, and a table reading 'idle' alone hides that someone stopped it)."""
+    frame = view.reading.frame.label if view.reading.frame else None
+    if view.reading.detail == Wait.STOPPED:
+        return "stopped (SIGSTOP)" + (f" at {frame}" if frame else "")
+    return frame
+
+
 def _threshold(diagnosis: Diagnosis) -> Threshold | None:
     beat = diagnosis.rhythm
     if beat is None:
@@ -128,7 +137,7 @@ def _rank_report(bundle: Bundle, diagnosis: Diagnosis, view: RankView) -> RankRe
         waiting_s=round(diagnosis.decided_at - view.state_since, 1),
         progress=view.progress,
         gpu=gpu,
-        top_frame=view.reading.frame.label if view.reading.frame else None,
+        top_frame=_top_frame(view),
         workers=tuple(
             WorkerReport(pid=w.node_pid, index=w.worker_index, state=r.state if alive else WorkerState.EXITED,
                          top_frame=r.frame.label if r.frame else None, alive=alive)

@@ -101,3 +101,6 @@ def test_a_stopped_rank_reads_stopped_in_the_report_with_how_to_resume_it():
     # THEN rank 1 is said to be stopped (SIGSTOP), with the command that resumes it, and no Rust backtrace
     assert "stopped (SIGSTOP)" in text and f"kill -CONT {pid}" in text, text
     assert "anyhow" not in text and "Stack backtrace" not in text
+    # AND its row in the ranks table says so, not a bare "idle"
+    row = next(line for line in text.splitlines() if line.startswith("1 ") and str(pid) in line)
+    assert "stopped (SIGSTOP)" in row, row
