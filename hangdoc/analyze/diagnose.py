@@ -218,12 +218,8 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
     since = min(beat.quiet_since, before.since) if before is not None else beat.quiet_since
     if quiet >= beat.threshold_s and waiting:
         return Decision(Verdict.HANG, culprits, since, mismatch, rhythm=beat, before=before)
-    if (before is not None and before.others_asleep and confirmed(ranks)
-            and now - before.since >= past_hang_after(beat.source, beat.threshold_s)):
-        return Decision(Verdict.HANG, culprits, before.since, mismatch, rhythm=beat, before=before, from_past=True)
-    if (before is not None and confirmed(ranks) and now - before.since >= beat.threshold_s
-            and not a_pause(ranks, before)):
-        # a rank outside the wait works, but no step for longer than the threshold, counted from the wait's start
+    if (before is not None and confirmed(ranks) and not a_pause(ranks, before)
+            and now - before.since >= past_hang_after(beat.source, beat.threshold_s, before.others_asleep)):
         return Decision(Verdict.HANG, culprits, before.since, mismatch, rhythm=beat, before=before, from_past=True)
     frozen = _all_frozen(ranks, now, beat)
     if frozen is not None:

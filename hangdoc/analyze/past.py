@@ -102,7 +102,8 @@ def asleep(rank: RankDigest) -> bool:
 
 def a_pause(ranks: Sequence[RankDigest], before: Before) -> bool:
     """The longest wait is in a collective outside the training step (a barrier, a broadcast) while a
-    live rank outside the wait computes or writes: a validation pass, a checkpoint."""
+    live rank outside the wait computes or writes: a validation pass, a checkpoint. (Never when
+    every rank outside the wait is asleep: asleep ranks neither compute nor write.)"""
     if before.wait in STEP_COLLECTIVES:
         return False
     return any(r.state in (RankState.COMPUTE, RankState.IO) for r in ranks if not gone(r) and not waiting(r))
@@ -113,7 +114,7 @@ def confirmed(ranks: Sequence[RankDigest]) -> bool:
     return max((r.points for r in ranks), default=0) >= CONFIRM_SAMPLES
 
 
-def hang_after(source: str, threshold_s: float) -> float:
-    """How old a wait must be, with every other rank asleep, to be a hang: a given or learned
-    threshold stands; otherwise PAST_HANG_AFTER_S."""
-    return threshold_s if source in ("given", "learned") else PAST_HANG_AFTER_S
+def hang_after(source: str, threshold_s: float, others_asleep: bool) -> float:
+    """How old a wait must be to be a hang: a given or learned threshold stands; with every other
+    rank asleep PAST_HANG_AFTER_S, and with one still working the default threshold itself."""
+    return PAST_HANG_AFTER_S if others_asleep and source not in ("given", "learned") else threshold_s

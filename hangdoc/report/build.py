@@ -98,8 +98,7 @@ def _threshold(diagnosis: Diagnosis) -> Threshold | None:
         return None
     if diagnosis.from_past:
         asleep = diagnosis.before is not None and diagnosis.before.others_asleep
-        return Threshold(source="past", hang_after_s=past_hang_after(beat.source, beat.threshold_s) if asleep
-                         else beat.threshold_s,
+        return Threshold(source="past", hang_after_s=past_hang_after(beat.source, beat.threshold_s, asleep),
                          longest_step_s=beat.longest_step_s, steps_seen=beat.steps_seen,
                          quiet_s=round(diagnosis.decided_at - diagnosis.onset, 1),
                          signal="loop" if beat.has_locals else "frames")
