@@ -178,6 +178,11 @@ CASES = [
          "healthy", (), ("gpu-starved",), scenario("slow-data", fault=False, max_steps=400), timeout_s=12),
     Case("compute-2x", "rank 1 computes 1.0 s a step, rank 0 0.5 s: rank 0 waits in the gradient all_reduce half of each step",
          "slow", (1,), ("slow-rank",), scenario("compute-2x", fault=False, max_steps=400), timeout_s=30),
+    Case("bz2-straggler", "rank 1 reads .tar.bz2 shards of 30 s clips in order: late every step, never stalled",
+         "slow", (1,), ("slow-decompression", "slow-rank"), scenario("bz2-straggler", fault=False, max_steps=400),
+         timeout_s=30),
+    Case("tiny-files", "a file per clip, 25 ms an open, DataLoader defaults: both ranks wait on their workers",
+         "slow", (), ("gpu-starved",), scenario("tiny-files", fault=False, max_steps=2000), timeout_s=25),
     Case("healthy-finished", "fast steps; the job finishes while watched",
          "healthy", (), (), scenario("healthy", fault=False, max_steps=600), timeout_s=40),
     Case("checkpoint-pause", "rank 0 writes a checkpoint for 3.5 s every 10 steps; rank 1 waits in a barrier",
@@ -300,7 +305,7 @@ def write_markdown(case: Case) -> str:
 
 
 DOCS = ROOT / "hangdoc" / "rules" / "pages"
-_EXAMPLE = re.compile(r"<!-- example: (\S+) (\S+) -->\n(?:\n```text\n.*?\n```\n)?", re.S)
+_EXAMPLE = re.compile(r"<!-- example: (\S+) (\S+) -->\n(?:\n```text\n(?:(?!```)[^\n]*\n)*```\n)?")   # an empty block too
 
 
 def finding_block(case: str, slug: str) -> str:

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from hangdoc.analyze.diagnose import Diagnosis, RankView
+from hangdoc.analyze.shares import time_shares
 from hangdoc.analyze.timeline import Timeline, timelines
-from hangdoc.model import Bundle, Finding, ProcessInfo, Role, Rule, finding
+from hangdoc.model import Bundle, Finding, ProcessInfo, RankState, Role, Rule, TimeShares, finding
 
 __all__ = ["Context", "Rule", "finding"]
 
@@ -32,10 +33,26 @@ class Context:
         return [v for v in self.diagnosis.ranks if culprits.intersection(v.ranks)]
 
     def starved_culprits(self) -> list[RankView]:
-        """The culprits of a hang that wait on their DataLoader: where the data rules look."""
+        """The culprits of a hang that wait on their DataLoader: where the stall rules look."""
         if self.diagnosis.verdict != "hang":
             return []
         return [v for v in self.culprit_views() if v.reading.state == "dataloader-wait"]
+
+    def data_stragglers(self) -> list[RankView]:
+        """The stragglers of a slow job that mostly wait on their DataLoader: the job still moves,
+        so their workers deliver, late; what makes each sample slow is for the data rules to say."""
+        slow = self.diagnosis.slow
+        if self.diagnosis.verdict != "slow" or slow is None or slow.kind != "straggler":
+            return []
+        if slow.doing != RankState.DATALOADER:
+            return []
+        return [v for v in self.diagnosis.ranks if set(slow.stragglers).intersection(v.ranks)]
+
+    def shares(self, view: RankView) -> TimeShares | None:
+        """Where the rank's time went over its window (the counts the diagnosis made, when it made them)."""
+        digest = self.diagnosis.digest
+        counted = next((r.shares for r in digest.ranks if r.pid == view.info.node_pid), None) if digest else None
+        return time_shares(self.timelines.get(view.info.pid), counted)
 
     def workers_of(self, rank_pid: int) -> list[ProcessInfo]:
         return [p for p in self.bundle.job.children_of(rank_pid) if p.role is Role.WORKER]

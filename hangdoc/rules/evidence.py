@@ -5,10 +5,12 @@ Everything here reads the bundle only (samples, job, logs), so rules stay pure.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 
 import re
 from dataclasses import dataclass
 
+from hangdoc.analyze.classify import own_frame
 from hangdoc.analyze.diagnose import RankView
 from hangdoc.analyze.gpu import gpu_activity
 from hangdoc.analyze.logs import killed_workers
@@ -120,16 +122,44 @@ def latest_frames(bundle: Bundle, pid: int) -> tuple[Frame, ...]:
     return ()
 
 
-def member_decode_frames(bundle: Bundle, pid: int, recent: int = 8) -> tuple[Frame, ...] | None:
-    """A worker's frames (above its loop) from the newest of its last `recent` stacks that shows a
-    decoder reading straight from a tar member: one instant may catch it inside bz2 or tarfile
-    between two decoder calls, so the last stack alone misses it."""
+def recent_worker_frames(bundle: Bundle, pid: int, shows, recent: int = 8) -> tuple[Frame, ...] | None:
+    """A worker's frames (above its loop) from the newest of its last `recent` stacks for which
+    `shows(frames)` is true: one instant may catch a worker between two calls of what it spends
+    its time in (features between two decompressions), so the last stack alone misses it."""
     stacks = (s.stack.main.frames for _, s in reversed(samples_of(bundle, pid)) if s.stack and s.stack.main)
     for frames in itertools.islice(stacks, recent):
         above = above_worker_loop(frames)
-        if member_decode(above):
+        if shows(above):
             return above
     return None
+
+
+def usual_line(bundle: Bundle, pid: int) -> tuple[str, int, int] | None:
+    """The job's own line `pid`'s main thread was found at most often (innermost of the job's code
+    in each stack), with how many of its stacks: (label, hits, stacks); None with no such line."""
+    stacks = [s.stack.main.frames for _, s in samples_of(bundle, pid) if s.stack and s.stack.main]
+    labels = Counter(frame.label for frames in stacks if (frame := own_frame(frames)) is not None)
+    if not labels:
+        return None
+    label, hits = labels.most_common(1)[0]
+    return label, hits, len(stacks)
+
+
+def worker_habit(bundle: Bundle, worker) -> tuple[float, str] | None:
+    """How busy a worker was and where, over the samples that saw it: (the share of a core it used,
+    "worker 0 (pid N): 83% of a core busy, mostly at f (file.py:12) (9 of 12 stacks)"); None when
+    it was not seen twice."""
+    used = cpu_use(bundle, worker.pid)
+    if not used or used[1] <= 0:
+        return None
+    at = usual_line(bundle, worker.pid)
+    where = f", mostly at {at[0]} ({at[1]} of {at[2]} stacks)" if at else ""
+    return used[0] / used[1], f"{worker_name(worker)}: {100 * used[0] / used[1]:.0f}% of a core busy{where}"
+
+
+def member_decode_frames(bundle: Bundle, pid: int, recent: int = 8) -> tuple[Frame, ...] | None:
+    """A worker's recent frames that show a decoder reading straight from a tar member."""
+    return recent_worker_frames(bundle, pid, member_decode, recent)
 
 
 def above_worker_loop(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:

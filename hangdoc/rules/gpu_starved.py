@@ -1,14 +1,17 @@
 """gpu-starved: no hang, but the ranks spend most of their time waiting for data."""
 from __future__ import annotations
 
+from collections import Counter
+
 from hangdoc.model import Finding, Severity
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import cpu_use, live_workers, worker_name
+from hangdoc.rules.evidence import live_workers, usual_line, worker_habit
 
 MIN_SAMPLES = 6          # fewer samples say too little about a share
 STARVED_SHARE = 0.5      # a rank waiting on data in at least half its samples
 BUSY_GPU_PCT = 80        # GPUs this busy on average are not starved, whatever the ranks show
 IDLE_GPU_PCT = 10
+WAITING_WORKER = 0.5     # workers busy less than half a core on average wait (I/O, a remote store)
 
 
 def _shares(ctx: Context) -> list[tuple[int, int, int]]:
@@ -46,6 +49,9 @@ def _gpu_lines(ctx: Context) -> tuple[list[str], float | None]:
 def check(ctx: Context) -> list[Finding]:
     if ctx.diagnosis.verdict not in ("healthy", "slow"):
         return []
+    slow = ctx.diagnosis.slow
+    if slow is not None and slow.kind == "straggler":
+        return []    # not the job's data but one rank's: slow-rank names it, the data rules say why
     shares = [s for s in _shares(ctx) if s[2] >= MIN_SAMPLES]
     starved = [s for s in shares if s[1] / s[2] >= STARVED_SHARE]
     if not starved:
@@ -74,13 +80,23 @@ def check(ctx: Context) -> list[Finding]:
     else:
         counts = ", ".join(f"rank {r.rank} {n}" for r, n in zip(ctx.bundle.job.ranks, per_rank))
         evidence.append(f"DataLoader workers: {counts} = {sum(per_rank)} workers on a {cores}-core host")
+    busy, lines = [], Counter()
     for rank in ctx.bundle.job.ranks:
         for worker in current[rank.pid]:
-            used = cpu_use(ctx.bundle, worker.pid)
-            if used and used[1] > 0:
-                evidence.append(f"rank {rank.rank} {worker_name(worker)}: {100 * used[0] / used[1]:.0f}% of a core busy")
+            habit = worker_habit(ctx.bundle, worker)
+            if habit is not None:
+                busy.append(habit[0])
+                evidence.append(f"rank {rank.rank} {habit[1]}")
+                at = usual_line(ctx.bundle, worker.pid)
+                lines.update([at[0]] if at else [])
     room = cores // max(nranks, 1)
-    if room > workers:
+    if busy and sum(busy) / len(busy) < WAITING_WORKER:
+        at = f", most often at {lines.most_common(1)[0][0]}" if lines else ""
+        here = (f" Here: the workers use {100 * sum(busy) / len(busy):.0f}% of a core each: they wait{at}, "
+                "they do not compute. More workers overlap those waits (a waiting worker needs no core, so "
+                "past the core count too); packing the small files into tar shards read in order, or "
+                "caching them on a local disk, removes a wait per file.")
+    elif room > workers:
         here = f" Here: {workers} worker(s) per rank and {room} cores per rank: try num_workers={room}."
     else:
         here = (f" Here: {workers} worker(s) per rank already use the {cores} cores; more workers will "
@@ -103,7 +119,7 @@ RULE = Rule(
     summary="Fires on a job that is not hung when ranks spend at least half their samples waiting "
             "in DataLoader.__next__ (and the GPUs, when NVML was read, are not busy); gives the share per "
             "rank, GPU utilisation, and the worker count against the cores.",
-    fix='Raise num_workers (up to the cores per rank), use larger batches and prefetch_factor, pack small'
+    fix='Raise num_workers (past the cores per rank only when the workers wait rather than compute), use larger batches and prefetch_factor, pack small'
         ' clips into tar shards, or cache features.',
     commands=("watch", "report", "run", "check"),
 )

@@ -8,7 +8,7 @@ from hangdoc.rules.snippets import REPACK_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import (FileRead, above_worker_loop, basename, chain, compression_of_frames,
                                     compression_of_path, cpu_use, file_read_line, file_reads, latest_frames,
-                                    member_decode_frames, rank_line, rate, worker_name)
+                                    member_decode_frames, rank_line, rate, recent_worker_frames, worker_name)
 
 _SEEKS = ("BZ2File.seek", "LZMAFile.seek", "GzipFile.seek", "DecompressReader.seek")
 
@@ -24,7 +24,8 @@ class _Worker:
 def _decompressing(ctx: Context, worker: ProcessInfo) -> _Worker | None:
     if member_decode_frames(ctx.bundle, worker.pid):
         return None   # a decoder seeking in a tar member: tar-member-decode says why
-    frames = above_worker_loop(latest_frames(ctx.bundle, worker.pid))
+    frames = (recent_worker_frames(ctx.bundle, worker.pid, lambda f: compression_of_frames(f) is not None)
+              or above_worker_loop(latest_frames(ctx.bundle, worker.pid)))
     kind = compression_of_frames(frames)
     reads = tuple(r for r in file_reads(ctx.bundle, worker.pid)
                   if compression_of_path(r.path) and r.read_bytes > 0)
@@ -39,15 +40,25 @@ def check(ctx: Context) -> list[Finding]:
         alive = [w for w, _, is_alive in view.workers if is_alive]
         busy = [b for b in (_decompressing(ctx, w) for w in alive) if b is not None]
         if busy:
-            findings.append(_finding(ctx, view, busy))
+            findings.append(_finding(ctx, view, busy, [rank_line(view, ctx.diagnosis.decided_at)]))
+    for view in ctx.data_stragglers():
+        # The job moves: the workers of its window count, those an epoch's end has retired too.
+        busy = [b for b in (_decompressing(ctx, w) for w, _, _ in view.workers) if b is not None]
+        shares = ctx.shares(view)
+        if busy and shares is not None:
+            slow = ctx.diagnosis.slow
+            line = (f"rank {view.info.rank} (pid {view.info.node_pid}): waits on its DataLoader in {shares.data:.0%} "
+                    f"of {shares.samples} samples while the others wait for it {slow.others_wait:.0%} of every step")
+            findings.append(_finding(ctx, view, busy, [line], Severity.WARNING))
     return findings
 
 
-def _finding(ctx: Context, view, busy: list[_Worker]) -> Finding:
+def _finding(ctx: Context, view, busy: list[_Worker], evidence: list[str],
+             severity: Severity | None = None) -> Finding:
     rank = view.info.rank
     kinds = [b.kind for b in busy if b.kind] + [compression_of_path(r.path) for b in busy for r in b.reads]
     kind = kinds[0] if kinds else "compressed"
-    evidence = [rank_line(view, ctx.diagnosis.decided_at)]
+    effect = "make this rank the straggler" if severity is Severity.WARNING else "starve this rank"
     rates = []
     for b in busy:
         name = worker_name(b.info)
@@ -74,14 +85,14 @@ def _finding(ctx: Context, view, busy: list[_Worker]) -> Finding:
         read, speed = rates[0]
         more = (f" ({len(rates)} shards, {rate(sum(s for _, s in rates))} in all)" if len(rates) > 1 else "")
         title = (f"Rank {rank}'s DataLoader workers are decompressing {basename(read.path)} at {rate(speed)}"
-                 f"{more}; {kind} shards starve this rank")
+                 f"{more}; {kind} shards {effect}")
         measured = ", ".join(f"{basename(r.path)} {rate(s)}" for r, s in rates)
         fix = (f"{RULE.fix} Observed on rank {rank}: {measured} of compressed input "
                f"with {len(busy)} of its workers decompressing; an uncompressed .tar is read at disk speed.")
     else:
-        title = f"Rank {rank}'s DataLoader workers are decompressing {kind} data; it starves this rank"
+        title = f"Rank {rank}'s DataLoader workers are decompressing {kind} data; {kind} shards {effect}"
         fix = RULE.fix
-    return finding(RULE, [rank], title, evidence, fix)
+    return finding(RULE, [rank], title, evidence, fix, severity)
 
 
 RULE = Rule(
@@ -91,7 +102,8 @@ RULE = Rule(
     check=check,
     summary="Fires on a hang when the culprit waits on its DataLoader and its workers sit in "
             "bz2/lzma/gzip/zlib frames or read .bz2/.gz/.xz/.zst files; cites each shard, the rate its "
-            "read offset moves (compressed MB/s) and the frames.",
+            "read offset moves (compressed MB/s) and the frames. On a slow job (a warning) it says why a "
+            "straggler that waits on its DataLoader is late.",
     fix='Re-pack the shards as uncompressed .tar (bz2 decompresses at tens of MB/s per core) or spread '
         'the compressed shards evenly over ranks and add DataLoader workers.',
     snippet=REPACK_SNIPPET,

@@ -4,10 +4,10 @@ from __future__ import annotations
 from collections import Counter
 
 from hangdoc.analyze.classify import own_frame
-from hangdoc.analyze.shares import time_shares, window
+from hangdoc.analyze.shares import window
 from hangdoc.model import Finding, RankState, Severity
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import worker_lines
+from hangdoc.rules.evidence import live_workers, worker_habit
 
 _DOING = {"compute": "computes", RankState.DATALOADER.value: "waits on its DataLoader", "io": "reads or writes files"}
 
@@ -37,11 +37,9 @@ def check(ctx: Context) -> list[Finding]:
     if slow is None or slow.kind != "straggler" or ctx.diagnosis.verdict not in ("slow", "healthy"):
         return []
     views = [v for v in ctx.diagnosis.ranks if v.info.rank is not None]
-    digest = ctx.diagnosis.digest    # the shares the diagnosis counted already, by pid
-    counted = {r.pid: r.shares for r in digest.ranks} if digest is not None else {}
     evidence = []
     for view in views:
-        shares = time_shares(ctx.timelines.get(view.info.pid), counted.get(view.info.node_pid))
+        shares = ctx.shares(view)
         if shares is not None:
             evidence.append(share_line(view.info.rank, shares))
     late = [v for v in views if v.info.rank in slow.stragglers]
@@ -49,9 +47,10 @@ def check(ctx: Context) -> list[Finding]:
         at = where(ctx, view.info.pid)
         if at:
             evidence.append(f"rank {view.info.rank} is mostly at {at}")
-        if slow.doing == RankState.DATALOADER:
-            evidence.extend(worker_lines(view))
-    evidence.append(f"without the straggler each step would take at most {1 - (slow.others_wait - slow.straggler_wait):.0%} "
+        if slow.doing == RankState.DATALOADER:    # its workers over the window, not only at its end
+            habits = [worker_habit(ctx.bundle, w) for w in live_workers(ctx, view.info.pid)]
+            evidence.extend(f"  {habit[1]}" for habit in habits if habit is not None)
+    evidence.append(f"without the straggler each step would take at most {1 / slow.speedup:.0%} "
                     f"of its time: up to {slow.speedup:.1f}x faster (an upper bound from the wait shares)")
     who = ", ".join(map(str, slow.stragglers))
     noun = "Rank" if len(slow.stragglers) == 1 else "Ranks"

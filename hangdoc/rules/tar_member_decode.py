@@ -19,13 +19,15 @@ def check(ctx: Context) -> list[Finding]:
 
 def _from_stacks(ctx: Context) -> list[Finding]:
     d = ctx.diagnosis
-    if d.verdict != "hang":
-        return []
+    if d.verdict == "hang":
+        views, severity = ctx.culprit_views(), None
+    else:        # a straggler of a slow job: its workers of the window count, retired ones too
+        views, severity = ctx.data_stragglers(), Severity.WARNING
     findings = []
-    for view in ctx.culprit_views():
+    for view in views:
         evidence, decoders, shards = [], [], []
         for worker, _, alive in view.workers:
-            frames = member_decode_frames(ctx.bundle, worker.pid) if alive else None
+            frames = member_decode_frames(ctx.bundle, worker.pid) if alive or severity else None
             if frames is None:
                 continue
             hit = member_decode(frames)
@@ -53,7 +55,7 @@ def _from_stacks(ctx: Context) -> list[Finding]:
                 RULE, [view.info.rank],
                 f"Rank {view.info.rank}'s DataLoader workers decode audio ({by}) straight from tar members"
                 f"{where}; {seeks}",
-                evidence, RULE.fix,
+                evidence, RULE.fix, severity,
             ))
     return findings
 

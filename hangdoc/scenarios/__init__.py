@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from hangdoc.scenarios.data import make_shards, write_list
+from hangdoc.scenarios.data import make_clip_files, make_shards, write_list
 from hangdoc.scenarios.launch import torchrun_cmd
 
 TRAIN_SCRIPT = Path(__file__).with_name("train.py")
 RHYTHM_SCRIPT = Path(__file__).with_name("rhythm.py")
+FILES_SCRIPT = Path(__file__).with_name("files.py")
 VERDICTS = ("hang", "healthy", "crash", "slow")
 
 
@@ -49,6 +50,19 @@ def _mixed(slow: Callable[[Path], list[Path]], clips: int = 160) -> Callable[[Pa
 def _bz2_long_clips(data: Path) -> list[Path]:
     """A LibriSpeech-like corpus in .tar.bz2: 320 x 12 s clips, 123 MB decompressed per shard."""
     return make_shards(data, 2, 320, 12.0, "bz2", prefix="libri", distinct_clips=4)
+
+
+def _bz2_long_on_rank_1(data: Path) -> list[Path]:
+    """Short clips in plain tar for rank 0, 30 s clips in .tar.bz2 for rank 1 (shard i goes to rank
+    i % 2, worker (i // 2) % 2): AISHELL mixed with a LibriSpeech packed by another team."""
+    plain = make_shards(data, 2, 64, 1.0, prefix="aishell")
+    bz2 = make_shards(data, 2, 24, 30.0, "bz2", prefix="libri", distinct_clips=3)
+    return [plain[0], bz2[0], plain[1], bz2[1]]
+
+
+def _clip_files(data: Path) -> list[Path]:
+    """A raw corpus: 480 short clips (1-3 s), one WAV file each, listed one path a line."""
+    return make_clip_files(data, 480, (1.0, 3.0), prefix="utt")
 
 
 def _bz2_per_channel(data: Path) -> list[Path]:
@@ -114,6 +128,10 @@ _ALL = [
              "rank 1 draws .tar.bz2 shards read by random access; its workers decompress for minutes",
              "hang", (1,), "slow-decompression", batch_size=16,
              layout=_mixed(_bz2_long_clips)),
+    Scenario("bz2-straggler",
+             "rank 1 reads .tar.bz2 shards of 30 s clips in order: its workers deliver steadily but late, "
+             "rank 0 waits in the gradient all_reduce most of each step; slow, never a hang",
+             "slow", (1,), "slow-decompression", batch_size=16, max_steps=50, layout=_bz2_long_on_rank_1),
     Scenario("tar-stream-decode",
              "rank 1 decodes per-channel audio straight from bz2 tar member files; every read seeks",
              "hang", (1,), "tar-member-decode",
@@ -137,6 +155,10 @@ _ALL = [
     Scenario("slow-data",
              "one worker per rank and a CPU-heavy augmentation: starved, a step every ~0.6 s; slow, data-bound",
              "slow", (), "gpu-starved", num_workers=1, max_steps=60),
+    Scenario("tiny-files",
+             "a file per 1-3 s clip on a network file system (25 ms an open), DataLoader defaults: "
+             "both ranks wait on their workers most of each step; slow, data-bound",
+             "slow", (), "gpu-starved", batch_size=16, max_steps=80, layout=_clip_files, script=FILES_SCRIPT),
     Scenario("healthy", "fast steps, finishes", "healthy", (), None, max_steps=3000),
     Scenario("slow-steps", "every step computes for 2.5 s in the model's forward; never a hang",
              "healthy", (), None, max_steps=12),
@@ -162,4 +184,4 @@ _ALL = [
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in _ALL}
 
-__all__ = ["RHYTHM_SCRIPT", "SCENARIOS", "Scenario", "TRAIN_SCRIPT", "VERDICTS"]
+__all__ = ["FILES_SCRIPT", "RHYTHM_SCRIPT", "SCENARIOS", "Scenario", "TRAIN_SCRIPT", "VERDICTS"]

@@ -131,6 +131,26 @@ def make_shards(dir: str | Path, n_shards: int, clips_per_shard: int, clip_secon
     return paths
 
 
+def make_clip_files(dir: str | Path, n_files: int, seconds: tuple[float, float] = (1.0, 3.0), *,
+                    prefix: str = "clip", seed: int = 0, distinct_clips: int = 8) -> list[Path]:
+    """Write `n_files` WAV files of one utterance each, `seconds` long (min, max); return their paths.
+
+    The files cycle through `distinct_clips` waveforms of lengths spread over `seconds`, so a
+    corpus of thousands of files costs a few syntheses.
+    """
+    dir = Path(dir)
+    dir.mkdir(parents=True, exist_ok=True)
+    low, high = seconds
+    spread = [low + (high - low) * i / max(distinct_clips - 1, 1) for i in range(distinct_clips)]
+    clips = [synth_wav(length, seed=seed * 1_000_003 + i) for i, length in enumerate(spread)]
+    paths = []
+    for i in range(n_files):
+        path = dir / f"{prefix}{i:06d}.wav"
+        path.write_bytes(clips[i % len(clips)])
+        paths.append(path)
+    return paths
+
+
 def write_list(paths: Iterable[str | Path], file: str | Path) -> Path:
     """Write a WeNet-style shard list: one shard path per line."""
     file = Path(file)

@@ -176,11 +176,13 @@ class ShardDataset(IterableDataset):
         info = get_worker_info()
         wid, nworkers = (info.id, info.num_workers) if info else (0, 1)
         count = 0
-        for shard in self.shards[self.rank::self.world][wid::nworkers]:
-            for sample in self.behaviour.read_shard(shard):
-                count += 1
-                self.behaviour.on_sample(count)
-                yield features(self.behaviour.transform(sample["wav"])), label(sample["txt"])
+        mine = self.shards[self.rank::self.world][wid::nworkers]
+        for _ in itertools.count() if self.behaviour.resampled else range(1):
+            for shard in mine:
+                for sample in self.behaviour.read_shard(shard):
+                    count += 1
+                    self.behaviour.on_sample(count)
+                    yield features(self.behaviour.transform(sample["wav"])), label(sample["txt"])
 
 
 class Classifier(nn.Module):
@@ -199,6 +201,8 @@ class Healthy:
     """Fast steps; the baseline every other scenario changes in one place."""
 
     pace_s = 0.0     # model compute per step: data faults start after a visible healthy rhythm
+    resampled = False    # True: each worker loops over its shards (an endless stream, as
+                         # webdataset's `resampled=True`): no epoch end, --max-steps ends the job
 
     def __init__(self, args):
         self.args = args
@@ -238,6 +242,15 @@ class Bz2Shards(Healthy):
             mark_fault(f"worker {worker_id()} of rank {RANK} started {Path(path).name}: "
                        "shuffled random access into a bz2 tar")
         return read_shuffled(path, seed=zlib.crc32(path.encode()))
+
+
+class Bz2Straggler(Healthy):
+    """Rank 1 draws the .tar.bz2 shards and reads them in order, as they should be read: no seek,
+    no restart, only bz2's tens of MB/s on its workers. Each rank's stream is endless, so nothing
+    stalls: every step lasts as long as rank 1's workers take to decompress a batch."""
+
+    pace_s = 0.1
+    resampled = True
 
 
 class TarStreamDecode(Healthy):
@@ -415,6 +428,7 @@ class CheckpointPause(Healthy):
 BEHAVIOURS = {
     "healthy": Healthy,
     "bz2-shards": Bz2Shards,
+    "bz2-straggler": Bz2Straggler,
     "tar-stream-decode": TarStreamDecode,
     "uneven-shards": UnevenShards,
     "worker-segfault": WorkerSegfault,
@@ -484,10 +498,15 @@ def main(argv=None) -> int:
             dist.barrier()                       # end-of-epoch sync, as before validation
             continue
         break
+    finish(rank, step, started)
+    return 0
+
+
+def finish(rank: int, step: int, started: float) -> None:
+    """End the job together: a last barrier, the process group down, and the line the zoo reads."""
     dist.barrier()
     dist.destroy_process_group()
-    print(f"[rank {rank}] done after {step} steps", flush=True)
-    return 0
+    print(f"[rank {rank}] done after {step} steps ({time.monotonic() - started:.1f} s)", flush=True)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,12 @@ def test_scenario_is_diagnosed_as_its_ground_truth(name, tmp_path):
         assert scenario.expected_rule in result.rules, got
     if scenario.verdict == "healthy":
         assert not any(f.severity.value == "critical" for f in result.report.findings), got
+    if scenario.verdict in ("healthy", "slow"):
+        # AND a job that ends by itself trained on every rank, marked no fault and said it was done
+        assert all(p.exists() for p in scenario.ready_markers(tmp_path)), got
+        assert scenario.read_fault(tmp_path) is None, got
+        log = (tmp_path / "job.log").read_text(errors="replace")
+        assert log.count("done after") == scenario.nproc, log[-3000:]
 
 
 @pytest.mark.timeout(200)

@@ -137,6 +137,20 @@ def test_slow_decompression_names_the_shard_its_rate_and_the_frames():
     assert "uncompressed .tar" in finding.fix and "MB/s" in finding.fix
 
 
+def test_slow_decompression_says_why_a_straggler_that_still_moves_is_late():
+    # GIVEN rank 1 reading .tar.bz2 shards in order: the job steps, every step waits for rank 1 (a real job)
+    _, report, _ = golden("bz2-straggler")
+    finding = next(f for f in report.findings if f.rule == "slow-decompression")
+    # THEN a warning, not a hang's critical: the shard, its rate, the share of the wait, the job's read line
+    assert report.verdict == "slow" and finding.severity.value == "warning" and finding.ranks == (1,)
+    assert ".tar.bz2 at " in finding.title and "make this rank the straggler" in finding.title
+    assert "waits on its DataLoader in" in finding.evidence[0] and "of every step" in finding.evidence[0]
+    assert any("stack:" in e and "BZ2File.read" in e and "read_sequential (hangdoc/scenarios/train.py:" in e
+               for e in finding.evidence)
+    # AND slow-rank, which says what it costs, comes with it
+    assert "slow-rank" in [f.rule for f in report.findings]
+
+
 def test_worker_error_points_at_the_decode_branch():
     # GIVEN a worker that raised KeyError: 'sample_rate'
     _, report, _ = golden("worker-keyerror")

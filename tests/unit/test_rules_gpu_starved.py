@@ -64,3 +64,31 @@ def test_a_hang_is_not_gpu_starved():
     bundle = load_bundle(GOLDEN / "bz2-shards" / "bundle.json")
     # THEN the hang rules speak, not gpu-starved
     assert starved(bundle) == []
+
+
+def test_workers_that_wait_on_io_are_told_more_workers_help_past_the_cores():
+    # GIVEN the real tiny-files job: a file per clip, 25 ms an open, 2 workers per rank on 2 cores
+    bundle = load_bundle(GOLDEN / "tiny-files" / "bundle.json")
+    # WHEN the rules run
+    [finding] = starved(bundle)
+    # THEN each worker's line is the job's own open, and the fix says they wait, not compute
+    assert all("mostly at open_clip (hangdoc/scenarios/files.py:" in e
+               for e in finding.evidence if " worker " in e and "core busy" in e)
+    assert "they wait, most often at open_clip" in finding.fix and "past the core count" in finding.fix
+    assert "more workers will not help" not in finding.fix
+
+
+def test_workers_that_compute_on_every_core_are_told_to_make_samples_cheaper():
+    # GIVEN the real slow-data job: one worker per rank computing an augmentation, ~60 % of a core each
+    [finding] = starved(load_bundle(GOLDEN / "slow-data" / "bundle.json"))
+    # THEN the fix says more workers will not help, and names the line they compute at
+    assert "more workers will not help" in finding.fix and "they wait" not in finding.fix
+    assert any("mostly at busy_for (hangdoc/scenarios/train.py:" in e for e in finding.evidence)
+
+
+def test_a_straggler_waiting_on_its_data_is_not_the_job_starved():
+    # GIVEN the real bz2-straggler job: rank 1 waits on its bz2 workers, rank 0 waits for rank 1
+    report = build_report(load_bundle(GOLDEN / "bz2-straggler" / "bundle.json"))
+    # THEN slow-rank names the straggler and slow-decompression says why; gpu-starved stays quiet
+    rules = [f.rule for f in report.findings]
+    assert "gpu-starved" not in rules and {"slow-rank", "slow-decompression"} <= set(rules)

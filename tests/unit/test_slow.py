@@ -85,3 +85,17 @@ def test_the_interval_holds_the_share_and_stays_in_0_1(hits, n):
     low, high = interval(hits, n)
     assert 0.0 <= low <= hits / n <= high <= 1.0
     assert high - low <= 0.6
+
+
+def test_a_wait_found_in_every_sample_bounds_the_speed_up_by_the_samples_not_by_arithmetic():
+    # GIVEN rank 0 found waiting in the gradient all_reduce in all 26 of its samples, rank 1 never
+    # (the bz2-straggler golden: 13, at "up to 1000.0x faster")
+    ranks = [rank(0, half(n=13, step_wait=13), half(n=13, step_wait=13)), rank(1, half(n=13), half(n=13))]
+    # WHEN the job is judged
+    call = slow_call(ranks)
+    # THEN it is a straggler, and what is left of a step is taken as one sample's worth: up to 26x
+    assert (call.kind, call.stragglers, call.others_wait) == ("straggler", (1,), 1.0)
+    assert call.speedup == pytest.approx(26.0)
+    # AND a data-bound job whose every sample waited on data is bounded the same way
+    starved = [rank(0, half(n=12, data=12), half(n=12, data=12)), rank(1, half(n=12, data=12), half(n=12, data=12))]
+    assert slow_call(starved).speedup == pytest.approx(24.0)
