@@ -38,7 +38,7 @@ def plan(jobs: list[str], faults: list[str], modes: list[str], healthy_runs: int
             if quick and fault != "healthy" and (job != "plain_ddp" or fault not in QUICK_FAULTS):
                 continue
             for mode in modes:
-                if quick and fault != "healthy" and mode != "watch":
+                if (quick and fault != "healthy" and mode != "watch") or mode not in FAULTS[fault].modes:
                     continue
                 runs = (1 if quick else healthy_runs) if fault == "healthy" else 1
                 cells += [(job, fault, mode, rep) for rep in range(runs)]

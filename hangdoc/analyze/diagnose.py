@@ -21,7 +21,7 @@ from hangdoc.analyze.logs import failed_worker_rank, killed_workers, says_failur
 from hangdoc.analyze.past import Before, a_pause, before_attach, confirmed, gone_at
 from hangdoc.analyze.past import hang_after as past_hang_after
 from hangdoc.analyze.progress import PollLoop, Rhythm, blocked_since, poll_loop, progress_word, rank_progress, rhythm
-from hangdoc.analyze.shares import rank_shares
+from hangdoc.analyze.shares import STEP_COLLECTIVES, rank_shares
 from hangdoc.analyze.slow import SlowCall, slow_call
 from hangdoc.analyze.rendezvous import joining, joining_since, not_joined, setup_name
 from hangdoc.analyze.timeline import Timeline, raw_points, still, timelines
@@ -33,8 +33,6 @@ from hangdoc.model import (
 
 # Collectives on the common path of a training step: the rank elsewhere left that path.
 CRASH_GRACE_S = 5.0
-_STEP_COLLECTIVES = ("all_reduce", "DDP gradient all_reduce (backward)", "reduce_scatter",
-                     "reduce_scatter_tensor", "all_gather_into_tensor", "cuda synchronize")
 _SIGTERM = 15      # what torchrun sends the other ranks once one failed
 
 
@@ -411,7 +409,7 @@ def _culprits(ranks: Sequence[RankDigest]) -> tuple[tuple[int, ...], dict[str, t
 
     def common_path(item: tuple[str, list[int]]) -> tuple[int, int]:
         name, ranks = item
-        return len(ranks), int(name in _STEP_COLLECTIVES)
+        return len(ranks), int(name in STEP_COLLECTIVES)
 
     common = max(groups.items(), key=common_path)[0]
     culprits = sorted(r for name, ranks in groups.items() if name != common for r in ranks)

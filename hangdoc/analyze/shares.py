@@ -23,9 +23,11 @@ MIN_SAMPLES = 12         # a share from fewer is too uncertain (+-28 points at w
 WARMUP_STEPS = 3
 Z95 = 1.96
 # The collectives of a training step: waits there are what a straggler costs the others every step.
-# A barrier or a broadcast is a pause (a validation, a checkpoint), not the step's.
+# A barrier or a broadcast is a pause (a validation, a checkpoint), not the step's. all_gather is
+# the step's in HF Trainer (accelerate gathers each batch's token count before the forward).
+# Where ranks split between two collectives, the one here is the common path (diagnose.py).
 STEP_COLLECTIVES = frozenset({"all_reduce", "DDP gradient all_reduce (backward)", "DDP forward sync",
-                              "reduce_scatter", "reduce_scatter_tensor", "all_gather_into_tensor",
+                              "reduce_scatter", "reduce_scatter_tensor", "all_gather", "all_gather_into_tensor",
                               "_all_gather_base", "_reduce_scatter_base", "cuda synchronize"})
 
 

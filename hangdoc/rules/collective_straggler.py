@@ -30,6 +30,16 @@ def stand_back(ranks, causes: dict[int, str]) -> str:
             f"of the {' and '.join(slugs)} finding above; the ranks waiting for it need no change.")
 
 
+def _quiet(d, waiting) -> str:
+    """How long the waiting ranks have not stepped: since hangdoc saw them stop, or, when the wait
+    was under way before it attached, since the past says it began (a lower bound)."""
+    now = d.decided_at
+    seen = now - min(v.blocked_since or now for v in waiting)
+    if d.before is not None and now - d.before.since > seen:
+        return f"none of them stepped for at least {now - d.before.since:.0f} s, since before hangdoc attached"
+    return f"none of them stepped for {seen:.0f} s"
+
+
 def check(ctx: Context) -> list[Finding]:
     d = ctx.diagnosis
     if d.verdict != "hang" or d.mismatch or not d.culprits:
@@ -43,11 +53,8 @@ def check(ctx: Context) -> list[Finding]:
     causes = explained_by(ctx)
     for view in ctx.culprit_views():
         doing = view.reading.state + (f" ({view.reading.detail})" if view.reading.detail else "")
-        evidence = [
-            f"{d.count(waiting)} of {d.count(d.ranks)} ranks wait in {collective} "
-            f"(none of them stepped for {now - min(v.blocked_since or now for v in waiting):.0f} s)",
-            rank_line(view, now),
-        ]
+        evidence = [f"{d.count(waiting)} of {d.count(d.ranks)} ranks wait in {collective} ({_quiet(d, waiting)})",
+                    rank_line(view, now)]
         evidence += [line for w in waiting[:2] if (line := waiting_line(ctx.bundle, w, now))]
         stack = frames_line(ctx.bundle, view.info.pid)
         if stack:

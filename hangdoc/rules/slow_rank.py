@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import Counter
 
 from hangdoc.analyze.classify import own_frame
-from hangdoc.analyze.shares import window
+from hangdoc.analyze.shares import STEP_COLLECTIVES, window
 from hangdoc.model import Finding, RankState, Severity
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import live_workers, worker_habit
@@ -23,6 +23,14 @@ def where(ctx: Context, pid: int) -> str | None:
         return None
     label, hits = labels.most_common(1)[0]
     return f"{label} ({hits} of {len(points)} samples outside the collectives)"
+
+
+def waited_in(ctx: Context, views) -> str:
+    """The step collective the waiting ranks were found in most often over their windows."""
+    names = Counter(str(p.reading.detail) for v in views if (line := ctx.timelines.get(v.info.pid)) is not None
+                    for p in window(line)
+                    if p.reading.state == RankState.COLLECTIVE and str(p.reading.detail) in STEP_COLLECTIVES)
+    return names.most_common(1)[0][0] if names else "the step's collectives"
 
 
 def share_line(rank: int | None, shares) -> str:
@@ -61,7 +69,8 @@ def check(ctx: Context) -> list[Finding]:
                "tar-member-decode) or give it more workers and cheaper samples; " + RULE.fix)
     return [finding(RULE, list(slow.stragglers),
                     f"{noun} {who} {'makes' if len(slow.stragglers) == 1 else 'make'} the others wait "
-                    f"{slow.others_wait:.0%} of every step: it {doing} while they sit in the gradient all_reduce",
+                    f"{slow.others_wait:.0%} of every step: it {doing} while they sit in "
+                    f"{waited_in(ctx, [v for v in views if v not in late])}",
                     evidence, fix)]
 
 

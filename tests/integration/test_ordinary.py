@@ -51,6 +51,18 @@ def test_lightning_job_watched_mid_run_is_healthy_when_it_ends():
     assert result.critical == [], result.describe()
 
 
+@pytest.mark.timeout(240)
+def test_lightning_job_with_a_rank_computing_longer_every_step_is_slow_with_its_straggler():
+    # GIVEN a PyTorch Lightning ddp job whose rank 1 computes 0.3 s more before every optimizer
+    # step from step 20 on (the injector): the job crawls, never stops
+    # WHEN `hangdoc watch --timeout 40` attaches once it crawls
+    result = cell("lightning_ddp", FAULTS["rank_slow"], "watch")
+    # THEN slow (exit 8), rank 1 the straggler, slow-rank the finding, nothing critical
+    assert (result.exit_code, result.verdict) == (8, "slow"), result.describe()
+    assert result.culprits == [1] and "slow-rank" in result.rules, result.describe()
+    assert result.critical == [], result.describe()
+
+
 @pytest.mark.timeout(300)
 def test_deadlocked_worker_in_plain_ddp_is_a_hang_of_its_rank():
     # GIVEN a plain DDP job whose rank-1 DataLoader worker took a lock twice (the injector)

@@ -47,7 +47,7 @@ MODES = ("watch", "run")
 # `> /dev/null`): nothing readable says how it ended, only the processes do.
 ALL_MODES = MODES + ("watch-quiet",)
 FAULT_RANK = 1
-EXIT_FOR = {"healthy": 0, "hang": 3, "crash": 4}
+EXIT_FOR = {"healthy": 0, "hang": 3, "crash": 4, "slow": 8}
 RUN_GATE_S = 8.0
 
 
@@ -72,7 +72,7 @@ class Job:
 class Expect:
     """The ground truth a report must match."""
 
-    verdict: str                              # healthy | hang | crash
+    verdict: str                              # healthy | hang | crash | slow
     culprits: tuple[int, ...] = ()
     rules: frozenset[str] | None = None       # one of these must be among the findings; None: any
     cause: tuple[str, ...] = ()               # one of these must appear in the report's cause or findings
@@ -94,6 +94,8 @@ class Fault:
     expect_hung: Expect | None = None
     gate_samples: int = 1          # attach "before": the fault waits for the watch's sample N
     watch_s: float | None = None                   # --timeout for watch; None: from the job's length
+    modes: tuple[str, ...] = ALL_MODES             # where its truth holds (a job slowed to its end
+                                                   # outlasts run's time: watched only)
 
     @property
     def healthy(self) -> bool:
@@ -153,6 +155,10 @@ _ALL_FAULTS = [
     Fault("worker_segv", _crash("worker-died"), "worker_segv", attach="before"),
     # Watched from before: the watch learns the job's rhythm, then one batch takes 16 s, sample by sample.
     Fault("worker_slow", Expect("healthy"), "worker_slow", attach="before", gate_samples=3),
+    # Attached once the job crawls: rank 1 computes 0.3 s more every step from step 20 on, for good.
+    # The watch's --timeout ends it, slow (exit 8); under run the job would outlast the cell.
+    Fault("rank_slow", Expect("slow", (FAULT_RANK,), frozenset({"slow-rank"})), "rank_slow", watch_s=40,
+          modes=("watch", "watch-quiet")),
 ]
 # Critical findings that may accompany any fault's own: who the others wait for.
 COMPANIONS = frozenset({"collective-straggler", "collective-mismatch", "dataloader-stall"})

@@ -28,7 +28,8 @@ Configuration (environment only):
     HANGDOC_FAULT_DIR      where FIFOs and lock files go (default: the record's folder)
     HANGDOC_FAULT_COUNT    worker_slow: how many samples are slow (default 8), in the first worker
                            process to reach the sample only, so the job ends
-    HANGDOC_FAULT_DELAY    worker_slow: seconds per slow sample (default 2)
+    HANGDOC_FAULT_DELAY    worker_slow: seconds per slow sample (default 2); rank_slow: seconds of
+                           compute before each optimizer step (default 0.3)
 
 Faults in the rank's main process (at step k on rank r):
     stop, kill9, segv, abrt   SIGSTOP / SIGKILL / SIGSEGV / SIGABRT to itself (no core file)
@@ -43,6 +44,8 @@ Faults in the rank's main process (at step k on rank r):
                               and sleeping 0.2 s between them (a library's file lock)
     kill_helper_thread        wait on a queue.Queue that a helper thread of the rank's own (a
                               prefetcher) was to fill; the thread dies of an exception first
+    rank_slow                 from step k on, compute HANGDOC_FAULT_DELAY s (matmuls) before every
+                              optimizer step: a straggler by compute that never stops (slow, not a hang)
     hang_before_init          sleep forever when it calls init_process_group (no step needed)
 Faults in a DataLoader worker of rank r (at sample k):
     worker_futex              take a threading.Lock twice
@@ -59,7 +62,7 @@ import os
 import sys
 
 STEP_FAULTS = ("stop", "kill9", "segv", "abrt", "oom_kill", "breakpoint", "skip_collective",
-               "extra_collective", "subprocess_hang", "poll_lock", "kill_helper_thread")
+               "extra_collective", "subprocess_hang", "poll_lock", "kill_helper_thread", "rank_slow")
 INIT_FAULTS = ("hang_before_init",)
 WORKER_FAULTS = ("worker_futex", "worker_flock", "worker_socket", "worker_kill9", "worker_segv", "worker_slow")
 FAULTS = STEP_FAULTS + INIT_FAULTS + WORKER_FAULTS
@@ -86,7 +89,7 @@ class _Config:
         default_dir = os.path.dirname(os.path.abspath(self.record)) if self.record else None
         self.dir = env.get("HANGDOC_FAULT_DIR") or default_dir
         self.count = int(env.get("HANGDOC_FAULT_COUNT", "8"))
-        self.delay = float(env.get("HANGDOC_FAULT_DELAY", "2"))
+        self.delay = float(env.get("HANGDOC_FAULT_DELAY", "0.3" if self.kind == "rank_slow" else "2"))
 
 
 class _State:
@@ -183,7 +186,9 @@ def _rank_fault() -> None:
         ballast = b"\x01" * (400 << 20)      # resident: bytes are filled, not lazily mapped
         _State.keep.append(ballast)
     _write_record()
-    if kind == "stop":
+    if kind == "rank_slow":
+        _compute_for(CONFIG.delay)
+    elif kind == "stop":
         _signal_self(signal.SIGSTOP)
     elif kind in ("kill9", "oom_kill"):
         _signal_self(signal.SIGKILL)
@@ -241,6 +246,20 @@ def _before_step(optimizer, args, kwargs) -> None:
             and _targeted() and _gate_open()):
         _State.fired = True
         _rank_fault()
+    elif CONFIG.kind == "rank_slow" and _State.fired:
+        _compute_for(CONFIG.delay)
+
+
+def _compute_for(seconds: float) -> None:
+    """Real CPU work (matmuls) for a fixed wall time: the straggler's extra share of every step."""
+    import time
+
+    import torch
+
+    x = torch.randn(96, 96)
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        x = torch.tanh(x @ x / 96)
 
 
 def _after_step(optimizer, args, kwargs) -> None:
