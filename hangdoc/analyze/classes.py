@@ -27,7 +27,7 @@ class Node:
 
 def _key(frames: tuple[Frame, ...]) -> tuple:
     # Function and file, not line: a rank looping in one function stays in one class.
-    return tuple((f.name, f.short_filename) for f in frames)
+    return tuple((f.symbol, f.short_filename) for f in frames)
 
 
 def stack_classes(bundle: Bundle, members: Mapping[int, Sequence[int]] | None = None) -> list[StackClass]:
@@ -56,7 +56,7 @@ def prefix_tree(classes: list[StackClass]) -> Node:
         root.ranks.extend(cls.ranks)
         node = root
         for frame in reversed(cls.frames):   # outermost first
-            label = f"{frame.name} ({frame.short_filename})"
+            label = f"{frame.symbol} ({frame.short_filename})"
             node = node.children.setdefault(label, Node(label))
             node.ranks.extend(cls.ranks)
     return root

@@ -293,7 +293,7 @@ def _exit_fields(bundle: Bundle, pid: int) -> dict:
 
 def stack_key(frames: tuple[Frame, ...]) -> str:
     """The main thread's functions and files (not lines, as STAT's classes), as a stable short hash."""
-    text = "\n".join(f"{f.name}|{f.short_filename}" for f in frames)
+    text = "\n".join(f"{f.symbol}|{f.short_filename}" for f in frames)
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 

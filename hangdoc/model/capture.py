@@ -29,6 +29,9 @@ _LIBRARY_FILE = re.compile(
 )
 
 
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+
+
 def is_job_file(filename: str) -> bool:
     """True for Python code of the job or its training framework (not stdlib, not torch itself)."""
     return filename.endswith(".py") and not filename.startswith("<") and not _LIBRARY_FILE.search(filename)
@@ -45,6 +48,12 @@ class Frame:
     @property
     def label(self) -> str:
         return f"{self.name} ({self.short_filename}:{self.line})"
+
+    @property
+    def symbol(self) -> str:
+        """The name that is the same in every process: a native frame py-spy could not name is a
+        bare address ("0x7f856ca2a1ca"), which address-space randomisation makes differ per process."""
+        return "?" if self.native and _ADDRESS.fullmatch(self.name) else self.name
 
     @property
     def is_job_code(self) -> bool:
