@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from ordinary.matrix import (ALL_MODES, FAULT_RANK, FAULTS, JOBS, MODES, CellResult, as_dict,  # noqa: E402
                              run_cell, summarise)
 
-QUICK_FAULTS = ("kill9", "stop", "skip_collective", "poll_lock", "worker_futex", "worker_kill9", "worker_slow")
+QUICK_FAULTS = ("kill9", "stop", "skip_collective", "poll_lock", "worker_futex", "worker_kill9", "worker_slow",
+                "rank_slow")
 HEADER = ["job", "fault", "mode", "exit", "verdict", "culprit", "rules", "fault->exit s", "attach->exit s",
           "wall s", "result"]
 
