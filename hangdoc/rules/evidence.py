@@ -5,9 +5,8 @@ Everything here reads the bundle only (samples, job, logs), so rules stay pure.
 from __future__ import annotations
 
 import itertools
-from collections import Counter
-
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 from hangdoc.analyze.classify import own_frame
@@ -145,16 +144,24 @@ def usual_line(bundle: Bundle, pid: int) -> tuple[str, int, int] | None:
     return label, hits, len(stacks)
 
 
-def worker_habit(bundle: Bundle, worker) -> tuple[float, str] | None:
-    """How busy a worker was and where, over the samples that saw it: (the share of a core it used,
-    "worker 0 (pid N): 83% of a core busy, mostly at f (file.py:12) (9 of 12 stacks)"); None when
-    it was not seen twice."""
+@dataclass(frozen=True)
+class Habit:
+    """How busy a worker was and where, over the samples that saw it."""
+
+    busy: float                 # the share of a core it used
+    line: str | None            # the job's own line it was found at most often
+    text: str                   # "worker 0 (pid N): 83% of a core busy, mostly at f (file.py:12) (9 of 12 stacks)"
+
+
+def worker_habit(bundle: Bundle, worker) -> Habit | None:
+    """The worker's Habit; None when it was not seen twice."""
     used = cpu_use(bundle, worker.pid)
     if not used or used[1] <= 0:
         return None
     at = usual_line(bundle, worker.pid)
     where = f", mostly at {at[0]} ({at[1]} of {at[2]} stacks)" if at else ""
-    return used[0] / used[1], f"{worker_name(worker)}: {100 * used[0] / used[1]:.0f}% of a core busy{where}"
+    busy = used[0] / used[1]
+    return Habit(busy, at[0] if at else None, f"{worker_name(worker)}: {100 * busy:.0f}% of a core busy{where}")
 
 
 def member_decode_frames(bundle: Bundle, pid: int, recent: int = 8) -> tuple[Frame, ...] | None:

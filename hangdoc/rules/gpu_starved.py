@@ -5,7 +5,7 @@ from collections import Counter
 
 from hangdoc.model import Finding, Severity
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import live_workers, usual_line, worker_habit
+from hangdoc.rules.evidence import live_workers, worker_habit
 
 MIN_SAMPLES = 6          # fewer samples say too little about a share
 STARVED_SHARE = 0.5      # a rank waiting on data in at least half its samples
@@ -85,10 +85,9 @@ def check(ctx: Context) -> list[Finding]:
         for worker in current[rank.pid]:
             habit = worker_habit(ctx.bundle, worker)
             if habit is not None:
-                busy.append(habit[0])
-                evidence.append(f"rank {rank.rank} {habit[1]}")
-                at = usual_line(ctx.bundle, worker.pid)
-                lines.update([at[0]] if at else [])
+                busy.append(habit.busy)
+                evidence.append(f"rank {rank.rank} {habit.text}")
+                lines.update([habit.line] if habit.line else [])
     room = cores // max(nranks, 1)
     if busy and sum(busy) / len(busy) < WAITING_WORKER:
         at = f", most often at {lines.most_common(1)[0][0]}" if lines else ""
@@ -117,9 +116,10 @@ RULE = Rule(
     severity=Severity.WARNING,
     check=check,
     summary="Fires on a job that is not hung when ranks spend at least half their samples waiting "
-            "in DataLoader.__next__ (and the GPUs, when NVML was read, are not busy); gives the share per "
-            "rank, GPU utilisation, and the worker count against the cores.",
-    fix='Raise num_workers (past the cores per rank only when the workers wait rather than compute), use larger batches and prefetch_factor, pack small'
-        ' clips into tar shards, or cache features.',
+            "in DataLoader.__next__ (and the GPUs, when NVML was read, are not busy; not for a slow job's "
+            "straggler, which slow-rank names); gives the share per rank, GPU utilisation, the worker count "
+            "against the cores, how busy each worker is and at which line, and whether more workers help.",
+    fix='Raise num_workers (past the cores per rank only when the workers wait rather than compute), use '
+        'larger batches and prefetch_factor, pack small clips into tar shards, or cache features.',
     commands=("watch", "report", "run", "check"),
 )

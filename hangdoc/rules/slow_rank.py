@@ -57,7 +57,7 @@ def check(ctx: Context) -> list[Finding]:
             evidence.append(f"rank {view.info.rank} is mostly at {at}")
         if slow.doing == RankState.DATALOADER:    # its workers over the window, not only at its end
             habits = [worker_habit(ctx.bundle, w) for w in live_workers(ctx, view.info.pid)]
-            evidence.extend(f"  {habit[1]}" for habit in habits if habit is not None)
+            evidence.extend(f"  {habit.text}" for habit in habits if habit is not None)
     evidence.append(f"without the straggler each step would take at most {1 / slow.speedup:.0%} "
                     f"of its time: up to {slow.speedup:.1f}x faster (an upper bound from the wait shares)")
     who = ", ".join(map(str, slow.stragglers))
