@@ -198,7 +198,7 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
         return Decision(Verdict.CRASH, crash[0], crash[1], rhythm=beat)
     if ranks and all(gone_at(r) is not None for r in ranks):
         ended_well = (told is not None and told.ended_well) or ended_readably(facts)
-        slow = slow_call(ranks, include_gone=True)
+        slow = slow_call(ranks)
         if not ended_well:
             return Decision(Verdict.ENDED, rhythm=beat, slow=slow)
         # It ended well; if it was slow all along, that is the verdict (run fails on it only with --fail-on slow).

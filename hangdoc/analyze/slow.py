@@ -45,11 +45,15 @@ def _share(counts: ShareCounts, field: str) -> float:
     return getattr(counts, field) / counts.n if counts.n else 0.0
 
 
-def slow_call(ranks: Sequence[RankDigest], include_gone: bool = False) -> SlowCall | None:
-    """The slow call over the ranks' shares; None when the job is not slow (or too few samples)."""
-    counted = [r for r in ranks if len(r.shares) == 2 and r.rank is not None and (include_gone or not gone(r))]
-    if not counted or len(counted) < sum(1 for r in ranks if include_gone or not gone(r)):
-        return None        # a rank without shares: too early to compare
+def slow_call(ranks: Sequence[RankDigest]) -> SlowCall | None:
+    """The slow call over the ranks' shares; None when the job is not slow (or too few samples).
+
+    A rank that has exited counts with the shares its window had: a job ending raggedly (one rank
+    out, the next still finishing) keeps the pace it had, so the last rounds of a watch and the
+    report of the ended job say the same. One that left before it had shares holds nothing back."""
+    counted = [r for r in ranks if len(r.shares) == 2 and r.rank is not None]
+    if not counted or any(not gone(r) and (len(r.shares) != 2 or r.rank is None) for r in ranks):
+        return None        # a live rank without shares: too early to compare
     return _data_bound(counted) or _straggler(counted)
 
 

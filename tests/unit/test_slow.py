@@ -99,3 +99,15 @@ def test_a_wait_found_in_every_sample_bounds_the_speed_up_by_the_samples_not_by_
     # AND a data-bound job whose every sample waited on data is bounded the same way
     starved = [rank(0, half(n=12, data=12), half(n=12, data=12)), rank(1, half(n=12, data=12), half(n=12, data=12))]
     assert slow_call(starved).speedup == pytest.approx(24.0)
+
+
+def test_a_job_ending_raggedly_keeps_its_pace_while_its_last_rank_finishes():
+    # GIVEN the compute-2x shape, and rank 0 already exited (0) while rank 1 finishes its last step
+    ranks = [rank(0, half(step_wait=9), half(step_wait=10), gone=True), rank(1, half(), half(step_wait=1))]
+    # WHEN the job is judged in that last round
+    call = slow_call(ranks)
+    # THEN still slow, rank 1: the round before the end says what the ended job's report says
+    assert call is not None and call.stragglers == (1,)
+    # AND a live rank without shares yet still holds the call back; a gone one without shares does not
+    assert slow_call(ranks + [rank(2)]) is None
+    assert slow_call(ranks + [rank(2, gone=True)]).stragglers == (1,)
