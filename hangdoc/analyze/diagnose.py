@@ -31,7 +31,6 @@ from hangdoc.model import (
     ProcSample, Verdict, Word, WorkerState,
 )
 
-# Collectives on the common path of a training step: the rank elsewhere left that path.
 CRASH_GRACE_S = 5.0
 _SIGTERM = 15      # what torchrun sends the other ranks once one failed
 

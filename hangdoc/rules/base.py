@@ -48,11 +48,15 @@ class Context:
             return []
         return [v for v in self.diagnosis.ranks if set(slow.stragglers).intersection(v.ranks)]
 
+    @cached_property
+    def _counted(self) -> dict:
+        """The shares the diagnosis counted already, by the rank's node pid."""
+        digest = self.diagnosis.digest
+        return {r.pid: r.shares for r in digest.ranks} if digest is not None else {}
+
     def shares(self, view: RankView) -> TimeShares | None:
         """Where the rank's time went over its window (the counts the diagnosis made, when it made them)."""
-        digest = self.diagnosis.digest
-        counted = next((r.shares for r in digest.ranks if r.pid == view.info.node_pid), None) if digest else None
-        return time_shares(self.timelines.get(view.info.pid), counted)
+        return time_shares(self.timelines.get(view.info.pid), self._counted.get(view.info.node_pid))
 
     def workers_of(self, rank_pid: int) -> list[ProcessInfo]:
         return [p for p in self.bundle.job.children_of(rank_pid) if p.role is Role.WORKER]

@@ -133,15 +133,19 @@ def recent_worker_frames(bundle: Bundle, pid: int, shows, recent: int = 8) -> tu
     return None
 
 
-def usual_line(bundle: Bundle, pid: int) -> tuple[str, int, int] | None:
-    """The job's own line `pid`'s main thread was found at most often (innermost of the job's code
-    in each stack), with how many of its stacks: (label, hits, stacks); None with no such line."""
-    stacks = [s.stack.main.frames for _, s in samples_of(bundle, pid) if s.stack and s.stack.main]
+def most_common_line(stacks: list[tuple[Frame, ...]]) -> tuple[str, int] | None:
+    """The job's own line (innermost of the job's code in each stack) found most often among
+    `stacks`, with how often; None with no such line."""
     labels = Counter(frame.label for frames in stacks if (frame := own_frame(frames)) is not None)
-    if not labels:
-        return None
-    label, hits = labels.most_common(1)[0]
-    return label, hits, len(stacks)
+    return labels.most_common(1)[0] if labels else None
+
+
+def usual_line(bundle: Bundle, pid: int) -> tuple[str, int, int] | None:
+    """The job's own line `pid`'s main thread was found at most often over its samples, with how
+    many of its stacks: (label, hits, stacks); None with no such line."""
+    stacks = [s.stack.main.frames for _, s in samples_of(bundle, pid) if s.stack and s.stack.main]
+    found = most_common_line(stacks)
+    return (*found, len(stacks)) if found else None
 
 
 @dataclass(frozen=True)

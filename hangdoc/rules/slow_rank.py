@@ -3,11 +3,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hangdoc.analyze.classify import own_frame
 from hangdoc.analyze.shares import STEP_COLLECTIVES, window
 from hangdoc.model import Finding, RankState, Severity
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import live_workers, worker_habit
+from hangdoc.rules.evidence import live_workers, most_common_line, worker_habit
 
 _DOING = {"compute": "computes", RankState.DATALOADER.value: "waits on its DataLoader", "io": "reads or writes files"}
 
@@ -18,11 +17,8 @@ def where(ctx: Context, pid: int) -> str | None:
     if line is None:
         return None
     points = [p for p in window(line) if p.reading.state not in (RankState.COLLECTIVE, RankState.EXITED)]
-    labels = Counter(frame.label for p in points if (frame := own_frame(p.sig)) is not None)
-    if not labels:
-        return None
-    label, hits = labels.most_common(1)[0]
-    return f"{label} ({hits} of {len(points)} samples outside the collectives)"
+    found = most_common_line([p.sig for p in points])
+    return f"{found[0]} ({found[1]} of {len(points)} samples outside the collectives)" if found else None
 
 
 def waited_in(ctx: Context, views) -> str:

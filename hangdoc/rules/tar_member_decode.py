@@ -20,14 +20,14 @@ def check(ctx: Context) -> list[Finding]:
 def _from_stacks(ctx: Context) -> list[Finding]:
     d = ctx.diagnosis
     if d.verdict == "hang":
-        views, severity = ctx.culprit_views(), None
+        views, severity, retired_too = ctx.culprit_views(), None, False
     else:        # a straggler of a slow job: its workers of the window count, retired ones too
-        views, severity = ctx.data_stragglers(), Severity.WARNING
+        views, severity, retired_too = ctx.data_stragglers(), Severity.WARNING, True
     findings = []
     for view in views:
         evidence, decoders, shards = [], [], []
         for worker, _, alive in view.workers:
-            frames = member_decode_frames(ctx.bundle, worker.pid) if alive or severity else None
+            frames = member_decode_frames(ctx.bundle, worker.pid) if alive or retired_too else None
             if frames is None:
                 continue
             hit = member_decode(frames)

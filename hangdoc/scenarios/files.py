@@ -34,8 +34,6 @@ from torch.utils.data.distributed import DistributedSampler
 
 from train import CLASSES, Classifier, busy_for, features, finish, pcm_to_tensor   # the zoo's job, beside this file
 
-RANK = int(os.environ.get("RANK", "0"))
-
 
 def open_clip(path: str, latency: float):
     """Open a file on the network file system: a metadata round trip, then the file."""
