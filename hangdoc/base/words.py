@@ -53,6 +53,11 @@ def rank_label(rank: int | None) -> str:
     return "-" if rank is None else str(rank)
 
 
+def cut(text: str, room: int) -> str:
+    """`text` if it fits in `room` characters, else its start and "…" in that room."""
+    return text if len(text) <= room else text[:max(1, room - 1)] + "…"
+
+
 def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n:,} {word if n == 1 else (many or word + 's')}"
 

@@ -1,18 +1,19 @@
-"""The plain data at hangdoc's centre: what a capture holds (`capture`), a node's
-own reading of its ranks (`digest`), what a report says (`report`), and the record every slug is
-declared by (`rule`), over one vocabulary (`vocab`). Frozen dataclasses and enums only; each
-room's schema version lives beside it.
+"""The plain data at hangdoc's centre: what a capture holds (`capture`, its stacks in `stack`, the
+job's own collective record in `flight`), a node's own reading of its ranks (`digest`), what a
+report says (`report`), and the record every slug is declared by (`rule`), over one vocabulary
+(`vocab`). Frozen dataclasses and enums only; each room's schema version lives beside it.
 
 Every name is importable from `hangdoc.model` itself.
 """
 from hangdoc.model.vocab import (
     GpuActivity, Progress, RankState, Role, Severity, StopReason, Verdict, Wait, Word, WorkerState,
 )
+from hangdoc.model.stack import Frame, FrameMark, LoopMark, Stack, Thread, is_job_file
+from hangdoc.model.flight import FlightRecord, FrConfig, FrEntry, FrFrame, FrGroup, RasComm, RasStatus
 from hangdoc.model.capture import (
-    BUNDLE_SCHEMA, FILE_LOCK_WCHANS, PID_STRIDE, Bundle, DataListCopy, FdLink, FileLock, FlightRecord, FrConfig, FrEntry, FrFrame, FrGroup, Frame,
-    FrameMark, GpuDevice, GpuProcess, GpuState, Host, IoCounters, Job, LogTail, LoopMark, OomCount, OpenFile,
-    Options, ProcessExit, ProcessInfo, ProcSample, ProcStat, RasComm, RasStatus, Snapshot, Stack, Thread,
-    ThreadCounters, is_job_file,
+    BUNDLE_SCHEMA, FILE_LOCK_WCHANS, PID_STRIDE, Bundle, DataListCopy, FdLink, FileLock, GpuDevice, GpuProcess,
+    GpuState, Host, IoCounters, Job, LogTail, OomCount, OpenFile, Options, ProcessExit, ProcessInfo, ProcSample,
+    ProcStat, Snapshot, ThreadCounters,
 )
 from hangdoc.model.digest import DIGEST_VERSION, DigestWorker, NodeDigest, RankDigest, ShareCounts, StepSummary
 from hangdoc.model.report import (

@@ -1,112 +1,24 @@
-"""What a capture holds: stacks, /proc readings, GPUs, the job, its samples and its own records.
+"""What a capture holds: /proc readings, GPUs, the job, its samples, how its processes ended.
 
-Everything here is a frozen dataclass that round-trips through JSON with
-`hangdoc.base.serde` (`to_dict` / `from_dict`). Rules read these objects and nothing
-else, which is why `hangdoc report` on a saved bundle says what the live watch said.
+The stacks a sample holds are in `model/stack.py`, the job's own collective record (Flight
+Recorder, NCCL RAS) in `model/flight.py`; `Bundle` here gathers them all. Everything here is a
+frozen dataclass that round-trips through JSON with `hangdoc.base.serde` (`to_dict` /
+`from_dict`). Rules read these objects and nothing else, which is why `hangdoc report` on a
+saved bundle says what the live watch said.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from hangdoc.model.flight import FlightRecord, FrConfig, RasStatus
+from hangdoc.model.stack import Stack
 from hangdoc.model.vocab import Role
 
 BUNDLE_SCHEMA = "hangdoc/bundle-v1"
 # Linux pids stay below 2**22; a merge of several nodes' bundles renumbers colliding pids to
 # node_slot * PID_STRIDE + pid, so `pid % PID_STRIDE` is always the pid on the process's own node.
 PID_STRIDE = 10_000_000
-
-
-# --- stacks -----------------------------------------------------------------
-
-# Frames that are never the job's loop: the standard library and the libraries a step calls into.
-# Training frameworks (lightning, transformers, accelerate, deepspeed) count as the job's code:
-# their loops carry the counters.
-_LIBRARY_FILE = re.compile(
-    r"/lib/python\d+(?:\.\d+)?/(?!site-packages/|dist-packages/)"
-    r"|/(?:site|dist)-packages/(?:torch|torchaudio|torchvision|numpy|_pytest|pluggy)/"
-)
-
-
-_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
-
-
-def is_job_file(filename: str) -> bool:
-    """True for Python code of the job or its training framework (not stdlib, not torch itself)."""
-    return filename.endswith(".py") and not filename.startswith("<") and not _LIBRARY_FILE.search(filename)
-
-
-@dataclass(frozen=True)
-class Frame:
-    name: str                      # "all_reduce", "Queue.get"
-    filename: str                  # absolute path as the job sees it
-    short_filename: str            # "torch/distributed/distributed_c10d.py"
-    line: int
-    native: bool = False           # a C/C++ frame from `py-spy --native`
-
-    @property
-    def label(self) -> str:
-        return f"{self.name} ({self.short_filename}:{self.line})"
-
-    @property
-    def symbol(self) -> str:
-        """The name that is the same in every process: a native frame py-spy could not name is a
-        bare address ("0x7f856ca2a1ca"), which address-space randomisation makes differ per process."""
-        return "?" if self.native and _ADDRESS.fullmatch(self.name) else self.name
-
-    @property
-    def is_job_code(self) -> bool:
-        return not self.native and is_job_file(self.filename)
-
-
-@dataclass(frozen=True)
-class FrameMark:
-    """One frame of the job's own code, as its locals stood: a digest and the integers."""
-
-    function: str                  # "main", "Trainer.fit_loop"
-    line: int
-    digest: str                    # digest of the identities (addresses) of its non-integer locals
-    counters: tuple[tuple[str, int], ...] = ()   # its integer locals by name: ("step", 4812)
-
-
-@dataclass(frozen=True)
-class LoopMark:
-    """Where the job's own code stands, read from the locals `py-spy dump --locals` prints.
-
-    Only digests and integers are kept: the reprs of strings and containers (where secrets
-    live) never leave the parser. See hangdoc/analyze/progress.py for how two are compared.
-    """
-
-    frames: tuple[FrameMark, ...]  # the job's frames (not stdlib, not torch), OUTERMOST first
-
-
-@dataclass(frozen=True)
-class Thread:
-    tid: int                       # the kernel's thread id
-    name: str
-    active: bool                   # py-spy: running (not idle) at the instant of the dump
-    owns_gil: bool
-    frames: tuple[Frame, ...]      # innermost first, as py-spy prints them
-    loop: LoopMark | None = None   # from --locals: the job's loop position (None: no locals read)
-
-    @property
-    def is_main(self) -> bool:
-        return self.name == "MainThread"
-
-
-@dataclass(frozen=True)
-class Stack:
-    threads: tuple[Thread, ...]
-    native: bool = False
-    took_s: float = 0.0
-
-    @property
-    def main(self) -> Thread | None:
-        for thread in self.threads:
-            if thread.is_main:
-                return thread
-        return self.threads[0] if self.threads else None
 
 
 # --- /proc -------------------------------------------------------------------
@@ -389,111 +301,6 @@ class DataListCopy:
     entries: tuple[str, ...]       # shard paths, or the raw lines' wav paths
     sizes: tuple[int | None, ...]  # bytes of each shard (None: missing or not a file)
     truncated: bool = False        # only the first MAX entries were kept
-
-
-# --- the job's own collective record: Flight Recorder dumps and NCCL RAS -------------------
-
-
-@dataclass(frozen=True)
-class FrFrame:
-    name: str
-    filename: str
-    line: int
-
-
-@dataclass(frozen=True)
-class FrEntry:
-    """One collective a rank's Flight Recorder kept (the fields hangdoc reads of a dump entry)."""
-
-    pg_name: str                   # process_group[0]: "0" is the default group
-    pg_desc: str                   # process_group[1]: "default_pg", "undefined", a user's desc
-    seq: int                       # collective_seq_id (p2p_seq_id for point-to-point ops)
-    op: str                        # profiling_name: "nccl:all_reduce", "gloo:broadcast"
-    state: str                     # "scheduled", "started" or "completed" (gloo: always "scheduled")
-    retired: bool                  # the work finished and left the recorder's active set
-    input_sizes: tuple[tuple[int, ...], ...] = ()
-    input_dtypes: tuple[str, ...] = ()
-    output_sizes: tuple[tuple[int, ...], ...] = ()
-    output_dtypes: tuple[str, ...] = ()
-    is_p2p: bool = False
-    time_created_ns: int | None = None
-    duration_ms: float | None = None
-    frames: tuple[FrFrame, ...] = ()   # innermost first; only the pickle form carries them
-
-
-@dataclass(frozen=True)
-class FrGroup:
-    """A process group as one rank's dump describes it (pg_config and pg_status)."""
-
-    name: str
-    desc: str = ""
-    ranks: tuple[int, ...] = ()    # global ranks, when the dump records them
-    last_enqueued: int | None = None
-    last_started: int | None = None
-    last_completed: int | None = None
-
-
-@dataclass(frozen=True)
-class FlightRecord:
-    """One rank's Flight Recorder dump, read without executing anything."""
-
-    rank: int
-    source: str                    # the file it was read from
-    form: str                      # "pickle" or "json"
-    version: str
-    trigger: str                   # "pipe" (hangdoc asked), "found" (timeout dump, an earlier crash), "given"
-    groups: tuple[FrGroup, ...] = ()
-    entries: tuple[FrEntry, ...] = ()
-    mtime: float | None = None
-    host: str | None = None
-
-
-@dataclass(frozen=True)
-class FrConfig:
-    """What a rank's environment says about its Flight Recorder, and whether its dump pipe exists."""
-
-    pid: int
-    rank: int | None
-    buffer_size: int | None        # TORCH_FR_BUFFER_SIZE (or its alias); None: unset, the torch default
-    dump_prefix: str               # TORCH_FR_DUMP_TEMP_FILE, or torch 2.13's default (~/.cache/torch/comm_lib_trace_rank_)
-    pipe: str | None = None        # <TORCH_NCCL_DEBUG_INFO_PIPE_FILE><rank>.pipe, when that is set
-    pipe_exists: bool = False
-    dump_on_timeout: bool | None = None   # TORCH_NCCL_DUMP_ON_TIMEOUT; None: unset
-    prefix_set: bool = False       # dump_prefix came from the environment (else the defaults are searched)
-
-    @property
-    def state(self) -> str:
-        """"on", "off" or "default" (unset: torch 2.13 records 2000 entries, older releases none)."""
-        if self.buffer_size is None:
-            return "default"
-        return "on" if self.buffer_size > 0 else "off"
-
-
-@dataclass(frozen=True)
-class RasComm:
-    """One NCCL communicator as the RAS service reported it."""
-
-    hash: str
-    size: int
-    ranks_reporting: int
-    missing_ranks: tuple[int, ...] = ()
-    dead_ranks: tuple[int, ...] = ()
-    unresponsive_ranks: tuple[int, ...] = ()
-    collective_counts: dict[str, int] = field(default_factory=dict)   # comm rank -> collectives launched
-
-
-@dataclass(frozen=True)
-class RasStatus:
-    """The answer of NCCL's RAS service (ncclras, or its port on localhost), or why there is none."""
-
-    source: str                    # "ncclras" or "localhost:28028"
-    status: str                    # "ok" or "unavailable"
-    reason: str | None = None
-    form: str = "text"             # "json" (NCCL >= 2.28) or "text"
-    nccl_version: str | None = None
-    communicators: tuple[RasComm, ...] = ()
-    dead_processes: int = 0
-    lines: tuple[str, ...] = ()    # the text answer, first lines
 
 
 # --- how a process ended ------------------------------------------------------------------

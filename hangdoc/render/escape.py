@@ -6,6 +6,7 @@ Every renderer passes them through one of these functions, never raw.
 """
 from __future__ import annotations
 
+import html
 import re
 from typing import Any
 
@@ -62,6 +63,11 @@ def md_code(text: str | None) -> str:
 def md_fence(text: str | None) -> str:
     """A line inside a ``` fence: it must not close the fence."""
     return plain(text).replace("```", "`\u200b``")
+
+
+def html_text(text: object) -> str:
+    """Job-controlled text for HTML: redacted, control characters shown, then escaped (quotes too)."""
+    return html.escape(plain(str(text) if text is not None else ""), quote=True)
 
 
 def xml(text: str | None) -> str:

@@ -32,7 +32,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
-from train import CLASSES, Classifier, busy_for, features, finish, pcm_to_tensor   # the zoo's job, beside this file
+from audio import features, pcm_to_tensor   # the zoo's shard reading, beside this file
+from train import CLASSES, Classifier, busy_for, finish   # the zoo's job, beside this file
 
 
 def open_clip(path: str, latency: float):

@@ -23,7 +23,8 @@ from hangdoc.base.serde import to_dict
 from hangdoc.bundle.files import load_bundle
 from hangdoc.live.inputs import report_from_files
 from hangdoc.model import Finding, Lane, Severity, Span
-from hangdoc.render.html import CSP, PLOT_W, report_html
+from hangdoc.render.html import CSP, report_html
+from hangdoc.render.html_timeline import PLOT_W
 from hangdoc.render.words import headline
 from hangdoc.report import build_report
 from hangdoc.report.lanes import MAX_POINTS, MAX_SPANS, spans

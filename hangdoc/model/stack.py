@@ -1,0 +1,97 @@
+"""The stacks a capture reads: each thread's frames, and where the job's own loop stands.
+
+py-spy (or pystack) prints them; `collect/` parses them into these frozen dataclasses, which a
+`ProcSample` of the capture (`model/capture.py`) carries.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Frames that are never the job's loop: the standard library and the libraries a step calls into.
+# Training frameworks (lightning, transformers, accelerate, deepspeed) count as the job's code:
+# their loops carry the counters.
+_LIBRARY_FILE = re.compile(
+    r"/lib/python\d+(?:\.\d+)?/(?!site-packages/|dist-packages/)"
+    r"|/(?:site|dist)-packages/(?:torch|torchaudio|torchvision|numpy|_pytest|pluggy)/"
+)
+
+
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+
+
+def is_job_file(filename: str) -> bool:
+    """True for Python code of the job or its training framework (not stdlib, not torch itself)."""
+    return filename.endswith(".py") and not filename.startswith("<") and not _LIBRARY_FILE.search(filename)
+
+
+@dataclass(frozen=True)
+class Frame:
+    name: str                      # "all_reduce", "Queue.get"
+    filename: str                  # absolute path as the job sees it
+    short_filename: str            # "torch/distributed/distributed_c10d.py"
+    line: int
+    native: bool = False           # a C/C++ frame from `py-spy --native`
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.short_filename}:{self.line})"
+
+    @property
+    def symbol(self) -> str:
+        """The name that is the same in every process: a native frame py-spy could not name is a
+        bare address ("0x7f856ca2a1ca"), which address-space randomisation makes differ per process."""
+        return "?" if self.native and _ADDRESS.fullmatch(self.name) else self.name
+
+    @property
+    def is_job_code(self) -> bool:
+        return not self.native and is_job_file(self.filename)
+
+
+@dataclass(frozen=True)
+class FrameMark:
+    """One frame of the job's own code, as its locals stood: a digest and the integers."""
+
+    function: str                  # "main", "Trainer.fit_loop"
+    line: int
+    digest: str                    # digest of the identities (addresses) of its non-integer locals
+    counters: tuple[tuple[str, int], ...] = ()   # its integer locals by name: ("step", 4812)
+
+
+@dataclass(frozen=True)
+class LoopMark:
+    """Where the job's own code stands, read from the locals `py-spy dump --locals` prints.
+
+    Only digests and integers are kept: the reprs of strings and containers (where secrets
+    live) never leave the parser. See hangdoc/analyze/progress.py for how two are compared.
+    """
+
+    frames: tuple[FrameMark, ...]  # the job's frames (not stdlib, not torch), OUTERMOST first
+
+
+@dataclass(frozen=True)
+class Thread:
+    tid: int                       # the kernel's thread id
+    name: str
+    active: bool                   # py-spy: running (not idle) at the instant of the dump
+    owns_gil: bool
+    frames: tuple[Frame, ...]      # innermost first, as py-spy prints them
+    loop: LoopMark | None = None   # from --locals: the job's loop position (None: no locals read)
+
+    @property
+    def is_main(self) -> bool:
+        return self.name == "MainThread"
+
+
+@dataclass(frozen=True)
+class Stack:
+    threads: tuple[Thread, ...]
+    native: bool = False
+    took_s: float = 0.0
+
+    @property
+    def main(self) -> Thread | None:
+        for thread in self.threads:
+            if thread.is_main:
+                return thread
+        return self.threads[0] if self.threads else None
