@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import gc
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +10,8 @@ import zstandard
 
 from hangdoc.bundle import codec as bundle_v2
 from hangdoc.bundle.checks import check_bundle, check_head, check_values, hostile_input
-from hangdoc.base.errors import BadBundle, BadOutput
+from hangdoc.base.errors import BadBundle
+from hangdoc.base.outputs import check_output, write_output
 from hangdoc.base.limits import MAX_BUNDLE_FILE_BYTES, MAX_BUNDLE_JSON_BYTES, TooLarge, read_regular
 from hangdoc.model import BUNDLE_SCHEMA, Bundle, NodeDigest
 from hangdoc.base.serde import from_json
@@ -23,23 +22,10 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 ZSTD_LEVEL = 3
 
 
-def check_writable(path: str | Path) -> Path:
-    """Fail before the capture, not after it, when the output cannot be written."""
-    path = Path(path)
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise BadOutput(f"--out {path} is a directory; give a file name such as {path}/bundle.json")
-    if not parent.is_dir():
-        raise BadOutput(f"cannot write {path}: the directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise BadOutput(f"cannot write {path}: no write permission on {parent}")
-    try:     # what access() cannot tell: /proc, a read-only mount, root on a root-squashed share
-        fd, probe = tempfile.mkstemp(prefix=".hangdoc-", suffix=".probe", dir=parent)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise BadOutput(f"cannot write {path}: {exc.strerror or exc} in {parent}") from None
-    return path
+def check_writable(path: str | Path, option: str = "--out") -> Path:
+    """Fail before the capture, not after it, when the output must not or cannot be written
+    (hangdoc/base/outputs.py: a device, FIFO, socket, directory or link is refused by its type)."""
+    return check_output(path, option)
 
 
 def save_bundle(bundle: Bundle, path: str | Path, digest: NodeDigest | None = None) -> Path:
@@ -55,18 +41,7 @@ def save_bundle(bundle: Bundle, path: str | Path, digest: NodeDigest | None = No
         data += b"\n"
     else:
         data = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(data)
-    fd, tmp = tempfile.mkstemp(prefix=".hangdoc-", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.chmod(tmp, 0o600)    # the job's command lines, logs and paths: its owner's to share, not the node's
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_output(path, data)    # 0600: the job's command lines, logs and paths are its owner's to share
     return path
 
 

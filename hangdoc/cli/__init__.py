@@ -100,7 +100,11 @@ def with_placeholders() -> list:
     return saved
 
 
+_TERMINATED: list[int] = []     # SIGTERM came: typer answers an uncaught one with a bare 130
+
+
 def _on_sigterm(signum, frame) -> None:
+    _TERMINATED.append(EXIT_SIGTERM)
     raise Interrupted(EXIT_SIGTERM)
 
 
@@ -113,6 +117,7 @@ def usage_line(exc) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _TERMINATED.clear()
     try:
         signal.signal(signal.SIGTERM, _on_sigterm)
     except ValueError:   # not the main thread (tests calling main() from a worker thread)
@@ -123,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         load_commands(args)
         saved = with_placeholders()
         rc = app(args=args, prog_name="hangdoc", standalone_mode=False)
+        if rc == EXIT_SIGINT and _TERMINATED:     # a command that did not catch it (report): 143, said
+            print("hangdoc: interrupted", file=sys.stderr)
+            return _TERMINATED[-1]
         return rc if isinstance(rc, int) else 0
     except HangdocError as exc:
         from hangdoc.render.escape import terminal

@@ -124,11 +124,20 @@ def quiet_broken_pipe() -> None:
         pass
 
 
-def emit_report(report: Report, fmt: Format | ReportFormat, out: TextIO | None = None) -> None:
+def emit_report(report: Report, fmt: Format | ReportFormat, out: TextIO | None = None) -> bool:
+    """The report on `out` (stdout when None); False, said in one line, when stdout cannot take it."""
+    from hangdoc.base.outputs import stdout_lost, stdout_stream
+
     try:
-        _emit(report, ReportFormat(fmt.value), out or sys.stdout)
+        _emit(report, ReportFormat(fmt.value), out or stdout_stream())
     except BrokenPipeError:
         quiet_broken_pipe()
+    except OSError as exc:       # a full device, stdout closed: one line; watch and run still save
+        if out is not None:
+            raise
+        print(f"hangdoc: error: {stdout_lost(exc)}", file=sys.stderr)
+        return False
+    return True
 
 
 def _emit(report: Report, fmt: ReportFormat, out: TextIO) -> None:
@@ -159,20 +168,23 @@ def html_target(path: Path | None) -> Path | None:
     """--html checked before the watch starts, not after it."""
     if path is None:
         return None
-    if path.is_dir():
-        raise BadOutput(f"--html {path} is a directory; give a file name such as {path}/hang.html")
     from hangdoc.bundle.files import check_writable
 
-    return check_writable(path)
+    return check_writable(path, "--html")
 
 
 def write_html(report: Report, path: Path | None) -> None:
     """--html: the page beside the usual output; a failure to write it is one line, not the verdict's exit code."""
     if path is None:
         return
+    from hangdoc.base.outputs import output_file
+
     try:
-        with open(path, "w", encoding="utf-8") as out:
+        with output_file(path, "--html") as out:
             _emit(report, ReportFormat.html, out)
+    except BadOutput as exc:
+        print(f"hangdoc: error: the HTML report was not written: {exc}", file=sys.stderr)
+        return
     except OSError as exc:
         print(f"hangdoc: error: the HTML report was not written to {path}: {exc.strerror or exc}", file=sys.stderr)
         return

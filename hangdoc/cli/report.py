@@ -11,7 +11,7 @@ from hangdoc.cli import app
 from hangdoc.cli.common import (
     ReportFormat, emit_report, hang_after_option, quiet_broken_pipe, report_format_option,
 )
-from hangdoc.base.errors import EXIT_OK, BadOutput, HangdocError
+from hangdoc.base.errors import EXIT_OK, EXIT_USAGE, BadOutput, HangdocError
 
 
 
@@ -31,7 +31,11 @@ def report(
     Exits like watch: 3 when the bundle shows a hang, 4 a crash, 0 otherwise; 2 for a
     missing, corrupt, truncated or newer-schema bundle, or dumps none of which can be read.
     """
+    from hangdoc.base.outputs import check_output, output_file
     from hangdoc.live.inputs import report_inputs
+
+    if output is not None:
+        check_output(output, "-o")      # a device, FIFO or link is refused before the diagnosis
     from hangdoc.report.verdict import exit_code
 
     bundle, rep = report_inputs(bundles, hang_after)
@@ -39,12 +43,12 @@ def report(
         print(f"hangdoc: {line}", file=sys.stderr)
     if output is not None:
         try:
-            with open(output, "w") as out:
+            with output_file(output, "-o") as out:
                 emit_report(rep, fmt, out)
         except OSError as exc:
             raise BadOutput(f"cannot write {output}: {exc.strerror}") from None
-    else:
-        emit_report(rep, fmt)
+    elif not emit_report(rep, fmt):
+        raise typer.Exit(EXIT_USAGE)
     raise typer.Exit(exit_code(rep.verdict))
 
 

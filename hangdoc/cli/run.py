@@ -60,7 +60,7 @@ def run(
         raise HangdocError("nothing to run: give the command after --, e.g. hangdoc run -- torchrun ... train.py")
     out = check_writable(out or default_out())
     if junit is not None:
-        check_writable(junit)
+        check_writable(junit, "--junit")
     html = html_target(html)
     options = WatchOptions(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout, engine=engine.value,
                            py_spy=py_spy, gpu=not no_gpu)
@@ -90,16 +90,21 @@ def run(
         if junit is not None:
             from hangdoc.render.junit import write_junit
 
-            write_junit(junit, outcome.report, cmd, fail_on_slow=fail_on is FailOn.slow)
+            try:
+                write_junit(junit, outcome.report, cmd, fail_on_slow=fail_on is FailOn.slow)
+            except (OSError, HangdocError) as exc:     # a full disk, the name swapped for a device
+                print(f"hangdoc: error: the JUnit result was not written to {junit}: "
+                      f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary:
+            from hangdoc.base.outputs import append_output
             from hangdoc.render.markdown import report_markdown
 
-            try:
-                with open(summary, "a") as f:
-                    f.write(report_markdown(outcome.report) + "\n")
-            except OSError as exc:
-                print(f"hangdoc: cannot append to GITHUB_STEP_SUMMARY ({exc.strerror})", file=sys.stderr)
+            try:     # only a regular file, never waiting on a FIFO nobody reads
+                append_output(summary, report_markdown(outcome.report) + "\n", "GITHUB_STEP_SUMMARY")
+            except (OSError, HangdocError) as exc:
+                print(f"hangdoc: cannot append to GITHUB_STEP_SUMMARY ({getattr(exc, 'strerror', None) or exc})",
+                      file=sys.stderr)
     code = result.interrupted if stopped else run_exit_code(outcome.report.verdict, result.job_exit_code,
                                                             slow=slow and fail_on is FailOn.slow)
     if came and saved:

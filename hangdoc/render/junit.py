@@ -6,6 +6,7 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from hangdoc.model import Report
+from hangdoc.base.outputs import write_output
 from hangdoc.base.redact import redact_cmdline
 from hangdoc.render.escape import xml
 from hangdoc.render.layout import layout
@@ -32,4 +33,5 @@ def junit_xml(report: Report, cmd: list[str], fail_on_slow: bool = False) -> str
 
 
 def write_junit(path: Path, report: Report, cmd: list[str], fail_on_slow: bool = False) -> None:
-    Path(path).write_text(junit_xml(report, cmd, fail_on_slow) + "\n")
+    """The result as a named output (hangdoc/base/outputs.py): a regular file, 0600, written whole."""
+    write_output(path, junit_xml(report, cmd, fail_on_slow) + "\n", "--junit")
