@@ -17,6 +17,7 @@ from hangdoc.render.escape import html_text as h
 from hangdoc.render.finding import REPORT, shown_evidence, shown_ranks
 from hangdoc.render.html_timeline import patterns_html, timeline_html, watch_end
 from hangdoc.render.layout import ReportLayout, Row, layout
+from hangdoc.render.template import template_text
 
 MAX_TREE_CHAIN = 6      # frames of a single-branch chain shown before its middle folds
 # The browser itself holds the page to "no script, nothing fetched": only the inline style may apply.
@@ -42,7 +43,8 @@ def _head(headline: str) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\n"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-            f"<title>hangdoc: {h(headline)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n{patterns_html()}")
+            f"<title>hangdoc: {h(headline)}</title>\n"
+            f"<style>\n{template_text('report.css')}\n</style>\n</head>\n<body>\n{patterns_html()}")
 
 
 def _header(report: Report, doc: ReportLayout) -> str:
@@ -177,53 +179,3 @@ def _frame(label: str) -> str:
 _FOOT = ("<footer>Written by hangdoc (" + REPORT_SCHEMA + "). This page is one file: no script, nothing "
          "fetched. The same timeline as a trace for Perfetto: <code>hangdoc report BUNDLE --format trace</code>."
          "</footer>\n")
-
-_CSS = """
-:root{--ink:#1a1a1a;--muted:#555;--line:#ccc;--culprit:#D55E00;--bg-culprit:#fdeee4}
-*{box-sizing:border-box}
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:var(--ink);
-margin:0 auto;max-width:1280px;padding:1rem 1.5rem 2rem;background:#fff}
-code,pre,.loc{font-family:ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;font-size:.92em}
-h1{font-size:1.35rem;margin:0}h2{font-size:1.1rem;margin:1.6rem 0 .5rem;border-bottom:1px solid var(--line)}
-h3{font-size:1rem;margin:0 0 .3rem}
-.verdict{padding:.7rem 1rem;border-left:8px solid;border-radius:3px}
-.verdict.alarm{border-color:var(--culprit);background:var(--bg-culprit)}
-.verdict.calm{border-color:#009E73;background:#e6f5ef}
-.meta,.caption,.more,.explain,footer{color:var(--muted);font-size:.9em}.meta{margin:.2rem 0 0}
-.note{margin:.4rem 0}.cause{background:#f6f6f6;padding:.5rem;white-space:pre-wrap}
-.legend{list-style:none;padding:0;margin:.3rem 0 .6rem;display:flex;flex-wrap:wrap;gap:.3rem 1rem;font-size:.9em}
-.legend li{display:flex;align-items:center;gap:.3rem}.swatch{width:24px;height:14px}
-.lanes{border-top:1px solid var(--line)}
-.lane{display:grid;grid-template-columns:12rem minmax(0,1fr);gap:.6rem;align-items:center;padding:.15rem .3rem}
-.lane svg{width:100%;height:auto;display:block;overflow:visible}
-.lane .label{overflow-wrap:anywhere;line-height:1.2}.lane .label small{display:block;color:var(--muted)}
-.rank-block{border-bottom:1px solid var(--line);border-left:6px solid transparent}
-.rank-block.culprit{border-left-color:var(--culprit);background:var(--bg-culprit)}
-.tag{margin-left:.4rem;padding:0 .3rem;font-size:.75em;font-weight:700;color:#fff;background:var(--culprit);border-radius:2px}
-details.workers{margin:0 0 .2rem}details.workers summary{cursor:pointer;color:var(--muted);font-size:.9em;padding-left:1rem}
-.lane.worker .label{padding-left:1.6rem}
-.axis text,.lane text{font-size:11px;font-family:system-ui,"DejaVu Sans",sans-serif}
-.axis path{stroke:#777}.axis{font-size:.9em;color:var(--muted)}
-.span{stroke:#fff;stroke-width:.5}.state-label{pointer-events:none}
-.span.at-verdict{stroke:#333}.at-verdict-label{font-weight:700}
-.step{stroke:#000;stroke-width:1.2}
-.onset{stroke:var(--culprit);stroke-width:2;stroke-dasharray:4 3}
-.verdict-mark{stroke:#000;stroke-width:2}.verdict-word{font-weight:700}
-.series-bg{fill:#f4f4f4}.series polyline{fill:none;stroke:#0072B2;stroke-width:1.5}.series text{fill:var(--muted)}
-.finding{border-left:6px solid #999;padding:.4rem .8rem;margin:.8rem 0;background:#fafafa}
-.finding.sev-critical{border-color:var(--culprit)}.finding.sev-warning{border-color:#E69F00}
-.finding.sev-info{border-color:#56B4E9}.sev{font-weight:800;letter-spacing:.03em}
-.evidence{margin:.2rem 0;padding-left:1.2rem}.evidence li{overflow-wrap:anywhere}.fix{margin:.3rem 0}
-table{border-collapse:collapse;width:100%;font-size:.92em}th,td{text-align:left;padding:.2rem .5rem;
-border-bottom:1px solid #eee;vertical-align:top}td code{overflow-wrap:anywhere}
-tr.culprit{background:var(--bg-culprit);font-weight:700}tr.worker td{color:var(--muted)}
-.tree,.tree ul{list-style:none;padding-left:1.1rem;margin:.2rem 0}.tree{padding-left:0}
-.tree li{margin:.15rem 0}.who{font-weight:700;font-size:.9em}
-.frames{margin:.1rem 0 .1rem .2rem;padding-left:1rem;border-left:2px solid var(--line);list-style:none}
-.loc{color:var(--muted)}
-footer{margin-top:2rem;border-top:1px solid var(--line);padding-top:.5rem}
-.defs{position:absolute;width:0;height:0;overflow:hidden}
-@media print{body{max-width:none;padding:0;font-size:10pt}*{-webkit-print-color-adjust:exact;print-color-adjust:exact}
-.rank-block,.finding,tr{break-inside:avoid}h2{break-after:avoid}
-details::details-content{content-visibility:visible;display:block}details>summary{list-style:none}}
-"""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from hangdoc.base.words import cut, rank_label
 from hangdoc.model import Lane, Report, Span, Verdict
 from hangdoc.render.escape import html_text as h
+from hangdoc.render.template import fill, template_text
 from hangdoc.render.words import span as long_span
 
 # The lanes' SVG coordinates: the plot, then a gutter on its right for the series' last values.
@@ -124,16 +125,12 @@ def _seconds(value: float) -> str:
 def _legend(states: set[str], onset: bool) -> str:
     items = []
     for state in sorted(states, key=lambda s: list(STATE_LOOK).index(s) if s in STATE_LOOK else 99):
-        items.append(f"<li><svg class=\"swatch\" viewBox=\"0 0 24 14\" aria-hidden=\"true\"><rect width=\"24\" "
-                     f"height=\"14\" fill=\"{_fill(state)}\" stroke=\"#333\" stroke-width=\".5\"/></svg>"
+        items.append(f"<li>{fill('swatch-state.svg', paint=_fill(state))}"
                      f"<b>{h(state)}</b> {h(STATE_WORDS.get(state, ''))}</li>")
-    items.append("<li><svg class=\"swatch\" viewBox=\"0 0 24 14\" aria-hidden=\"true\"><path d=\"M12 0v8\" "
-                 "class=\"step\"/></svg>step</li>")
+    items.append(f"<li>{template_text('swatch-step.svg')}step</li>")
     if onset:
-        items.append("<li><svg class=\"swatch\" viewBox=\"0 0 24 14\" aria-hidden=\"true\"><path d=\"M12 0v14\" "
-                     "class=\"onset\"/></svg>onset</li>")
-    items.append("<li><svg class=\"swatch\" viewBox=\"0 0 24 14\" aria-hidden=\"true\"><path d=\"M12 0v14\" "
-                 "class=\"verdict-mark\"/></svg>verdict</li>")
+        items.append(f"<li>{template_text('swatch-onset.svg')}onset</li>")
+    items.append(f"<li>{template_text('swatch-verdict.svg')}verdict</li>")
     return "<ul class=\"legend\">" + "".join(items) + "</ul>"
 
 
@@ -275,15 +272,11 @@ def _fill(state: str) -> str:
 
 def patterns_html() -> str:
     """The hatches every lane's SVG refers to, defined once (a hidden SVG: display:none would lose them)."""
-    marks = {"hatch": "<path d=\"M0 0V6\" stroke=\"#fff\" stroke-opacity=\".55\" stroke-width=\"2\"/>",
-             "dots": "<circle cx=\"3\" cy=\"3\" r=\"1\" fill=\"#777\"/>",
-             "cross": "<path d=\"M0 0V6M0 3H6\" stroke=\"#bbb\" stroke-width=\"1\"/>"}
     defs = []
     for state, (colour, _, pattern) in STATE_LOOK.items():
         if pattern == "solid":
             continue
         turn = " patternTransform=\"rotate(45)\"" if pattern != "dots" else ""
-        defs.append(f"<pattern id=\"p-{state}\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\"{turn}>"
-                    f"<rect width=\"6\" height=\"6\" fill=\"{colour}\"/>{marks[pattern]}</pattern>")
-    return ("<svg class=\"defs\" width=\"0\" height=\"0\" aria-hidden=\"true\" focusable=\"false\"><defs>"
-            + "".join(defs) + "</defs></svg>\n")
+        defs.append(fill("pattern.svg", state=state, turn=turn, colour=colour,
+                         mark=template_text(f"mark-{pattern}.svg")))
+    return fill("defs.svg", patterns="".join(defs)) + "\n"

@@ -1,4 +1,5 @@
-"""`hangdoc explain` from an installed wheel: the pages ship in the package, not only in the source tree."""
+"""hangdoc from an installed wheel: the rule pages and the HTML page's templates ship in the
+package, not only in the source tree."""
 from __future__ import annotations
 
 import shutil
@@ -16,8 +17,14 @@ sys.path.insert(0, sys.argv[1])          # the installed wheel, ahead of any oth
 import hangdoc
 assert hangdoc.__file__.startswith(sys.argv[1]), hangdoc.__file__
 from hangdoc.cli import main
-sys.exit(main(["explain", sys.argv[2]]))
+sys.exit(main(sys.argv[2:]))
 """
+
+
+def hangdoc(root: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """`hangdoc ARGS` run from the package under `root` (the installed wheel, or the source tree)."""
+    return subprocess.run([sys.executable, "-c", PROBE, str(root), *args], capture_output=True, text=True,
+                          cwd=cwd, env={"PATH": "/usr/bin:/bin", "HOME": str(cwd)}, timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +51,24 @@ def installed(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("slug", ["collective-straggler", "shm-too-small", "run-timeout", "interrupted"])
 def test_explain_prints_every_kind_of_page_from_the_installed_wheel(installed, slug, tmp_path):
     # WHEN `hangdoc explain SLUG` runs from the wheel's files, outside the source tree
-    run = subprocess.run([sys.executable, "-c", PROBE, str(installed), slug], capture_output=True, text=True,
-                         cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, timeout=120)
+    run = hangdoc(installed, ["explain", slug], tmp_path)
     # THEN it prints the page shipped in the wheel and exits 0
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith(f"# {slug}\n")
     assert run.stdout == (installed / "hangdoc" / "rules" / "pages" / f"{slug}.md").read_text()
+
+
+@pytest.mark.timeout(600)
+def test_the_html_page_from_the_installed_wheel_is_the_source_tree_page(installed, tmp_path):
+    # GIVEN a golden bundle of a hang
+    bundle = ROOT / "tests" / "golden" / "bz2-shards" / "bundle.json"
+    # WHEN the wheel's hangdoc and the source tree's render it as HTML, outside the source tree
+    wheel, source = (hangdoc(root, ["report", str(bundle), "--format", "html"], tmp_path) for root in (installed, ROOT))
+    # THEN the wheel holds every template of the page (its stylesheet and SVG pieces), and its page is the
+    # source tree's, byte for byte
+    templates = ("hangdoc", "render", "templates")
+    assert sorted(p.name for p in installed.joinpath(*templates).iterdir()) == \
+        sorted(p.name for p in ROOT.joinpath(*templates).iterdir())
+    assert wheel.returncode == source.returncode, wheel.stderr + source.stderr
+    assert "<style>\n:root{" in wheel.stdout and "<pattern id=\"p-collective-wait\"" in wheel.stdout
+    assert wheel.stdout == source.stdout
