@@ -25,7 +25,7 @@ from hangdoc.base.errors import BadOutput
 
 MODE = 0o600
 _KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
-          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"))
 
 
 def kind_of(mode: int) -> str | None:

@@ -21,11 +21,13 @@ import json
 import os
 import pickle
 import re
+import stat
 import time
 from pathlib import Path
 from typing import Callable
 
 from hangdoc.base.limits import MAX_DUMP_BYTES, MAX_DUMP_DEPTH, MAX_DUMP_OBJECTS, MAX_NUMBER, TooLarge, read_regular
+from hangdoc.base.outputs import kind_of
 from hangdoc.base.parse import to_int
 from hangdoc.model import FlightRecord, FrConfig, FrEntry, FrFrame, FrGroup, Job, ProcessInfo
 
@@ -78,29 +80,50 @@ def fr_configs(job: Job, exists: Callable[[str], bool] = os.path.exists) -> tupl
 # --- trigger and collect -------------------------------------------------------------------
 
 
-def trigger_pipes(configs, opener: Callable[..., int] = os.open) -> list[int]:
-    """Write to every rank's dump pipe that exists; the ranks whose pipe took the write.
+def trigger_pipes(configs, opener: Callable[..., int] = os.open) -> tuple[list[int], list[str]]:
+    """Write to every rank's dump pipe that is a FIFO: the ranks whose pipe took the write, and one
+    line for each pipe path left alone.
 
-    Non-blocking: a pipe nobody reads (the rank is gone) is skipped, never waited on.
-    """
-    triggered = []
+    Only a FIFO asks torch for a dump. Anything else at that path (a regular file, a link) was put
+    there by the job or by anyone who can write the directory, and writing it would write their
+    choice of file: it is checked with lstat, opened O_NOFOLLOW and fstat'd again once open.
+    Non-blocking: a pipe nobody reads (the rank is gone) is skipped, never waited on."""
+    triggered, refused = [], []
     for config in configs:
         if not config.pipe or not config.pipe_exists:
             continue
         try:
-            fd = opener(config.pipe, os.O_WRONLY | os.O_NONBLOCK)
+            mode = os.lstat(config.pipe).st_mode
+        except OSError:
+            continue
+        if not stat.S_ISFIFO(mode):
+            refused.append(_not_a_fifo(config, kind_of(mode) or "a regular file"))
+            continue
+        try:
+            fd = opener(config.pipe, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as exc:
-            if exc.errno not in (errno.ENXIO, errno.ENOENT, errno.EACCES, errno.EPERM):
+            if exc.errno == errno.ELOOP:      # swapped for a link since the lstat
+                refused.append(_not_a_fifo(config, "a symbolic link"))
+            elif exc.errno not in (errno.ENXIO, errno.ENOENT, errno.EACCES, errno.EPERM):
                 raise
             continue
         try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISFIFO(mode):
+                refused.append(_not_a_fifo(config, kind_of(mode) or "a regular file"))
+                continue
             os.write(fd, b"1\n")
             triggered.append(config.rank)
         except OSError:
             pass
         finally:
             os.close(fd)
-    return triggered
+    return triggered, refused
+
+
+def _not_a_fifo(config: FrConfig, what: str) -> str:
+    return (f"rank {config.rank}: its dump pipe {config.pipe} is {what}, not a FIFO: left alone "
+            "(only a FIFO made by torch asks a rank for a dump)")
 
 
 def config_files(config: FrConfig) -> list[Path]:
@@ -132,7 +155,7 @@ def collect_dumps(configs, *, trigger: bool = True, wait_s: float = 5.0,
     Returns (records, errors): an unreadable or refused dump is one line in errors, never an exception.
     """
     configs = [c for c in configs if c.rank is not None]
-    asked = trigger_pipes(configs, opener) if trigger else []
+    asked, refused = trigger_pipes(configs, opener) if trigger else ([], [])
     started = clock()
     if asked:
         pending = {c.rank: c for c in configs if c.rank in asked}
@@ -146,7 +169,7 @@ def collect_dumps(configs, *, trigger: bool = True, wait_s: float = 5.0,
                 sizes[rank] = size
             if pending:
                 sleep(0.2)
-    records, errors = [], []
+    records, errors = [], list(refused)
     for config in configs:
         for path in config_files(config):
             try:
