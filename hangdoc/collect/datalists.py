@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from hangdoc.base.cmdline import data_list
+from hangdoc.base.names import shown
 from hangdoc.model import DataListCopy, Job, Role
 
 MAX_ENTRIES = 100_000
@@ -40,7 +41,7 @@ def read_copy(path: str) -> DataListCopy | None:
             data = f.read(MAX_BYTES + 1)
     except OSError:
         return None
-    lines = [line.strip() for line in data[:MAX_BYTES].decode("utf-8", "replace").splitlines() if line.strip()]
+    lines = [line.strip() for line in shown(data[:MAX_BYTES]).splitlines() if line.strip()]
     truncated = len(data) > MAX_BYTES or len(lines) > MAX_ENTRIES
     lines = lines[:MAX_ENTRIES]
     kind = "raw" if lines and lines[0].startswith("{") else "shard"
@@ -54,7 +55,8 @@ def read_copy(path: str) -> DataListCopy | None:
                 line = ""
         entries.append(line if "://" in line or os.path.isabs(line) else os.path.join(base, line))
     sizes = tuple(_size(e) for e in entries) if kind == "shard" else tuple(None for _ in entries)
-    return DataListCopy(path=path, kind=kind, entries=tuple(entries), sizes=sizes, truncated=truncated)
+    return DataListCopy(path=shown(path), kind=kind, entries=tuple(shown(e) for e in entries), sizes=sizes,
+                        truncated=truncated)
 
 
 def _size(path: str) -> int | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from hangdoc.base.names import read_link
 from hangdoc.base.redact import redact_cmdline
 from hangdoc.collect.procfs import ProcFS
 from hangdoc.model import FileLock
@@ -103,7 +104,7 @@ def _path_of(procfs: ProcFS, pid: int, inode: str) -> str | None:
             st = os.stat(f"{fd_dir}/{name}")
             if st.st_ino != key[2]:
                 continue
-            target = os.readlink(f"{fd_dir}/{name}")
+            target = read_link(f"{fd_dir}/{name}")
         except OSError:
             continue
         if (os.major(st.st_dev), os.minor(st.st_dev)) == key[:2]:

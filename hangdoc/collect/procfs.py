@@ -13,6 +13,7 @@ import stat as stat_mod
 from dataclasses import dataclass
 from pathlib import Path
 
+from hangdoc.base.names import read_link, shown
 from hangdoc.base.parse import to_int
 from hangdoc.model import FdLink, IoCounters, OpenFile, ProcStat, ThreadCounters
 
@@ -82,7 +83,7 @@ class ProcFS:
             os.close(fd)
 
     def read_text(self, pid: int, name: str) -> str:
-        return self.read_bytes(pid, name).decode("utf-8", "replace")
+        return shown(self.read_bytes(pid, name))
 
     def exists(self, pid: int) -> bool:
         return os.path.isdir(f"{self._root}/{pid}")
@@ -122,7 +123,7 @@ class ProcFS:
 
     def cmdline(self, pid: int) -> tuple[str, ...]:
         raw = self.read_bytes(pid, "cmdline")
-        return tuple(part.decode("utf-8", "replace") for part in raw.split(b"\0") if part)
+        return tuple(shown(part) for part in raw.split(b"\0") if part)
 
     def cmdline_or_empty(self, pid: int | None) -> tuple[str, ...]:
         """The command line, or () when there is no pid (None, 0) or it exited or is unreadable."""
@@ -137,12 +138,12 @@ class ProcFS:
         for item in self.read_bytes(pid, "environ").split(b"\0"):
             key, sep, value = item.partition(b"=")
             if sep:
-                env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+                env[shown(key)] = shown(value)
         return env
 
     def exe(self, pid: int) -> str | None:
         try:
-            return os.readlink(self.path(pid, "exe"))
+            return read_link(self.path(pid, "exe"))
         except OSError:
             return None
 
@@ -184,7 +185,7 @@ class ProcFS:
         files = []
         for fd in fds:
             try:
-                target = os.readlink(f"{fd_dir}/{fd}")
+                target = read_link(f"{fd_dir}/{fd}")
                 if not target.startswith("/") or target.startswith(("/dev/", "/proc/", "/sys/")):
                     continue
                 st = os.stat(f"{fd_dir}/{fd}")
@@ -217,7 +218,7 @@ class ProcFS:
         links = []
         for fd in fds:
             try:
-                target = os.readlink(f"{fd_dir}/{fd}")
+                target = read_link(f"{fd_dir}/{fd}")
             except PermissionError:
                 raise ProcDenied(f"/proc/{pid}/fd: permission denied") from None
             except OSError:
