@@ -7,6 +7,11 @@ and lays the nodes' samples into rounds by time: a round holds at most one sampl
 node, and the last round holds every node's last sample. A process appears only in the
 rounds its node was sampled in, so `timelines()` and `diagnose()` read the merged bundle
 exactly as they read one node's, and `bundle.last` shows every rank.
+
+A record the merge builds from several (the bundle, its job, a round's snapshot, its GPUs, the
+options) names only the fields it computes; every other field is joined by `_joined`, and a
+record it changes is copied with its other fields as they are, so a field added to the model
+comes through a merge without a change here.
 """
 from __future__ import annotations
 
@@ -14,18 +19,21 @@ import dataclasses
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from hangdoc.base.errors import BadBundle, HangdocError
 from hangdoc.base.words import span
 from hangdoc.model import (
-    BUNDLE_SCHEMA, PID_STRIDE, Bundle, GpuDevice, GpuProcess, GpuState, Job, LogTail, Options,
-    ProcessInfo, ProcSample, Snapshot,
+    BUNDLE_SCHEMA, PID_STRIDE, Bundle, GpuProcess, GpuState, Job, Options, ProcessExit, ProcessInfo, ProcSample,
+    Snapshot,
 )
 
 # Ranks of one run start within seconds of each other on every node (after the rendezvous);
 # ranks that started this far apart belong to different runs (a restart, or a new job that
 # reuses the run id and master port, as static rendezvous's run id "none" always does).
 SAME_RUN_S = 15 * 60.0
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -62,35 +70,24 @@ def merge_bundles(bundles: Sequence[Bundle], names: Sequence[str] | None = None)
     nodes = [dataclasses.replace(node, slot=i) for i, node in enumerate(nodes)]
     renumber = _pids_collide(nodes)
     moved = [_relabel(node, renumber) for node in nodes]
-    first = moved[0]
-    job = Job(
-        run_id=_first(b.job.run_id for b in moved),
-        master_addr=_first(b.job.master_addr for b in moved),
-        master_port=_first(b.job.master_port for b in moved),
-        world_size=_first(b.job.world_size for b in moved),
-        launcher_pid=None,   # one per node; each stays in `processes` with its role
-        processes=tuple(p for b in moved for p in b.job.processes),
-    )
-    merged = Bundle(
+    # the job's processes, flight_config and exits are every node's; host and hangdoc_version the
+    # lowest ranks' node's (every process carries its own host)
+    return _joined(
+        moved,
         schema=BUNDLE_SCHEMA,
-        hangdoc_version=first.hangdoc_version,
         created=max(b.created for b in moved),
-        host=first.host,     # the lowest ranks' node; every process carries its own host
-        job=job,
+        job=_joined([b.job for b in moved], launcher_pid=None),   # one launcher per node; each stays in `processes`
         samples=_rounds([b.samples for b in moved]),
-        logs=tuple(LogTail(f"{b.host.hostname}:{log.source}", log.lines, log.mtime) for b in moved for log in b.logs),
+        logs=tuple(dataclasses.replace(log, source=f"{b.host.hostname}:{log.source}") for b in moved for log in b.logs),
         options=options_of([b.options for b in moved]),
         exit_code=exit_code_of([b.exit_code for b in moved]),
         data_lists=tuple({c.path: c for b in moved for c in b.data_lists}.values()),
         # each node's Flight Recorder dumps are its own ranks': together they are the job's record
         flight_records=tuple(dataclasses.replace(r, host=r.host or b.host.hostname)
                              for b in moved for r in b.flight_records),
-        flight_config=tuple(c for b in moved for c in b.flight_config),
         flight_errors=tuple(f"{b.host.hostname}: {e}" for b in moved for e in b.flight_errors),
         ras=_first(b.ras for b in moved if b.ras is not None and b.ras.status == "ok") or _first(b.ras for b in moved),
-        exits=tuple(e for b in moved for e in b.exits),
     )
-    return merged
 
 
 def merge_stream(bundles: Iterable[Bundle], names: Sequence[str]) -> Bundle:
@@ -173,6 +170,17 @@ def _first(values):
     return next((v for v in values if v is not None), None)
 
 
+def _joined(parts: Sequence[R], **values) -> R:
+    """One record of the parts' type: `values` for the fields the caller computes, every other
+    field joined from the parts by its kind (a tuple: every part's items in order; anything else:
+    the first part's value that is not None). No field is named here, so none is dropped."""
+    for f in dataclasses.fields(parts[0]):
+        if f.name not in values:
+            each = [getattr(part, f.name) for part in parts]
+            values[f.name] = tuple(x for v in each for x in v) if isinstance(each[0], tuple) else _first(each)
+    return type(parts[0])(**values)
+
+
 # --- every process tagged with its node, pids kept apart ----------------------------------
 
 
@@ -199,16 +207,16 @@ def _relabel(node: _Node, renumber: bool) -> Bundle:
     job = dataclasses.replace(node.bundle.job, processes=procs, launcher_pid=pid(node.bundle.job.launcher_pid))
     samples = node.bundle.samples
     if base:
+        # replace(), not _with(): a Snapshot caches its index by pid, which the copy must not keep
         samples = tuple(
-            Snapshot(time=s.time, took_s=s.took_s,
-                     processes=tuple(_with(x, pid=x.pid + base) for x in s.processes),
-                     gpu=_renumber_gpu(s.gpu, pid))
+            dataclasses.replace(s, processes=tuple(_with(x, pid=x.pid + base) for x in s.processes),
+                                gpu=_renumber_gpu(s.gpu, pid))
             for s in samples)
     exits = tuple(_with(e, pid=e.pid + base) for e in node.bundle.exits) if base else node.bundle.exits
     return dataclasses.replace(node.bundle, job=job, samples=samples, exits=exits)
 
 
-def _with(obj: ProcessInfo | ProcSample, **changes):
+def _with(obj: ProcessInfo | ProcSample | ProcessExit | GpuProcess, **changes):
     """`dataclasses.replace` for the plain frozen records a merge copies by the ten thousand.
 
     replace() calls __init__ and looks the fields up again on every call: ten times slower,
@@ -223,8 +231,7 @@ def _with(obj: ProcessInfo | ProcSample, **changes):
 def _renumber_gpu(gpu: GpuState, pid) -> GpuState:
     if not gpu.devices:
         return gpu
-    devices = tuple(dataclasses.replace(d, processes=tuple(GpuProcess(pid(p.pid), p.used_memory_bytes)
-                                                           for p in d.processes))
+    devices = tuple(dataclasses.replace(d, processes=tuple(_with(p, pid=pid(p.pid)) for p in d.processes))
                     for d in gpu.devices)
     return dataclasses.replace(gpu, devices=devices)
 
@@ -271,27 +278,22 @@ def _window(per_node: list[tuple[Snapshot, ...]]) -> float:
 def _snapshot(parts: list[Snapshot]) -> Snapshot:
     if len(parts) == 1:
         return parts[0]
-    return Snapshot(
-        time=max(p.time for p in parts),
-        took_s=max(p.took_s for p in parts),
-        processes=tuple(x for p in parts for x in p.processes),
-        gpu=_gpu([p.gpu for p in parts]),
-    )
+    return _joined(parts, time=max(p.time for p in parts), took_s=max(p.took_s for p in parts),
+                   gpu=_gpu([p.gpu for p in parts]))     # processes: every node's
 
 
 def _gpu(states: list[GpuState]) -> GpuState:
     ok = [s for s in states if s.available]
     if not ok:
         return states[0]
-    devices: tuple[GpuDevice, ...] = tuple(d for s in ok for d in s.devices)
-    return GpuState(status="ok", driver_version=_first(s.driver_version for s in ok), devices=devices,
-                    errors=tuple(e for s in states for e in s.errors))
+    # devices: every readable node's; status "ok" and the driver version, the first such node's
+    return _joined(ok, errors=tuple(e for s in states for e in s.errors))
 
 
 def options_of(options: list[Options]) -> Options:
     hang_after = [o.hang_after_s for o in options if o.hang_after_s is not None]
     interval = [o.interval_s for o in options if o.interval_s is not None]
-    return Options(interval_s=max(interval) if interval else None,
+    return _joined(options, interval_s=max(interval) if interval else None,
                    hang_after_s=min(hang_after) if hang_after else None,
                    native=any(o.native for o in options),
                    nonblocking=any(o.nonblocking for o in options),
