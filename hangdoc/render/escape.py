@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections import deque
 from typing import Any
 
 from hangdoc.base.redact import redact_text
@@ -17,9 +18,14 @@ from hangdoc.base.redact import redact_text
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
-# Only a `<` that could open an HTML tag, comment or declaration needs escaping: `<-` stays.
+# Outside code, Markdown prose escapes only what could make markup of a job's text: a `<` that
+# could open an HTML tag, comment, declaration or autolink (`<-` stays), a `]` that could close a
+# link, an image or a link definition (`](`, `][`, `]:`: `[judged from frames]` stays), a backslash
+# that would escape what follows it, and a backtick that opens no code span of ours.
 _TAG_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
-_CODE_SPAN = re.compile(r"(`[^`]*`)")
+_LINK_CLOSE = re.compile(r"\](?=[(\[:])")
+_ESCAPING = re.compile(r"\\(?=[!-/:-@\[-`{-~]|$)")
+_TICKS = re.compile(r"`+")
 
 
 def _visible(match: re.Match) -> str:
@@ -44,10 +50,46 @@ def terminal(text: str | None) -> str:
 
 
 def md_text(text: str | None) -> str:
-    """Markdown prose (titles, evidence, fixes): no raw HTML, one line."""
-    parts = _CODE_SPAN.split(plain(text))
-    # Inside a `code span` nothing is HTML (and an entity would show as typed): escape outside only.
-    return "".join(part if i % 2 else _TAG_OPEN.sub("&lt;", part) for i, part in enumerate(parts))
+    """Markdown prose (titles, evidence, fixes): one line that renders as text and code only,
+    never as HTML, a link or an image.
+
+    A code span is a run of n backticks and the next run of exactly n, as CommonMark reads it; each
+    is written again with a fence longer than any run inside it (`md_span`), and everything else is
+    escaped (a backtick that opens no span included), so a renderer sees the spans this function saw."""
+    text = plain(text)
+    runs = [(m.start(), m.end()) for m in _TICKS.finditer(text)]
+    later: dict[int, deque[int]] = {}
+    for i, (start, end) in enumerate(runs):
+        later.setdefault(end - start, deque()).append(i)
+    out, at, i = [], 0, 0
+    while i < len(runs):
+        start, end = runs[i]
+        same = later[end - start]
+        while same and same[0] <= i:
+            same.popleft()
+        if not same:
+            i += 1
+            continue       # opens nothing: stays in the prose, escaped there
+        j = same.popleft()
+        out += [_prose(text[at:start]), md_span(text[end:runs[j][0]])]
+        at, i = runs[j][1], j + 1
+    out.append(_prose(text[at:]))
+    return "".join(out)
+
+
+def _prose(text: str) -> str:
+    text = _ESCAPING.sub(r"\\\\", text)
+    text = _TAG_OPEN.sub("&lt;", text)
+    return _LINK_CLOSE.sub(r"\\]", text).replace("`", "\\`")
+
+
+def md_span(code: str) -> str:
+    """A CommonMark code span holding `code` as it is (nothing in a span is HTML, a link or an
+    escape): a fence of one backtick more than the longest run inside, padded with a space when
+    the code starts or ends with a backtick or a space (CommonMark strips one such pair)."""
+    fence = "`" * (max((len(m.group(0)) for m in _TICKS.finditer(code)), default=0) + 1)
+    pad = " " if code[:1] in ("`", " ") or code[-1:] in ("`", " ") else ""
+    return f"{fence}{pad}{code}{pad}{fence}"
 
 
 def md_cell(text: str | None) -> str:
