@@ -21,24 +21,46 @@ _ALLOWED_PREFIXES = (
     "ROLE_", "MASTER_", "TORCHELASTIC_", "NCCL_", "TORCH_", "PYTHON", "GLOO_", "KMP_",
     "ACCELERATE_", "DEEPSPEED_",
 )
-# Even an allowed prefix does not make these safe (TORCH_HUB_TOKEN, NCCL_..._KEY, TORCH_DB_PASS):
-# the words anywhere, and the short ones as whole parts of the name (`_PASS`, `PWD`, `KEY_ID`, `PIN`).
-_SECRET_NAME = re.compile(r"TOKEN(?!S|IZ)|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|API_?KEY|PRIVATE|"
-                          r"(?:^|_)(?:PASS|PWD|KEYS?|PIN|OTP)(?:_|$)", re.I)
+# Even an allowed prefix does not make these safe (TORCH_HUB_TOKEN, NCCL_..._KEY, TORCH_DB_PASS), nor
+# an integer local (`passcode`, `otpCode`): the long words anywhere, the short ones as whole parts of
+# the name, parts split at `_`, digits and case changes (`_PASS`, `PWD`, `KEY_ID`, `userPin`, `totp`).
+_SECRET_NAME = re.compile(r"TOKEN(?!S|IZ)|SECRET|PASSW|PASSPHRASE|PASSCODE|PINCODE|CREDENTIAL|AUTH|API_?KEY|PRIVATE",
+                          re.I)
+_NAME_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+_SECRET_PARTS = frozenset({"pass", "pwd", "key", "keys", "pin", "pins", "otp", "totp", "hotp", "cvv", "cvv2", "cvc",
+                           "mfa", "2fa", "ssn", "passcode", "pincode", "nonce", "salt"})
 
 # Every pattern runs over text a job or a stranger's bundle controls (log lines, frame names, whole
 # report fields): each tries a run of name characters from its start only, and (?=(X))\1 takes X once
 # without backtracking into it (an atomic group, which Python before 3.11 lacks), so a line costs time
 # linear in its length, never quadratic or exponential (`a.` * 50,000 took minutes, `wandb login`
 # and 40 ` --a` forever).
+# The token formats of common providers, by their fixed prefixes: Hugging Face, GitHub (personal,
+# OAuth, user, server, refresh, fine-grained), AWS access keys, OpenAI and Anthropic, Slack, GitLab
+# (personal, deploy, trigger, runner, OAuth), Google API keys, Stripe secret and restricted keys,
+# npm, PyPI, and JWTs.
+_TOKEN_PREFIX = (r"hf_|gh[pousr]_|github_pat_|AKIA|ASIA|sk-|sk_live_|sk_test_|rk_live_|rk_test_|xox[a-z]-|"
+                 r"gl(?:pat|dt|ptt|rt|cbt|oas)-|AIza|npm_|pypi-|eyJ")
 _SECRET_VALUE = re.compile(
     r"(?:hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|"
-    r"(?:AKIA|ASIA)[A-Z0-9]{16}|sk-[A-Za-z0-9_-]{16,}|xox[abposr]-[A-Za-z0-9-]{10,}|"
-    r"glpat-[A-Za-z0-9_-]{16,}|(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{5,})"
+    r"(?:AKIA|ASIA)[A-Z0-9]{16}|sk-[A-Za-z0-9_-]{16,}|[sr]k_(?:live|test)_[A-Za-z0-9]{10,}|xox[a-z]-[A-Za-z0-9-]{10,}|"
+    r"gl(?:pat|dt|ptt|rt|cbt|oas)-[A-Za-z0-9_-]{16,}|AIza[A-Za-z0-9_-]{30,}|npm_[A-Za-z0-9]{30,}|"
+    r"pypi-[A-Za-z0-9_-]{16,}|"
+    r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{5,})"
 )
+# A name the kernel cut at 15 bytes (a thread's comm) keeps a token's first characters only.
+_TOKEN_STUB = re.compile(r"(?<![A-Za-z0-9])(?:" + _TOKEN_PREFIX + r")[A-Za-z0-9_-]*$")
+COMM_BYTES = 15
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 _LONG_RANDOM = re.compile(r"[A-Za-z0-9+/=_\-]{32,}")
-_URL_CREDENTIALS = re.compile(r"(?<!\w)(\w+://)[^/\s:@]+:[^/\s@]+@")
+# Userinfo in any scheme's URL, an empty user (`redis://:pw@h`) or a `/` or `:` in the password
+# (`https://u:pa/ss@h`) included; `host:8080/path@x` (a port, then a path) is not a password. Each
+# part is read at most 256 characters far, so a line of `a://b:c` repeated stays linear.
+_URL_CREDENTIALS = re.compile(r"(?<![\w+.-])(?=([A-Za-z][\w+.-]*://))\1(?=([^\s/:@]{0,256}))\2:(?!\d{1,5}(?:/|$))"
+                              r"(?=([^\s@]{0,256}))\3@")
+# An authorization header's value, whatever its scheme (Basic, Bearer, Token, Digest, ApiKey, Negotiate...),
+# to the end of the line: `Authorization: Basic dXNlcjpwYXNz`, `"Authorization": "Token x"`.
+_AUTH_HEADER = re.compile(r"(?i)(?<![\w-])((?:proxy-)?authori[sz]ation[\"']?\s*[:=]\s*)(?=\S)[^\r\n]*")
 # A value shaped like a key after a word or flag that says key: `--wandb-key X`, `auth: X`, `"key": "X"`.
 _KEYISH = r"(?:key|auth|token|secret|pass(?:word|wd)?|pwd|credential)"
 _KEYISH_FLAG = re.compile(r"^-(?=[\w-]*" + _KEYISH + r")[\w-]*$", re.I)
@@ -46,15 +68,20 @@ _KEY_RUN = r"[A-Za-z0-9+/_=.-]{32,}"
 _KEYISH_VALUE = re.compile(r"(?i)((?<![\w-])(?=([\w-]*?" + _KEYISH + r"[\w-]*))\2[\"']?(?:\s*[=:]\s*|\s+)[\"']?)("
                            + _KEY_RUN + ")")
 _HEX_RUN = re.compile(r"(?<![0-9A-Za-z])[0-9a-fA-F]{32,}(?![0-9A-Za-z])")
-_FLAG_SECRET = re.compile(r"^(-(?=[\w-]*(?:token|secret|passw|(?<![a-z])pass(?![a-z])|api[_-]?key|credential))[\w-]*)"
-                          r"(=.*)?$", re.I)
+_FLAG_SECRET = re.compile(r"^(-(?=[\w-]*(?:token|secret|passw|(?<![a-z])pass(?![a-z])|(?<![a-z])pwd(?![a-z])|"
+                          r"api[_-]?key|access[_-]?key|private[_-]?key|credential))[\w-]*)(=.*)?$", re.I)
 # A name that says "secret" followed by its value, in free text: `password=...`, `PASSWD=...`,
 # `api_key: ...`, `"password": "..."`, `--token X`, `Authorization: Bearer X`, `wandb login X`.
 _NAME = r"[\w.-]*(?:passw(?:or)?d|passwd|passphrase|(?<![A-Za-z])pass(?![A-Za-z])|secret|token(?!iz|s\b)|api[_-]?key|apikey|access[_-]?key|private[_-]?key|credential)[\w.-]*"
 _QUOTED_PAIR = re.compile(r"""(?i)(["'](?=(""" + _NAME + r"""))\2["']\s*:\s*)(["'])(?:(?!\3)[^\\]|\\.)*\3""")
 _PAIR = re.compile(r"(?i)(?<![\w.-])(?=(" + _NAME + r"))\1(\s*=\s*|\s*:\s+)(?![<\s])(\"[^\"]*\"|'[^']*'|[^\s\"',;&]+)")
-_FLAG_PAIR = re.compile(r"(?i)(?<!\S)(?=(--?" + _NAME + r"))\1(\s+)(?!-)(\S+)")
-_BEARER = re.compile(r"(?i)\b(bearer|basic|token)(\s+)(?=[A-Za-z0-9._~+/-]*[0-9])[A-Za-z0-9._~+/-]{8,}=*")
+_FLAG_PAIR = re.compile(r"(?i)(?<!\S)(?=(--?(?:" + _NAME + r"|[\w.-]*(?<![A-Za-z])pwd(?![A-Za-z])[\w.-]*)))\1(\s+)"
+                        r"(?!-)(\S+)")
+# An auth scheme's word and its credential outside a header: `bearer X` (any scheme); a credential
+# is 8+ characters with a digit, both cases or a token sign (`+/=._~-`), or 16+ of anything.
+_BEARER = re.compile(r"(?i)\b(bearer|basic|token|digest|apikey|api-key|negotiate|ntlm)(\s+)"
+                     r"(?=([A-Za-z0-9._~+/-]{8,}=*))\3")
+_CREDENTIAL_LIKE = re.compile(r"[0-9+/=._~-]|[a-z].*[A-Z]|[A-Z].*[a-z]")
 _LOGIN = re.compile(r"(?i)\b((?:wandb|huggingface-cli|hf|docker|npm)\s+login\b(?:\s+-[\w-]+)*\s+)(?![-<])(\S+)")
 _PEM = re.compile(r"-----BEGIN ([A-Z0-9 ]*)-----.*?(?:-----END \1-----|\Z)", re.S)
 _PEM_BEGIN = re.compile(r"-----BEGIN (?=([A-Z0-9 ]*)-----)(?=[A-Z0-9 ]*PRIVATE KEY|[A-Z0-9 ]*CERTIFICATE REQUEST-----)\1-----")
@@ -89,12 +116,29 @@ def redact_text(text: str) -> str:
     text = _PAIR.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
     text = _FLAG_PAIR.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
     text = _LOGIN.sub(lambda m: m.group(1) + REDACTED, text)
-    text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
+    text = _AUTH_HEADER.sub(lambda m: m.group(1) + REDACTED, text)
+    text = _BEARER.sub(_bearer, text)
     text = _SECRET_VALUE.sub(REDACTED, text)
     text = _URL_CREDENTIALS.sub(lambda m: m.group(1) + REDACTED + "@", text)
     text = _KEYISH_VALUE.sub(lambda m: m.group(1) + REDACTED, text)
     text = _HEX_RUN.sub(REDACTED, text)
     return _LONG_RANDOM.sub(lambda m: REDACTED if _looks_random(m.group(0)) else m.group(0), text)
+
+
+def _bearer(match: re.Match) -> str:
+    credential = match.group(3)
+    if len(credential) >= 16 or _CREDENTIAL_LIKE.search(credential):
+        return match.group(1) + match.group(2) + REDACTED
+    return match.group(0)
+
+
+def redact_comm(name: str) -> str:
+    """A thread's kernel name (/proc/PID/task/TID/comm): redacted as any text, and, when it fills
+    the kernel's 15 bytes, a provider token prefix that reaches its end (a token cut short) too."""
+    name = redact_cached(name)
+    if len(name.encode()) >= COMM_BYTES:
+        name = _TOKEN_STUB.sub(REDACTED, name)
+    return name
 
 
 # Log tails are read again every watch round and mostly hold the lines of the round before;
@@ -130,7 +174,9 @@ def redact_lines(lines) -> tuple[str, ...]:
 
 def secret_name(name: str) -> bool:
     """True for a name (environment variable, local variable) that says it holds a secret."""
-    return bool(_SECRET_NAME.search(name))
+    if _SECRET_NAME.search(name):
+        return True
+    return any(part.lower() in _SECRET_PARTS for part in _NAME_PART.findall(name))
 
 
 def filter_env(env: dict[str, str]) -> dict[str, str]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from hangdoc.base.cmdline import data_list
 from hangdoc.base.names import shown
+from hangdoc.base.redact import redact_text
 from hangdoc.model import DataListCopy, Job, Role
 
 MAX_ENTRIES = 100_000
@@ -55,7 +56,8 @@ def read_copy(path: str) -> DataListCopy | None:
                 line = ""
         entries.append(line if "://" in line or os.path.isabs(line) else os.path.join(base, line))
     sizes = tuple(_size(e) for e in entries) if kind == "shard" else tuple(None for _ in entries)
-    return DataListCopy(path=shown(path), kind=kind, entries=tuple(shown(e) for e in entries), sizes=sizes,
+    return DataListCopy(path=redact_text(shown(path)), kind=kind, entries=tuple(redact_text(shown(e)) for e in entries),
+                        sizes=sizes,
                         truncated=truncated)
 
 

@@ -15,7 +15,7 @@ from hangdoc.collect.procfs import ProcDenied, ProcFS, ProcGone
 from hangdoc.base.errors import NoSuchProcess, NotDistributed, NotPython, ProcessNotReadable
 from hangdoc.base.parse import to_int
 from hangdoc.model import Job, ProcessInfo, Role
-from hangdoc.base.redact import filter_env, redact_cmdline
+from hangdoc.base.redact import filter_env, redact_cmdline, redact_text
 
 _RANK_VARS = (("RANK", "WORLD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
               ("PMI_RANK", "PMI_SIZE"))
@@ -222,7 +222,7 @@ def _info(procfs: ProcFS, table: _Table, pid: int, role: Role,
         ppid=st.ppid,
         role=role,
         cmdline=redact_cmdline(cmdline),
-        exe=exe,
+        exe=redact_text(exe) if exe else exe,
         start_time=st.start_time,
         env=filter_env(env),
         rank=identity[0] if identity else None,

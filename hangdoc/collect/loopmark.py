@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from hangdoc.base.redact import secret_name
+from hangdoc.base.redact import redact_cached, secret_name
 from hangdoc.model import FrameMark, LoopMark, is_job_file
 
 MAX_FRAMES = 24
@@ -32,7 +32,7 @@ def frame_mark(frame: dict) -> FrameMark:
                 counters.append((name, int(text)))
         else:
             digest.update(f"{name}@{local.get('addr')}\0".encode())
-    return FrameMark(function=frame.get("name") or "?", line=int(frame.get("line") or 0),
+    return FrameMark(function=redact_cached(frame.get("name") or "?"), line=int(frame.get("line") or 0),
                      digest=digest.hexdigest(), counters=tuple(counters))
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from hangdoc.base.names import read_link, shown
 from hangdoc.base.parse import to_int
+from hangdoc.base.redact import redact_comm
 from hangdoc.model import FdLink, IoCounters, OpenFile, ProcStat, ThreadCounters
 
 # The libraries whose presence changes a diagnosis (fork-unsafe thread pools, NCCL, CUDA).
@@ -291,7 +292,7 @@ class ProcFS:
         names = set()
         for tid in tids:
             try:
-                names.add(self.read_text(pid, f"task/{tid}/comm").strip())
+                names.add(redact_comm(self.read_text(pid, f"task/{tid}/comm").strip()))
             except (ProcGone, ProcDenied, OSError):
                 continue             # a thread that ended between the listing and the read
         return tuple(sorted(n for n in names if n))

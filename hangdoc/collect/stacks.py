@@ -21,6 +21,7 @@ from typing import Callable, ClassVar, Protocol
 from hangdoc.collect.loopmark import loop_mark
 from hangdoc.base.errors import PySpyMissing
 from hangdoc.base.parse import to_int
+from hangdoc.base.redact import redact_cached
 from hangdoc.model import Frame, Stack, Thread
 
 Runner = Callable[..., subprocess.CompletedProcess]
@@ -169,10 +170,10 @@ def parse_dump(data: list[dict], native: bool = False, took_s: float = 0.0,
         frames = []
         for f in raw.get("frames") or ():
             filename = f.get("filename") or "?"
-            frames.append(Frame(
-                name=f.get("name") or "?",
-                filename=filename,
-                short_filename=f.get("short_filename") or filename,
+            frames.append(Frame(      # a script's path (a token-named directory), a name: redacted here
+                name=redact_cached(f.get("name") or "?"),
+                filename=redact_cached(filename),
+                short_filename=redact_cached(f.get("short_filename") or filename),
                 line=int(f.get("line") or 0),
                 native=not filename.endswith(".py") and native,
             ))
@@ -183,7 +184,7 @@ def parse_dump(data: list[dict], native: bool = False, took_s: float = 0.0,
         name = raw.get("thread_name") or ""
         threads.append(Thread(
             tid=int(raw.get("os_thread_id") or raw.get("thread_id") or 0),
-            name=name,
+            name=redact_cached(name),
             active=bool(raw.get("active")),
             owns_gil=bool(raw.get("owns_gil")),
             frames=tuple(frames),
