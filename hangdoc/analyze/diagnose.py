@@ -119,7 +119,7 @@ class JobFacts:
 
 @dataclass(frozen=True)
 class Decision:
-    verdict: str
+    verdict: Verdict
     culprits: tuple[int, ...] = ()
     onset: float | None = None
     mismatch: dict[str, tuple[int, ...]] = field(default_factory=dict)
@@ -137,8 +137,15 @@ def diagnose(bundle: Bundle, hang_after: float | None = None, lines: dict[int, T
     views = rank_views(bundle, lines)
     digest = digest_of(bundle, lines, views)
     decision = decide(digest.ranks, job_facts(bundle, digest, hang_after))
-    return Diagnosis(decision.verdict, decision.culprits, decision.onset, bundle.last.time, tuple(views),
-                     decision.mismatch, decision.frozen, decision.rhythm, digest=digest, before=decision.before,
+    return diagnosis_of(decision, bundle.last.time, views, digest=digest)
+
+
+def diagnosis_of(decision: Decision, now: float, views: Sequence[RankView], digest: NodeDigest | None = None,
+                 census: Census | None = None) -> Diagnosis:
+    """The diagnosis a decision makes of these views: one node's (with its digest), or a job's by
+    class (with its census)."""
+    return Diagnosis(decision.verdict, decision.culprits, decision.onset, now, tuple(views), decision.mismatch,
+                     decision.frozen, decision.rhythm, census=census, digest=digest, before=decision.before,
                      from_past=decision.from_past, slow=decision.slow)
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from hangdoc.analyze.past import gone
 from hangdoc.analyze.shares import interval, total
-from hangdoc.model import RankDigest, RankState, ShareCounts
+from hangdoc.model import RankDigest, RankState, ShareCounts, SlowKind
 
 SLOW_WAIT_SHARE = 0.30
 GAP = 0.25
@@ -32,7 +32,7 @@ HALF_DATA_SHARE = 0.4     # ... and in each half at least this
 
 @dataclass(frozen=True)
 class SlowCall:
-    kind: str                        # "straggler" | "data-bound"
+    kind: SlowKind
     stragglers: tuple[int, ...]      # the ranks the others wait for (data-bound: none, it is every rank)
     others_wait: float               # straggler: the others' step-wait share; data-bound: the least data-wait share
     straggler_wait: float            # the stragglers' own step-wait share (data-bound: 0)
@@ -68,7 +68,7 @@ def _data_bound(ranks: list[RankDigest]) -> SlowCall | None:
         shares.append(_share(whole, "data"))
     least = min(shares)
     n = min(total(r.shares).n for r in ranks)
-    return SlowCall("data-bound", (), round(least, 3), 0.0, _speedup(least, n), n, RankState.DATALOADER)
+    return SlowCall(SlowKind.DATA_BOUND, (), round(least, 3), 0.0, _speedup(least, n), n, RankState.DATALOADER)
 
 
 def _speedup(saved: float, n: int) -> float:
@@ -103,11 +103,11 @@ def _straggler(ranks: list[RankDigest]) -> SlowCall | None:
             return None                  # not in both halves: a pause, not a straggler
     mine = total(tuple(total(r.shares) for r in late))
     straggler_wait = _share(mine, "step_wait")
-    doing = max((("compute", mine.compute), (RankState.DATALOADER, mine.data), ("io", mine.io)),
+    doing = max(((RankState.COMPUTE, mine.compute), (RankState.DATALOADER, mine.data), (RankState.IO, mine.io)),
                 key=lambda kv: kv[1])[0]
     saved = max(0.0, others_wait - straggler_wait)
     n = min(total(r.shares).n for r in ranks)
-    return SlowCall("straggler", tuple(sorted(r.rank for r in late)), round(others_wait, 3),
+    return SlowCall(SlowKind.STRAGGLER, tuple(sorted(r.rank for r in late)), round(others_wait, 3),
                     round(straggler_wait, 3), _speedup(saved, n), n, str(doing))
 
 

@@ -15,12 +15,9 @@ from hangdoc.check.data import DEFAULT_SAMPLE, check_data
 from hangdoc.check.env import DEFAULT_PREFETCH, check_env
 from hangdoc.check.findings import exit_code
 from hangdoc.check.model import CheckResult
-from hangdoc.render.check_json import render_json
-from hangdoc.render.check_markdown import render_markdown
-from hangdoc.render.check_text import render_text
-from hangdoc.check.sections import layout
 from hangdoc.cli import app
-from hangdoc.cli.common import Format
+from hangdoc.cli.common import check_format_option
+from hangdoc.render.formats import OutputFormat, render_check
 from hangdoc.model import Severity
 
 check_app = typer.Typer(no_args_is_help=True,
@@ -28,25 +25,14 @@ check_app = typer.Typer(no_args_is_help=True,
 app.add_typer(check_app, name="check")
 
 FAIL_ON_HELP = "Exit 1 when a finding is at least this severe: critical, warning or info."
-FORMAT_HELP = "text (rich; plain when not a TTY or NO_COLOR), markdown or json."
 
 
 def fail_on_option():
     return typer.Option(Severity.WARNING, "--fail-on", case_sensitive=False, help=FAIL_ON_HELP)
 
 
-def format_option():
-    return typer.Option(Format.text, "--format", case_sensitive=False, help=FORMAT_HELP)
-
-
-def _finish(result: CheckResult, fmt: Format, fail_on: Severity) -> None:
-    if fmt is Format.json:
-        render_json(result, sys.stdout)
-    elif fmt is Format.markdown:
-        render_markdown(layout(result), sys.stdout)
-    else:
-        render_text(layout(result), sys.stdout)
-    sys.stdout.flush()
+def _finish(result: CheckResult, fmt: OutputFormat, fail_on: Severity) -> None:
+    render_check(result, fmt, sys.stdout)
     raise typer.Exit(exit_code(result.findings, fail_on))
 
 
@@ -60,7 +46,7 @@ def data(
     batch_size: int | None = typer.Option(None, "--batch-size", min=1,
                                           help="Utterances per batch: compare ranks in batches."),
     fail_on: Severity = fail_on_option(),
-    fmt: Format = format_option(),
+    fmt: OutputFormat = check_format_option(),
 ) -> None:
     """Check data lists: missing, broken or compressed shards, and what each rank and worker gets."""
     from hangdoc.check.progress_bar import Progress
@@ -82,7 +68,7 @@ def env(
                                         help="Batches each worker prefetches."),
     batch_bytes: int | None = typer.Option(None, "--batch-bytes", min=1, help="Bytes of one batch in shared memory."),
     fail_on: Severity = fail_on_option(),
-    fmt: Format = format_option(),
+    fmt: OutputFormat = check_format_option(),
 ) -> None:
     """Check this host and the launch settings: fork on ARM, CPUs, ptrace, py-spy, NVML, /dev/shm, timeouts."""
     result = check_env(num_workers, nproc_per_node, prefetch_factor, batch_bytes)
@@ -93,7 +79,7 @@ def env(
 def checkpoint(
     path: Path = typer.Argument(..., metavar="CKPT", show_default=False, help="A torch.save'd checkpoint (.pt)."),
     fail_on: Severity = fail_on_option(),
-    fmt: Format = format_option(),
+    fmt: OutputFormat = check_format_option(),
 ) -> None:
     """Check what resuming from a checkpoint restores (loaded with weights_only=True: no code runs)."""
     result = check_checkpoint(path)

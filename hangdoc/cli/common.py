@@ -7,46 +7,23 @@ import signal
 import sys
 import time
 from contextlib import contextmanager
-from enum import Enum
 from pathlib import Path
 from typing import Callable, TextIO
 
 import typer
 
 from hangdoc.base.defaults import INTERVAL_S, MIN_INTERVAL_S
-from hangdoc.base.errors import BadOutput, HangdocError
-from hangdoc.model import Bundle, NodeDigest, Report
+from hangdoc.base.errors import EXIT_NOT_SAVED, BadOutput, HangdocError
+from hangdoc.model import Bundle, Engine, NodeDigest, Report
+from hangdoc.render.formats import CHECK_FORMATS, OutputFormat, help_of, render_report
 
 
-class Format(str, Enum):
-    text = "text"
-    json = "json"
-    markdown = "markdown"
-
-
-class ReportFormat(str, Enum):
-    """A report's formats: check's, the one-file HTML page and the Chrome trace (Perfetto)."""
-
-    text = "text"
-    json = "json"
-    markdown = "markdown"
-    html = "html"
-    trace = "trace"
-
-    @property
-    def document(self) -> bool:
-        """A document on stdout, nothing else there: a command's own output goes to stderr."""
-        return self in (ReportFormat.json, ReportFormat.html, ReportFormat.trace)
-
-
-class Engine(str, Enum):
-    auto = "auto"
-    py_spy = "py-spy"
-    pystack = "pystack"
+# The one registry of output formats (render/formats.py); `ReportFormat` is its enum.
+ReportFormat = OutputFormat
 
 
 def engine_option():
-    return typer.Option(Engine.auto, "--engine", case_sensitive=False,
+    return typer.Option(Engine.AUTO, "--engine", case_sensitive=False,
                         help="How stacks are read: py-spy (one `py-spy dump` per process, the default) or "
                              "pystack (in-process, about 20x the CPU: the fallback where py-spy does not run). "
                              "auto: py-spy when installed, else pystack.")
@@ -69,16 +46,21 @@ def timeout_option(help: str):
     return typer.Option(None, "--timeout", min=0.0, callback=seconds(0.0), help=help)
 
 
-def format_option(help: str = "Report format."):
-    return typer.Option(Format.text, "--format", "-f", case_sensitive=False, help=help)
-
-
-REPORT_FORMAT_HELP = ("text, markdown (for a GitHub issue), json, html (one self-contained page with every rank's "
-                      "timeline) or trace (Chrome trace-event JSON for Perfetto).")
+REPORT_FORMAT_HELP = help_of()
 
 
 def report_format_option(help: str = REPORT_FORMAT_HELP):
-    return typer.Option(ReportFormat.text, "--format", "-f", case_sensitive=False, help=help)
+    return typer.Option(OutputFormat.text, "--format", "-f", case_sensitive=False, help=help)
+
+
+def check_format_option():
+    def only_check(value):
+        if value is not None and OutputFormat(value) not in CHECK_FORMATS:
+            raise typer.BadParameter(f"check prints {', '.join(f.value for f in CHECK_FORMATS)}, not {value.value}")
+        return value
+
+    return typer.Option(OutputFormat.text, "--format", "-f", case_sensitive=False, callback=only_check,
+                        help=help_of(CHECK_FORMATS).replace("text", "text (rich; plain when not a TTY or NO_COLOR)", 1))
 
 
 def html_option():
@@ -124,12 +106,12 @@ def quiet_broken_pipe() -> None:
         pass
 
 
-def emit_report(report: Report, fmt: Format | ReportFormat, out: TextIO | None = None) -> bool:
+def emit_report(report: Report, fmt: OutputFormat, out: TextIO | None = None) -> bool:
     """The report on `out` (stdout when None); False, said in one line, when stdout cannot take it."""
     from hangdoc.base.outputs import stdout_lost, stdout_stream
 
     try:
-        _emit(report, ReportFormat(fmt.value), out or stdout_stream())
+        render_report(report, fmt, out or stdout_stream())
     except BrokenPipeError:
         quiet_broken_pipe()
     except OSError as exc:       # a full device, stdout closed: one line; watch and run still save
@@ -138,30 +120,6 @@ def emit_report(report: Report, fmt: Format | ReportFormat, out: TextIO | None =
         print(f"hangdoc: error: {stdout_lost(exc)}", file=sys.stderr)
         return False
     return True
-
-
-def _emit(report: Report, fmt: ReportFormat, out: TextIO) -> None:
-    if fmt is ReportFormat.json:
-        from hangdoc.render.json import render_json
-
-        render_json(report, out)
-    elif fmt is ReportFormat.markdown:
-        from hangdoc.render.markdown import render_markdown
-
-        render_markdown(report, out)
-    elif fmt is ReportFormat.html:
-        from hangdoc.render.html import render_html
-
-        render_html(report, out)
-    elif fmt is ReportFormat.trace:
-        from hangdoc.render.trace import render_trace
-
-        render_trace(report, out)
-    else:
-        from hangdoc.render.text import render_text
-
-        render_text(report, out)
-    out.flush()
 
 
 def html_target(path: Path | None) -> Path | None:
@@ -181,7 +139,7 @@ def write_html(report: Report, path: Path | None) -> None:
 
     try:
         with output_file(path, "--html") as out:
-            _emit(report, ReportFormat.html, out)
+            render_report(report, OutputFormat.html, out)
     except BadOutput as exc:
         print(f"hangdoc: error: the HTML report was not written: {exc}", file=sys.stderr)
         return
@@ -210,6 +168,17 @@ def save_or_say(bundle: Bundle, out: Path, digest: NodeDigest | None) -> bool:
         return False
     print(f"hangdoc: bundle saved to {out} (replay: hangdoc report {out})", file=sys.stderr)
     return True
+
+
+def delivered(code: int, saved: bool, came: list[int], saved_words: str = "") -> int:
+    """The exit code once the report is out: the judgement's, unless the bundle could not be saved
+    (EXIT_NOT_SAVED) or a Ctrl-C / SIGTERM came while it was printed (its own 130 / 143)."""
+    if not saved:
+        return EXIT_NOT_SAVED
+    if came:
+        print(f"hangdoc: stopped by a signal once the report was out{saved_words}", file=sys.stderr)
+        return came[-1]
+    return code
 
 
 @contextmanager

@@ -36,9 +36,9 @@ def report(
 
     if output is not None:
         check_output(output, "-o")      # a device, FIFO or link is refused before the diagnosis
-    from hangdoc.report.verdict import exit_code
 
-    bundle, rep = report_inputs(bundles, hang_after)
+    bundle, judgement = report_inputs(bundles, hang_after)
+    rep = judgement.report
     for line in bundle.flight_errors:
         print(f"hangdoc: {line}", file=sys.stderr)
     if output is not None:
@@ -49,7 +49,7 @@ def report(
             raise BadOutput(f"cannot write {output}: {exc.strerror}") from None
     elif not emit_report(rep, fmt):
         raise typer.Exit(EXIT_USAGE)
-    raise typer.Exit(exit_code(rep.verdict))
+    raise typer.Exit(judgement.exit_code)
 
 
 @app.command()

@@ -9,12 +9,12 @@ from typing import List, Optional
 
 import typer
 
-from hangdoc.base.errors import EXIT_NOT_SAVED, HangdocError
+from hangdoc.base.errors import HangdocError
 from hangdoc.bundle.files import check_writable
 from hangdoc.cli import app
 from hangdoc.cli.common import (
-    Engine, ReportFormat, default_out, emit_report, engine_option, hang_after_option, html_option, html_target,
-    interval_option, report_format_option, save_or_say, signals_held, timeout_option, write_html,
+    Engine, ReportFormat, default_out, delivered, emit_report, engine_option, hang_after_option, html_option,
+    html_target, interval_option, report_format_option, save_or_say, signals_held, timeout_option, write_html,
 )
 from hangdoc.model import Verdict
 
@@ -54,7 +54,6 @@ def run(
     from hangdoc.live.probes import make_probes
     from hangdoc.live.runner import run_command
     from hangdoc.render.live import LiveView
-    from hangdoc.report.verdict import run_exit_code
 
     if not cmd:
         raise HangdocError("nothing to run: give the command after --, e.g. hangdoc run -- torchrun ... train.py")
@@ -62,13 +61,14 @@ def run(
     if junit is not None:
         check_writable(junit, "--junit")
     html = html_target(html)
-    options = WatchOptions(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout, engine=engine.value,
+    options = WatchOptions(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout, engine=engine,
                            py_spy=py_spy, gpu=not no_gpu)
     probes = make_probes(options)
     sink = sys.stderr if fmt.document else sys.stdout
     view = LiveView(sys.stderr, live=not no_live, every=5)
     try:
-        result = run_command(list(cmd), options, probes, sink, on_sample=view.update)
+        result = run_command(list(cmd), options, probes, sink, on_sample=view.update,
+                             fail_on_slow=fail_on is FailOn.slow)
     finally:
         view.close()
     outcome = result.outcome
@@ -105,8 +105,4 @@ def run(
             except (OSError, HangdocError) as exc:
                 print(f"hangdoc: cannot append to GITHUB_STEP_SUMMARY ({getattr(exc, 'strerror', None) or exc})",
                       file=sys.stderr)
-    code = result.interrupted if stopped else run_exit_code(outcome.report.verdict, result.job_exit_code,
-                                                            slow=slow and fail_on is FailOn.slow)
-    if came and saved:
-        code = came[-1]
-    raise typer.Exit(code if saved else EXIT_NOT_SAVED)
+    raise typer.Exit(delivered(outcome.exit_code, saved, came))

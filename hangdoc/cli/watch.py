@@ -12,8 +12,8 @@ from hangdoc.base.errors import EXIT_NOT_SAVED, EXIT_OK, EXIT_SIGINT, BundleNotS
 from hangdoc.bundle.files import check_writable
 from hangdoc.cli import app
 from hangdoc.cli.common import (
-    Engine, ReportFormat, default_out, emit_report, engine_option, hang_after_option, html_option, html_target,
-    interval_option, report_format_option, save_or_say, signals_held, timeout_option, write_html,
+    Engine, ReportFormat, default_out, delivered, emit_report, engine_option, hang_after_option, html_option,
+    html_target, interval_option, report_format_option, save_or_say, signals_held, timeout_option, write_html,
 )
 from hangdoc.model import Role, StopReason, Verdict
 
@@ -31,7 +31,7 @@ def watch(
     interval: float = interval_option(),
     hang_after: Optional[float] = hang_after_option(),
     timeout: Optional[float] = timeout_option("Stop watching after this many seconds (exit 0 if nothing was found)."),
-    fmt: ReportFormat = report_format_option("Report format on stdout: text, markdown, json, html or trace."),
+    fmt: ReportFormat = report_format_option(),
     html: Optional[Path] = html_option(),
     no_live: bool = typer.Option(False, "--no-live", help="No live table; a status line on stderr every few samples."),
     native: bool = typer.Option(False, "--native", help="Also capture native (C/C++) frames; about 1 s a process."),
@@ -62,7 +62,7 @@ def watch(
     out = check_writable(out or default_out())
     html = html_target(html)
     options = WatchOptions(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout, native=native,
-                           nonblocking=nonblocking, single=single, engine=engine.value, py_spy=py_spy,
+                           nonblocking=nonblocking, single=single, engine=engine, py_spy=py_spy,
                            gpu=not no_gpu)
     probes = make_probes(options)
     from hangdoc.live.attach import find_job_waiting
@@ -97,7 +97,7 @@ def watch(
         signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C must not lose the save
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         view.close()
-        raise typer.Exit(interrupted(watcher, out, fmt, getattr(exc, "exit_code", EXIT_SIGINT), html))
+        raise typer.Exit(interrupted(watcher.stopped(getattr(exc, "exit_code", EXIT_SIGINT)), out, fmt, html))
     finally:
         view.close()
     raise typer.Exit(finish(outcome, out, fmt, html))
@@ -116,28 +116,20 @@ def require_some_stack(bundle) -> None:
                            "see `hangdoc explain no-stack`")
 
 
-def interrupted(watcher, out: Path, fmt: ReportFormat, code: int, html: Path | None = None) -> int:
+def interrupted(outcome, out: Path, fmt: ReportFormat, html: Path | None = None) -> int:
     """Stopped by Ctrl-C or SIGTERM: the report of what was seen so far, and the bundle, kept."""
-    if not watcher.samples:
+    if outcome is None:
         print("hangdoc: interrupted before the first sample; nothing to save", file=sys.stderr)
-        return code
-    from hangdoc.report import verdict
-    from hangdoc.report.build import assess
-
-    bundle = watcher.bundle()
-    report, diagnosis = assess(bundle, watcher.options.hang_after_s)
-    print(f"hangdoc: interrupted after {len(bundle.samples)} samples; the report so far:", file=sys.stderr)
-    so_far = verdict.interrupted(report)
-    emit_report(so_far, fmt)
-    write_html(so_far, html)
-    saved = save_or_say(bundle, out, diagnosis.digest)
-    return code if saved else EXIT_NOT_SAVED
+        return EXIT_SIGINT
+    print(f"hangdoc: interrupted after {len(outcome.bundle.samples)} samples; the report so far:", file=sys.stderr)
+    emit_report(outcome.report, fmt)
+    write_html(outcome.report, html)
+    saved = save_or_say(outcome.bundle, out, outcome.digest)
+    return outcome.exit_code if saved else EXIT_NOT_SAVED
 
 
 def finish(outcome, out: Path, fmt: ReportFormat, html: Path | None = None) -> int:
-    """Print the report, then save the bundle when there is something to show, and pick the exit code."""
-    from hangdoc.report.verdict import exit_code
-
+    """Print the report, then save the bundle when there is something to show; the judgement's exit code."""
     if outcome.reason is StopReason.TIMEOUT:
         found = "the job is slow" if outcome.report.verdict == Verdict.SLOW else "no hang found"
         print(f"hangdoc: --timeout reached, {found}", file=sys.stderr)
@@ -149,13 +141,7 @@ def finish(outcome, out: Path, fmt: ReportFormat, html: Path | None = None) -> i
         emit_report(outcome.report, fmt)
         write_html(outcome.report, html)
         saved = not keep or save_or_say(outcome.bundle, out, outcome.digest)
-    if not saved:
-        return EXIT_NOT_SAVED
-    if came:
-        print("hangdoc: stopped by a signal once the report was out" + (" and the bundle saved" if keep else ""),
-              file=sys.stderr)
-        return came[-1]
-    return exit_code(outcome.report.verdict)
+    return delivered(outcome.exit_code, saved, came, "" if not keep else " and the bundle saved")
 
 
 def job_pid(target: str | None, by_job: bool) -> int:

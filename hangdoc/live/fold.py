@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hangdoc.analyze.diagnose import Census, Diagnosis, JobFacts, decide, node_digest, rank_views
+from hangdoc.analyze.diagnose import Census, Diagnosis, JobFacts, decide, diagnosis_of, node_digest, rank_views
 from hangdoc.analyze.flight import fr_pending, fr_step_times
 from hangdoc.analyze.timeline import timelines
 from hangdoc.bundle.files import load_bundle, load_head
@@ -105,10 +105,7 @@ def diagnose_by_class(nodes: Sequence[NodeRead], hang_after: float | None = None
         members = heads.get((view.info.host or bundle.host.hostname, view.info.node_pid))
         if members is not None:
             views.append(dataclasses.replace(view, members=tuple(r.rank for r in members if r.rank is not None)))
-    diagnosis = Diagnosis(decision.verdict, decision.culprits, decision.onset, facts.now, tuple(views),
-                          decision.mismatch, decision.frozen, decision.rhythm, census=census(nodes),
-                          before=decision.before, from_past=decision.from_past, slow=decision.slow)
-    return bundle, diagnosis
+    return bundle, diagnosis_of(decision, facts.now, views, census=census(nodes))
 
 
 def census(nodes: Sequence[NodeRead]) -> Census:

@@ -9,13 +9,12 @@ from hangdoc.base.errors import BadBundle
 from hangdoc.bundle.files import bundle_files, load_bundles
 from hangdoc.collect.flight_recorder import load_dumps, split_inputs
 from hangdoc.live.fold import FOLD_ABOVE_RANKS, diagnose_by_class, read_node
-from hangdoc.model import BUNDLE_SCHEMA, Bundle, GpuState, Host, Job, Snapshot
-from hangdoc.report import build_report, report_of
-from hangdoc.report import verdict
+from hangdoc.model import BUNDLE_SCHEMA, Bundle, Ending, GpuState, Host, Job, Snapshot
+from hangdoc.report.judge import End, Judgement, judge
 
 
-def report_inputs(paths, hang_after: float | None = None):
-    """Bundles and FR dumps as `hangdoc report` takes them: (bundle, report). Dumps beside bundles
+def report_inputs(paths, hang_after: float | None = None) -> tuple[Bundle, Judgement]:
+    """Bundles and FR dumps as `hangdoc report` takes them: (bundle, judgement). Dumps beside bundles
     join the bundle's evidence; dumps alone make a bundle of their own, judged on them."""
     bundle_paths, dump_paths = split_inputs(paths)
     records, errors = load_dumps(dump_paths)
@@ -24,11 +23,12 @@ def report_inputs(paths, hang_after: float | None = None):
     if bundle_paths:
         return report_from_files(bundle_paths, hang_after, tuple(records), tuple(errors))
     bundle = bundle_from_dumps(records, errors)
-    return bundle, verdict.from_dumps(build_report(bundle, hang_after))
+    return bundle, judge(bundle, End(Ending.DUMPS_ONLY), hang_after=hang_after)
 
 
-def report_from_files(paths, hang_after: float | None = None, records: tuple = (), errors: tuple = ()):
-    """Load saved bundles and diagnose them: (bundle, report). Several files are one job's nodes:
+def report_from_files(paths, hang_after: float | None = None, records: tuple = (),
+                      errors: tuple = ()) -> tuple[Bundle, Judgement]:
+    """Load saved bundles and judge them: (bundle, judgement). Several files are one job's nodes:
     merged whole up to FOLD_ABOVE_RANKS ranks, diagnosed by class beyond (`hangdoc/live/fold.py`).
     `records`, `errors`: Flight Recorder dumps given beside the bundles, and the refused ones."""
     files = bundle_files(paths)
@@ -36,14 +36,13 @@ def report_from_files(paths, hang_after: float | None = None, records: tuple = (
         nodes = [read_node(f) for f in files]
         if sum(len(n.digest.ranks) for n in nodes) > FOLD_ABOVE_RANKS:
             bundle, diagnosis = diagnose_by_class(nodes, hang_after, records)
-            return dataclasses.replace(bundle, flight_errors=bundle.flight_errors + errors), report_of(bundle, diagnosis)
+            bundle = dataclasses.replace(bundle, flight_errors=bundle.flight_errors + errors)
+            return bundle, judge(bundle, diagnosis=diagnosis)
     bundle = load_bundles(files)
     if records or errors:
         bundle = dataclasses.replace(bundle, flight_records=bundle.flight_records + records,
                                      flight_errors=bundle.flight_errors + errors)
-    return bundle, build_report(bundle, hang_after)
-
-
+    return bundle, judge(bundle, hang_after=hang_after)
 
 
 def bundle_from_dumps(records, errors=()) -> Bundle:

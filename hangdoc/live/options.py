@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hangdoc.base.defaults import INTERVAL_S
-from hangdoc.model import Options
+from hangdoc.model import Engine, Options
 
 # Every py-spy dump costs ~8 ms of CPU (a process start, reading the interpreter's symbols):
 # the workers of ranks that do not wait on their data, and the launcher, are read every
@@ -22,7 +22,7 @@ class WatchOptions:
     native: bool = False                   # native (C/C++) frames too
     nonblocking: bool = False              # never pause a process to read its stack
     single: bool = False                   # a lone Python process, not a distributed job
-    engine: str = "auto"                   # "auto", "py-spy" or "pystack"
+    engine: Engine = Engine.AUTO
     py_spy: str | None = None              # the py-spy binary, when not the one on PATH
     gpu: bool = True                       # sample GPUs through NVML
     worker_every: int = WORKER_EVERY

@@ -6,7 +6,7 @@ from hangdoc.collect.procfs import ProcFS
 from hangdoc.collect.snapshot import Probes
 from hangdoc.collect.stacks import PySpy, find_py_spy
 from hangdoc.live.options import WatchOptions
-from hangdoc.model import Job, Role, Snapshot
+from hangdoc.model import Engine, Job, Role, Snapshot
 
 
 def make_probes(options: WatchOptions = WatchOptions(), proc_root: str = "/proc", timeout_s: float = 5.0) -> Probes:
@@ -22,14 +22,15 @@ def make_probes(options: WatchOptions = WatchOptions(), proc_root: str = "/proc"
     return probes
 
 
-def stack_engine(engine: str, py_spy: str | None = None, timeout_s: float = 5.0):
+def stack_engine(engine: Engine | str, py_spy: str | None = None, timeout_s: float = 5.0):
     from hangdoc.collect import pystack_engine
 
-    if engine != "pystack":
+    engine = Engine(engine)
+    if engine is not Engine.PYSTACK:
         try:
             return PySpy(find_py_spy(py_spy), timeout_s=timeout_s)
         except PySpyMissing:
-            if engine != "auto" or py_spy or not pystack_engine.available():
+            if engine is not Engine.AUTO or py_spy or not pystack_engine.available():
                 raise
     if not pystack_engine.available():
         raise PyStackMissing()

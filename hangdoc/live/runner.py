@@ -24,9 +24,8 @@ from hangdoc.live.capture import make_bundle
 from hangdoc.live.options import WatchOptions
 from hangdoc.live.proc import RunningJob, stop_job
 from hangdoc.live.watcher import Outcome, Watcher
-from hangdoc.model import Bundle, Job, LogTail, StopReason, Verdict
-from hangdoc.report import verdict
-from hangdoc.report.build import assess, report_without_ranks
+from hangdoc.model import Bundle, Ending, Job, LogTail, StopReason
+from hangdoc.report.judge import End, judge
 
 TAIL_LINES = 2000
 # A command with no ranks after this long is watched as a single process: soon for a plain
@@ -63,14 +62,16 @@ class OutputTail:
 
 @dataclass
 class RunResult:
-    outcome: Outcome
+    outcome: Outcome                  # its judgement's exit code is the run's
     job_exit_code: int | None
     interrupted: int | None = None    # stopped by Ctrl-C or SIGTERM: the exit code to leave with (130 / 143)
 
 
 def run_command(cmd: list[str], options: WatchOptions, probes, sink: TextIO,
-                on_sample: Callable | None = None, sleep: Callable[[float], None] = time.sleep) -> RunResult:
-    """Run `cmd` under watch until it ends, crashes, hangs or `options.timeout_s` passes."""
+                on_sample: Callable | None = None, sleep: Callable[[float], None] = time.sleep,
+                fail_on_slow: bool = False) -> RunResult:
+    """Run `cmd` under watch until it ends, crashes, hangs or `options.timeout_s` passes.
+    `fail_on_slow`: a slow run that ends well fails (EXIT_SLOW) instead of passing with its code."""
     try:
         popen = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, start_new_session=True,
@@ -84,7 +85,7 @@ def run_command(cmd: list[str], options: WatchOptions, probes, sink: TextIO,
     interrupted = None
     try:
         watcher = _attach(popen, job, options, probes, tail, began, sleep)
-        outcome = _follow(watcher, popen, job, tail, options, on_sample, began)
+        outcome = _follow(watcher, popen, job, tail, options, on_sample, began, fail_on_slow)
     except KeyboardInterrupt as exc:     # Ctrl-C, or SIGTERM (hangdoc.base.errors.Interrupted)
         _hold_signals()                  # a second one must not lose the job's end or the report
         interrupted = getattr(exc, "exit_code", EXIT_SIGINT)
@@ -93,27 +94,29 @@ def run_command(cmd: list[str], options: WatchOptions, probes, sink: TextIO,
             stop_job(job)
         tail.join()
     if interrupted is not None:
-        outcome = _stopped(watcher, popen, tail, options)
+        ending = End(Ending.INTERRUPTED, signal_exit=interrupted, returncode=popen.returncode, run=True)
+        outcome = (watcher.stopped(interrupted, ending) if watcher is not None else None) or \
+            _unwatched(_empty_bundle(popen, tail, options), ending, StopReason.INTERRUPTED)
     return RunResult(outcome, popen.returncode, interrupted)
 
 
 def _follow(watcher: Watcher | None, popen, job: RunningJob, tail: OutputTail, options: WatchOptions,
-            on_sample: Callable | None, began: float) -> Outcome:
+            on_sample: Callable | None, began: float, fail_on_slow: bool) -> Outcome:
     """Watch the command's ranks until it ends, crashes, hangs or runs out of time."""
     if watcher is None:
-        return _ended_before_attach(popen, tail, options)
+        return _ended_before_attach(popen, tail, options, fail_on_slow)
     remaining = None if options.timeout_s is None else max(0.0, options.timeout_s - (time.monotonic() - began))
     watcher.options = dataclasses.replace(watcher.options, timeout_s=remaining)
     outcome = watcher.run(on_sample, ended=lambda: popen.poll() is not None, on_round=job.refresh_tree)
     if outcome.reason is StopReason.ENDED:
         popen.wait()
         tail.join()
-        bundle = watcher.bundle()
-        report, diagnosis = assess(bundle, options.hang_after_s)
-        return Outcome(report, bundle, StopReason.ENDED, diagnosis.digest)
-    if outcome.reason is StopReason.TIMEOUT:
-        return dataclasses.replace(outcome, report=verdict.run_timed_out(outcome.report, options.timeout_s))
-    return outcome
+        bundle = watcher.bundle()     # with the command's exit code and its last output
+        ending = End(Ending.ENDED, returncode=popen.returncode, run=True, fail_on_slow=fail_on_slow)
+        return Outcome(watcher.judge(bundle, ending), bundle, StopReason.ENDED)
+    kind = Ending.TIMED_OUT if outcome.reason is StopReason.TIMEOUT else Ending.RUNNING
+    ending = End(kind, timeout_s=options.timeout_s, returncode=popen.poll(), run=True, fail_on_slow=fail_on_slow)
+    return dataclasses.replace(outcome, judgement=watcher.judge(outcome.bundle, ending))
 
 
 def _hold_signals() -> None:
@@ -122,16 +125,6 @@ def _hold_signals() -> None:
             signal.signal(number, signal.SIG_IGN)
         except ValueError:      # not the main thread: nothing to hold
             pass
-
-
-def _stopped(watcher: Watcher | None, popen, tail: OutputTail, options: WatchOptions) -> Outcome:
-    """Stopped by Ctrl-C or SIGTERM, the job ended: the report of what was seen so far."""
-    if watcher is None or not watcher.samples:
-        report = report_without_ranks(Verdict.INTERRUPTED, ())
-        return Outcome(report, _empty_bundle(popen, tail, options), StopReason.INTERRUPTED)
-    bundle = watcher.bundle()
-    report, diagnosis = assess(bundle, options.hang_after_s)
-    return Outcome(verdict.interrupted(report), bundle, StopReason.INTERRUPTED, diagnosis.digest)
 
 
 def _attach(popen, job: RunningJob, options: WatchOptions, probes, tail: OutputTail, began: float,
@@ -184,12 +177,17 @@ def _empty_bundle(popen, tail: OutputTail, options: WatchOptions) -> Bundle:
     return make_bundle(job, (), ProcFS(), record, logs=tail.logs(), exit_code=popen.returncode)
 
 
-def _ended_before_attach(popen, tail: OutputTail, options: WatchOptions) -> Outcome:
+def _ended_before_attach(popen, tail: OutputTail, options: WatchOptions, fail_on_slow: bool) -> Outcome:
     """The command ended (or --timeout passed) before any process could be watched."""
     if popen.poll() is None:
-        report = verdict.run_out_of_time_unwatched(options.timeout_s)
-        return Outcome(report, _empty_bundle(popen, tail, options), StopReason.TIMEOUT)
+        ending = End(Ending.TIMED_OUT, timeout_s=options.timeout_s, run=True)
+        return _unwatched(_empty_bundle(popen, tail, options), ending, StopReason.TIMEOUT)
     popen.wait()
     tail.join()
-    report = verdict.command_ended_unwatched(popen.returncode, list(tail.lines))
-    return Outcome(report, _empty_bundle(popen, tail, options), StopReason.ENDED)
+    ending = End(Ending.COMMAND_EXITED, returncode=popen.returncode, output_tail=tuple(tail.lines), run=True,
+                 fail_on_slow=fail_on_slow)
+    return _unwatched(_empty_bundle(popen, tail, options), ending, StopReason.ENDED)
+
+
+def _unwatched(bundle: Bundle, ending: End, reason: StopReason) -> Outcome:
+    return Outcome(judge(bundle, ending), bundle, reason)

@@ -34,9 +34,8 @@ from hangdoc.collect.snapshot import Probes, capture
 from hangdoc.live.capture import make_bundle
 from hangdoc.live.options import WatchOptions
 from hangdoc.live.probes import engine_name, require_stacks
-from hangdoc.model import Bundle, Job, NodeDigest, Report, Role, Snapshot, StopReason
-from hangdoc.report.build import assess, with_lanes
-from hangdoc.report.verdict import stop_reason
+from hangdoc.model import Bundle, Ending, Job, NodeDigest, Progress, RankState, Report, Role, Snapshot, StopReason, Verdict
+from hangdoc.report.judge import RUNNING, End, Judgement, judge
 
 MAX_SAMPLES = 600   # about 20 minutes at the default interval; older samples are dropped
 JITTER = 0.15       # each wait between rounds is the interval +-15 %
@@ -44,13 +43,25 @@ JITTER = 0.15       # each wait between rounds is the interval +-15 %
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a watch ended: the verdict's report, the bundle to save (with the digest its diagnosis
-    made, so the save does not analyse again), and why it stopped."""
+    """How a watch ended: the judgement (its report, the diagnosis whose digest the save writes
+    beside the samples, so the save does not analyse again, and the exit code), the bundle to
+    save, and why it stopped."""
 
-    report: Report
+    judgement: Judgement
     bundle: Bundle
     reason: StopReason
-    digest: NodeDigest | None = None
+
+    @property
+    def report(self) -> Report:
+        return self.judgement.report
+
+    @property
+    def digest(self) -> NodeDigest | None:
+        return self.judgement.digest
+
+    @property
+    def exit_code(self) -> int:
+        return self.judgement.exit_code
 
 
 @dataclass
@@ -71,7 +82,8 @@ class Watcher:
     live: LiveTimelines = field(default_factory=LiveTimelines)   # the analysis's timelines, round to round
     stacked_at: dict = field(default_factory=dict)   # pid -> its main thread's counters when its stack was read
     exit_watcher: ExitWatcher | None = None          # made at start() over the probes' /proc
-    diagnosis: object = None                         # the last round's (its report gets its lanes at the end)
+    judgement: Judgement | None = None               # the last round's (its report gets its lanes at the end)
+    flight_due: bool = False                         # a hang named before the job's own records were asked for
     jitter: random.Random = field(default_factory=random.Random)
 
     def start(self) -> Bundle:
@@ -107,10 +119,12 @@ class Watcher:
         began = time.monotonic()
         try:
             while True:
-                bundle, report, digest = self.assess(bundle)
+                bundle, judgement = self.judge_round(bundle)
                 if on_sample:
-                    on_sample(report)
-                reason = stop_reason(report)
+                    on_sample(judgement.report)
+                # A hang named before the job's own records (Flight Recorder, RAS) were asked for
+                # waits one round for them: the report the watch ends with carries them.
+                reason = None if self.flight_due else judgement.stop
                 if reason is None and (self._all_gone(bundle) or ended()):
                     reason = StopReason.ENDED
                 if reason is None and self.options.timeout_s is not None \
@@ -118,9 +132,10 @@ class Watcher:
                     reason = StopReason.TIMEOUT
                 if reason is not None:
                     # The timeline lanes are drawn once, for the report the watch ends with.
-                    report = with_lanes(report, bundle, self.diagnosis, self.live.of(bundle))
-                    return Outcome(report, bundle, reason, digest)
-                delay = self._next_delay(bundle)
+                    ending = End(Ending.TIMED_OUT, timeout_s=self.options.timeout_s) \
+                        if reason is StopReason.TIMEOUT else RUNNING
+                    return Outcome(self.judge(bundle, ending), bundle, reason)
+                delay = 0.0 if self.flight_due else self._next_delay(bundle)
                 if self.options.timeout_s is not None:    # never wait past the timeout
                     delay = min(delay, max(0.0, began + self.options.timeout_s - time.monotonic()))
                 self._wait(delay)
@@ -130,14 +145,32 @@ class Watcher:
             if self.exit_watcher is not None:
                 self.exit_watcher.close()
 
-    def assess(self, bundle: Bundle) -> tuple[Bundle, Report, NodeDigest | None]:
-        """One round's analysis: the report, redone with the job's own records when it has any,
-        and the digest its diagnosis made; the ranks that stepped are read gently next round."""
-        report, diagnosis = assess(bundle, self.options.hang_after_s, self.live, with_lanes=False)
-        bundle, report, diagnosis = self._with_flight_records(bundle, report, diagnosis)
-        self.stepping = {r.pid for r in report.ranks if r.progress == "active"}
-        self.diagnosis = diagnosis
-        return bundle, report, diagnosis.digest
+    def judge_round(self, bundle: Bundle) -> tuple[Bundle, Judgement]:
+        """One round's analysis, once, over the job's own records too when it has any; the ranks
+        that stepped are read gently next round."""
+        prior = self.judgement
+        stuck = prior is not None and (prior.report.verdict == Verdict.HANG
+                                       or any(r.progress == Progress.STUCK for r in prior.report.ranks))
+        bundle = self._with_flight_records(bundle, stuck)
+        judgement = judge(bundle, RUNNING, prior, hang_after=self.options.hang_after_s, live=self.live, lanes=False)
+        self.flight_due = judgement.stop is StopReason.HANG and not stuck and self._has_own_records(bundle.job)
+        self.stepping = {r.pid for r in judgement.report.ranks if r.progress == Progress.ACTIVE}
+        self.judgement = judgement
+        return bundle, judgement
+
+    def judge(self, bundle: Bundle, ending: End) -> Judgement:
+        """The final judgement of what was watched, taking over the last round's analysis."""
+        self.judgement = judge(bundle, ending, self.judgement, hang_after=self.options.hang_after_s, live=self.live)
+        return self.judgement
+
+    def stopped(self, code: int, ending: End | None = None) -> Outcome | None:
+        """Stopped by Ctrl-C or SIGTERM (`code`: 130 / 143): the judgement of what was seen so far,
+        or None before the first sample."""
+        if not self.samples:
+            return None
+        bundle = self.bundle()
+        ending = dataclasses.replace(ending or End(), kind=Ending.INTERRUPTED, signal_exit=code)
+        return Outcome(self.judge(bundle, ending), bundle, StopReason.INTERRUPTED)
 
     # -- internals -------------------------------------------------------------------
     def _wait(self, delay: float) -> None:
@@ -147,19 +180,24 @@ class Watcher:
         else:
             self.exit_watcher.wait(delay)
 
-    def _with_flight_records(self, bundle: Bundle, report: Report, diagnosis):
-        """The job's own record: every rank's FR settings; once a rank looks stuck, its FR dumps
-        (dump pipes written to once, a bounded wait) and NCCL RAS, with the report redone on them."""
+    def _with_flight_records(self, bundle: Bundle, stuck: bool) -> Bundle:
+        """The job's own record: every rank's FR settings; once a rank looked stuck (the last
+        round), its FR dumps (dump pipes written to once, a bounded wait) and NCCL RAS."""
         from hangdoc.collect.flight_recorder import FlightCollector, fr_configs
 
         self.flight = self.flight or FlightCollector()
-        stuck = report.verdict == "hang" or any(r.progress == "stuck" for r in report.ranks)
         self.flight.gather(bundle.job, stuck)
-        bundle = dataclasses.replace(bundle, flight_config=fr_configs(bundle.job), flight_records=self.flight.records,
-                                     flight_errors=self.flight.errors, ras=self.flight.ras)
-        if self.flight.records or self.flight.ras is not None:
-            return (bundle, *assess(bundle, self.options.hang_after_s, self.live, with_lanes=False))
-        return bundle, report, diagnosis
+        return dataclasses.replace(bundle, flight_config=fr_configs(bundle.job), flight_records=self.flight.records,
+                                   flight_errors=self.flight.errors, ras=self.flight.ras)
+
+    @staticmethod
+    def _has_own_records(job: Job) -> bool:
+        """Whether the job keeps records of its own to ask for once it looks stuck (FR, NCCL RAS)."""
+        from hangdoc.collect.flight_recorder import config_files, fr_configs
+        from hangdoc.collect.ras import uses_nccl
+
+        configs = fr_configs(job)
+        return uses_nccl(job) or any(c.pipe_exists or config_files(c) for c in configs)
 
     def _capture(self, all_workers: bool) -> Snapshot:
         assert self.job is not None
@@ -237,7 +275,7 @@ class Watcher:
         last, before = self.samples[-1], self.samples[-2]
 
         def waits(sample) -> bool:
-            return sample is not None and classify_rank(sample).state == "dataloader-wait"
+            return sample is not None and classify_rank(sample).state == RankState.DATALOADER
 
         return {r.pid for r in self.job.by_role(Role.RANK)
                 if waits(last.sample_of(r.pid)) and waits(before.sample_of(r.pid))}

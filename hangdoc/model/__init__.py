@@ -6,7 +6,8 @@ report says (`report`), and the record every slug is declared by (`rule`), over 
 Every name is importable from `hangdoc.model` itself.
 """
 from hangdoc.model.vocab import (
-    GpuActivity, Progress, RankState, Role, Severity, StopReason, Verdict, Wait, Word, WorkerState,
+    Ending, Engine, GpuActivity, Progress, RankState, Role, Severity, SlowKind, StopReason, Verdict, Wait, Word,
+    WorkerState,
 )
 from hangdoc.model.stack import Frame, FrameMark, LoopMark, Stack, Thread, is_job_file
 from hangdoc.model.flight import FlightRecord, FrConfig, FrEntry, FrFrame, FrGroup, RasComm, RasStatus
@@ -23,6 +24,9 @@ from hangdoc.model.report import (
 from hangdoc.model.rule import Rule, finding
 
 __all__ = [
+    "Ending",
+    "Engine",
+    "SlowKind",
     "Progress",
     "RankState",
     "Role",

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hangdoc.base.words import expand_ranges
-from hangdoc.model.vocab import GpuActivity, Progress, Severity, Verdict
+from hangdoc.model.vocab import GpuActivity, Progress, RankState, Severity, SlowKind, Verdict, WorkerState
 
 REPORT_SCHEMA = "hangdoc/report-v1"
 
@@ -23,7 +23,7 @@ class Finding:
 class WorkerReport:
     pid: int
     index: int | None
-    state: str
+    state: WorkerState
     top_frame: str | None
     alive: bool = True
 
@@ -87,7 +87,7 @@ class TimeShares:
 class Slowness:
     """Why a job that moves is slow, and what it costs (a slow verdict, or a job that ended well slowly)."""
 
-    kind: str                      # "straggler": a few ranks make the others wait; "data-bound": every rank waits on data
+    kind: SlowKind                 # straggler: a few ranks make the others wait; data-bound: every rank waits on data
     stragglers: tuple[int, ...]
     others_wait: float             # straggler: the share of each step the others wait; data-bound: the least data-wait share
     straggler_wait: float          # the stragglers' own step-wait share
@@ -101,7 +101,7 @@ class RankReport:
     rank: int | None
     pid: int
     host: str
-    state: str
+    state: RankState
     waiting_s: float
     progress: Progress
     gpu: RankGpu | None

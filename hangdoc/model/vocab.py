@@ -43,6 +43,32 @@ class StopReason(Word):
     INTERRUPTED = "interrupted"    # Ctrl-C or SIGTERM
 
 
+class Ending(Word):
+    """How the evidence a verdict is made from came to an end (`report/judge.py: judge`)."""
+
+    RUNNING = "running"                # a watch round: the job goes on
+    ENDED = "ended"                    # the job's ranks are gone, or the command hangdoc ran ended
+    TIMED_OUT = "timed out"            # --timeout passed
+    INTERRUPTED = "interrupted"        # Ctrl-C or SIGTERM stopped the watch
+    COMMAND_EXITED = "command exited"  # `run`'s command ended before any rank could be watched
+    DUMPS_ONLY = "dumps only"          # Flight Recorder dumps alone, no live capture
+
+
+class SlowKind(Word):
+    """Why a job that moves is slow (analyze/slow.py)."""
+
+    STRAGGLER = "straggler"            # one rank (or a few) late every step: the others wait for it
+    DATA_BOUND = "data-bound"          # every rank waits on its data
+
+
+class Engine(Word):
+    """How stacks are read."""
+
+    AUTO = "auto"                      # py-spy when installed, else pystack
+    PY_SPY = "py-spy"
+    PYSTACK = "pystack"
+
+
 class RankState(Word):
     COLLECTIVE = "collective-wait"
     DATALOADER = "dataloader-wait"

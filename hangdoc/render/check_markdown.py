@@ -3,9 +3,15 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from hangdoc.check.sections import Document, Table
+from hangdoc.check.model import CheckResult
+from hangdoc.check.sections import Document, Table, layout
 from hangdoc.render.escape import md_cell
 from hangdoc.render.finding import CHECK, finding_markdown
+
+
+def render_result(result: CheckResult, out: TextIO) -> None:
+    """A check result, laid out in its sections."""
+    render_markdown(layout(result), out)
 
 
 def render_markdown(doc: Document, out: TextIO) -> None:

@@ -9,10 +9,16 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from hangdoc.check.sections import Document, Table
+from hangdoc.check.model import CheckResult
+from hangdoc.check.sections import Document, Table, layout
 from hangdoc.model import Severity
 from hangdoc.render.escape import terminal as esc
 from hangdoc.render.finding import CHECK, draw_finding
+
+
+def render_result(result: CheckResult, out: TextIO) -> None:
+    """A check result, laid out in its sections."""
+    render_text(layout(result), out)
 
 
 def render_text(doc: Document, out: TextIO, width: int | None = None) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hangdoc.model import Finding, RankReport, Report, StackClass
+from hangdoc.model import Finding, RankReport, Report, StackClass, Verdict
 from hangdoc.render.words import before_line, gpu_cell, headline, shares_line, threshold_line, timeout_line
 from hangdoc.base.words import duration, rank_label, rank_ranges, rank_set
 
@@ -62,7 +62,7 @@ def layout(report: Report) -> ReportLayout:
     if report.stack_classes or report.stack_tree:
         stacks.append(Stacks(stacks_heading(report.stack_classes), report.stack_tree, report.stack_classes))
     return ReportLayout(
-        alarm=report.verdict in ("hang", "crash"),
+        alarm=report.verdict in (Verdict.HANG, Verdict.CRASH),
         headline=headline(report),
         places=tuple(culprit_places(report)),
         notes=tuple(line for line in (threshold_line(report), shares_line(report), before_line(report),

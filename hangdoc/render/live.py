@@ -10,7 +10,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from hangdoc.model import RankReport, Report
+from hangdoc.model import RankReport, Report, SlowKind
 from hangdoc.render.escape import terminal as esc
 from hangdoc.render.text import make_console
 from hangdoc.render.words import flight_words
@@ -43,7 +43,7 @@ def _progress(report: Report, rank: RankReport) -> str:
     slow, shares = report.slow, rank.shares
     if slow is None or shares is None:
         return esc(rank.progress)
-    if slow.kind == "data-bound":
+    if slow.kind == SlowKind.DATA_BOUND:
         return f"data {shares.data:.0%}"
     if rank.rank in slow.stragglers:
         return "straggler"

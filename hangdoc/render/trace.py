@@ -12,7 +12,7 @@ import json
 from typing import TextIO
 
 from hangdoc.base.words import rank_label
-from hangdoc.model import REPORT_SCHEMA, Lane, Report
+from hangdoc.model import Lane, REPORT_SCHEMA, Report, Verdict
 from hangdoc.render.escape import redact_tree
 from hangdoc.render.words import headline
 
@@ -31,7 +31,7 @@ def trace_events(report: Report) -> list[dict]:
               default=0.0)
     first_pid = 1 if report.lanes else 0
     if report.detected_after_s is not None:
-        what = "first rank exited" if report.verdict == "crash" else "stall began"
+        what = "first rank exited" if report.verdict == Verdict.CRASH else "stall began"
         onset = end - report.detected_after_s
         if onset < -0.1:      # detected_after_s is rounded to 0.1 s; past that, it began before hangdoc looked
             what += " (before the first sample)"

@@ -2,16 +2,16 @@
 from __future__ import annotations
 
 from hangdoc.base.words import rank_label, rank_ranges
-from hangdoc.model import FlightSummary, RankGpu, Report
+from hangdoc.model import FlightSummary, RankGpu, RankState, Report, SlowKind, Verdict
 
 
 def headline(report: Report) -> str:
     culprits = rank_ranges(report.culprit_ranks) if report.culprit_ranks else None
-    if report.verdict == "hang" and any(f.rule == "run-timeout" for f in report.findings):
+    if report.verdict == Verdict.HANG and any(f.rule == "run-timeout" for f in report.findings):
         # A budget ran out: say that, not a collective wait nobody saw (there may be no rank at all).
         who = f"rank {culprits} is the culprit; " if culprits else ""
         return f"HANG: {who}the run did not finish within --timeout ({report.ranks_seen} ranks watched)"
-    if report.verdict == "hang":
+    if report.verdict == Verdict.HANG:
         if any(f.rule == "no-progress" for f in report.findings):
             who = "nothing moves (no CPU, no I/O, same frames)"
         elif culprits:
@@ -20,11 +20,11 @@ def headline(report: Report) -> str:
             who = "every rank here waits in the same collective; the culprit is not among them"
         after = _onset(report)
         return f"HANG: {who}{after}"
-    if report.verdict == "crash":
+    if report.verdict == Verdict.CRASH:
         who = f"rank {culprits} failed first" if culprits else "the job failed"
         return f"CRASH: {who}"
-    if report.verdict == "suspect":
-        waiting = [x for r in report.ranks if r.state == "collective-wait" for x in r.members
+    if report.verdict == Verdict.SUSPECT:
+        waiting = [x for r in report.ranks if r.state == RankState.COLLECTIVE for x in r.members
                    if x not in report.culprit_ranks]
         others = ", ".join(f"rank {r.rank} in {r.state}" for r in report.ranks if r.rank in report.culprit_ranks)
         who = (f"rank {rank_ranges(waiting)} waits in a collective" if len(waiting) == 1 else
@@ -32,11 +32,11 @@ def headline(report: Report) -> str:
         why = ("one instant cannot tell a hang from a slow step (watch it for a verdict)" if report.samples == 1
                else "not yet seen long enough to tell a hang from a slow step")
         return f"SUSPECT: {who}" + (f" for {others}" if others else "") + f"; {why}"
-    if report.verdict == "slow":
+    if report.verdict == Verdict.SLOW:
         return slow_headline(report)
-    if report.verdict == "ended":
+    if report.verdict == Verdict.ENDED:
         return "ENDED, cause unknown: every rank is gone and nothing readable says whether it failed"
-    if report.verdict == "interrupted":
+    if report.verdict == Verdict.INTERRUPTED:
         return "INTERRUPTED: stopped before a verdict; the report shows what was seen so far"
     return "HEALTHY: no hang found"
 
@@ -45,7 +45,7 @@ def slow_headline(report: Report) -> str:
     slow = report.slow
     if slow is None:
         return "SLOW: the job moves, slowly"
-    if slow.kind == "data-bound":
+    if slow.kind == SlowKind.DATA_BOUND:
         return (f"SLOW: data-bound: every rank waits on its DataLoader at least {slow.others_wait:.0%} of the time "
                 f"(up to {slow.speedup_at_most:.1f}x faster with its data on time)")
     who = rank_ranges(slow.stragglers)
@@ -57,7 +57,7 @@ def slow_headline(report: Report) -> str:
 def shares_line(report: Report) -> str | None:
     """Where each rank's time went over its last steps, one line: "rank 0 waits 63 % (46-78) ..."."""
     ranks = [r for r in report.ranks if r.shares is not None]
-    if not ranks or report.verdict in ("crash", "hang"):
+    if not ranks or report.verdict in (Verdict.CRASH, Verdict.HANG):
         return None
     parts = []
     for r in ranks[:8]:
@@ -74,7 +74,7 @@ def _onset(report: Report) -> str:
     if report.detected_after_s is None:
         return ""
     waited = _waited_before(report)
-    if waited is not None and report.verdict == "hang":
+    if waited is not None and report.verdict == Verdict.HANG:
         return (f" (no step for at least {span(report.detected_after_s)}; stalled at least "
                 f"{span(waited)} before hangdoc attached)")
     if report.before is not None and report.before.waited_s is not None:
@@ -91,7 +91,7 @@ def _waited_before(report: Report) -> float | None:
 def before_line(report: Report) -> str | None:
     """What the system knew of the past when hangdoc attached, in one line."""
     before = report.before
-    if before is None or report.verdict == "crash":
+    if before is None or report.verdict == Verdict.CRASH:
         return None
     parts = []
     if _waited_before(report) is not None:
@@ -128,7 +128,7 @@ def threshold_line(report: Report) -> str | None:
     seen), so hang after 12.3 s; no rank has stepped for 13 s". A move is a sample at which the loop
     had stepped: with steps faster than the samples, the gap between moves is the sampling's."""
     t = report.threshold
-    if t is None or report.verdict == "crash":
+    if t is None or report.verdict == Verdict.CRASH:
         return None
     quiet = f"no rank has stepped for {t.quiet_s:.0f} s"
     if t.source == "past":
@@ -153,7 +153,7 @@ def threshold_line(report: Report) -> str | None:
 
 
 def timeout_line(report: Report) -> str | None:
-    if report.verdict != "hang" or report.timeout_remaining_s is None:
+    if report.verdict != Verdict.HANG or report.timeout_remaining_s is None:
         return None
     minutes = report.timeout_remaining_s / 60
     return (f"The process group's timeout (default {report.pg_timeout_s:.0f} s for this backend) "

@@ -1,8 +1,9 @@
-"""From a diagnosis to the Report: every rule run, the ranks laid out, the verdict made final.
+"""From a bundle to the final Report: every rule run, the ranks laid out, the verdict made final.
 
-The only floor where a verdict becomes final: a watch's timeout, an interrupt and a bundle made
-of Flight Recorder dumps alone enter here as inputs (`hangdoc/report/verdict.py`).
+`judge` (report/judge.py) is the only way from evidence to a final Report: how the evidence came to
+an end (a watch round, a job that ended, a timeout, an interrupt, dumps alone) enters it as an input.
 """
 from hangdoc.report.build import build_report, pg_timeout, report_of, report_without_ranks
+from hangdoc.report.judge import RUNNING, End, Judgement, judge
 
-__all__ = ["build_report", "pg_timeout", "report_of", "report_without_ranks"]
+__all__ = ["RUNNING", "End", "Judgement", "build_report", "judge", "pg_timeout", "report_of", "report_without_ranks"]

@@ -22,15 +22,18 @@ GLOO_TIMEOUT_S = 1800.0
 
 
 def build_report(bundle: Bundle, hang_after: float | None = None, live: LiveTimelines | None = None) -> Report:
-    """`live`: a watch's timelines, kept from round to round (the same report, for one sample's work)."""
+    """The report of a bundle read while its job goes on (what a watch round prints): the analysis
+    alone, with no ending to weigh. Commands go through `report/judge.py: judge`."""
     return assess(bundle, hang_after, live)[0]
 
 
-def assess(bundle: Bundle, hang_after: float | None = None,
-           live: LiveTimelines | None = None, with_lanes: bool = True) -> tuple[Report, Diagnosis]:
+def assess(bundle: Bundle, hang_after: float | None = None, live: LiveTimelines | None = None,
+           with_lanes: bool = True, lines: dict[int, Timeline] | None = None) -> tuple[Report, Diagnosis]:
     """The report and the diagnosis it came from (whose digest a save writes beside the samples).
-    `with_lanes=False`: without the timeline lanes (a watch's round: they are drawn at its end)."""
-    lines = live.of(bundle) if live is not None else timelines(bundle)
+    `live` or `lines`: the timelines a watch keeps from round to round. `with_lanes=False`: without
+    the timeline lanes (a watch's round: they are drawn at its end)."""
+    if lines is None:
+        lines = live.of(bundle) if live is not None else timelines(bundle)
     diagnosis = diagnose(bundle, hang_after, lines)
     return report_of(bundle, diagnosis, lines, with_lanes), diagnosis
 

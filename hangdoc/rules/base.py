@@ -10,7 +10,7 @@ from functools import cached_property
 from hangdoc.analyze.diagnose import Diagnosis, RankView
 from hangdoc.analyze.shares import time_shares
 from hangdoc.analyze.timeline import Timeline, timelines
-from hangdoc.model import Bundle, Finding, ProcessInfo, RankState, Role, Rule, TimeShares, finding
+from hangdoc.model import Bundle, Finding, ProcessInfo, RankState, Role, Rule, SlowKind, TimeShares, Verdict, finding
 
 __all__ = ["Context", "Rule", "finding"]
 
@@ -34,15 +34,15 @@ class Context:
 
     def starved_culprits(self) -> list[RankView]:
         """The culprits of a hang that wait on their DataLoader: where the stall rules look."""
-        if self.diagnosis.verdict != "hang":
+        if self.diagnosis.verdict != Verdict.HANG:
             return []
-        return [v for v in self.culprit_views() if v.reading.state == "dataloader-wait"]
+        return [v for v in self.culprit_views() if v.reading.state == RankState.DATALOADER]
 
     def data_stragglers(self) -> list[RankView]:
         """The stragglers of a slow job that mostly wait on their DataLoader: the job still moves,
         so their workers deliver, late; what makes each sample slow is for the data rules to say."""
         slow = self.diagnosis.slow
-        if self.diagnosis.verdict != "slow" or slow is None or slow.kind != "straggler":
+        if self.diagnosis.verdict != Verdict.SLOW or slow is None or slow.kind != SlowKind.STRAGGLER:
             return []
         if slow.doing != RankState.DATALOADER:
             return []

@@ -1,7 +1,7 @@
 """collective-mismatch: ranks blocked in different collectives can never meet."""
 from __future__ import annotations
 
-from hangdoc.model import Finding, Severity
+from hangdoc.model import Finding, Severity, Verdict
 from hangdoc.rules.snippets import JOIN_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import frames_line
@@ -9,7 +9,7 @@ from hangdoc.rules.evidence import frames_line
 
 def check(ctx: Context) -> list[Finding]:
     d = ctx.diagnosis
-    if d.verdict != "hang" or len(d.mismatch) < 2:
+    if d.verdict != Verdict.HANG or len(d.mismatch) < 2:
         return []
     groups = "; ".join(f"{name}: ranks {', '.join(map(str, ranks))}" for name, ranks in sorted(d.mismatch.items()))
     evidence = [f"ranks are blocked in different collectives: {groups}"]

@@ -1,7 +1,7 @@
 """collective-straggler: most ranks wait in a collective for one that is elsewhere."""
 from __future__ import annotations
 
-from hangdoc.model import Finding, Severity
+from hangdoc.model import Finding, Severity, Verdict
 from hangdoc.rules import child_process_wait, debugger_prompt, file_lock_wait, helper_thread_died
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import frames_line, gpu_lines, rank_line, waiting_line, worker_lines
@@ -42,7 +42,7 @@ def _quiet(d, waiting) -> str:
 
 def check(ctx: Context) -> list[Finding]:
     d = ctx.diagnosis
-    if d.verdict != "hang" or d.mismatch or not d.culprits:
+    if d.verdict != Verdict.HANG or d.mismatch or not d.culprits:
         return []
     waiting = d.waiting
     if not waiting:

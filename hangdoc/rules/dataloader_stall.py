@@ -1,7 +1,7 @@
 """dataloader-stall: the culprit waits on its DataLoader and no more specific rule explains why."""
 from __future__ import annotations
 
-from hangdoc.model import Finding, Severity
+from hangdoc.model import Finding, RankState, Severity
 from hangdoc.rules import (file_lock_wait, fork_unsafe_arm, slow_decompression, tar_member_decode, worker_deadlock,
                            worker_died, worker_error)
 from hangdoc.rules.base import Context, Rule, finding
@@ -46,7 +46,7 @@ def check(ctx: Context) -> list[Finding]:
 
 def _doing(worker, reading) -> str:
     index = worker.worker_index if worker.worker_index is not None else "?"
-    if reading.state == "idle" and "queue" in (reading.detail or ""):
+    if reading.state == RankState.IDLE and "queue" in (reading.detail or ""):
         return f"worker {index} waits for work"
     return f"worker {index} {reading.state} in {reading.frame.name if reading.frame else '?'}"
 

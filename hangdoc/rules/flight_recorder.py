@@ -4,7 +4,7 @@ from __future__ import annotations
 from hangdoc.base.words import rank_ranges
 from hangdoc.analyze.flight import GroupFlight, flight_groups
 from hangdoc.rules.flight_words import frames_lines, mismatch_line, progress_lines, stuck_line
-from hangdoc.model import Finding, Severity
+from hangdoc.model import Finding, Severity, Verdict
 from hangdoc.rules.collective_mismatch import RULE as MISMATCH
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import frames_line
@@ -48,7 +48,7 @@ def check(ctx: Context) -> list[Finding]:
     if not bundle.flight_records:
         return []
     # Live evidence decides whether this is a hang; dumps alone (`hangdoc report DUMPS`) speak for themselves.
-    if bundle.job.ranks and ctx.diagnosis.verdict != "hang":
+    if bundle.job.ranks and ctx.diagnosis.verdict != Verdict.HANG:
         return []
     findings = []
     for group in flight_groups(bundle.flight_records):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hangdoc.model import Finding, Severity
+from hangdoc.model import Finding, RankState, Severity, SlowKind, Verdict
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import live_workers, worker_habit
 
@@ -21,8 +21,8 @@ def _shares(ctx: Context) -> list[tuple[int, int, int]]:
         line = ctx.timelines.get(view.info.pid)
         if line is None or view.info.rank is None:
             continue
-        states = [p.reading.state for p in line.points if p.reading.state not in ("exited", "unknown")]
-        out.append((view.info.rank, sum(s == "dataloader-wait" for s in states), len(states)))
+        states = [p.reading.state for p in line.points if p.reading.state not in (RankState.EXITED, RankState.UNKNOWN)]
+        out.append((view.info.rank, sum(s == RankState.DATALOADER for s in states), len(states)))
     return out
 
 
@@ -47,10 +47,10 @@ def _gpu_lines(ctx: Context) -> tuple[list[str], float | None]:
 
 
 def check(ctx: Context) -> list[Finding]:
-    if ctx.diagnosis.verdict not in ("healthy", "slow"):
+    if ctx.diagnosis.verdict not in (Verdict.HEALTHY, Verdict.SLOW):
         return []
     slow = ctx.diagnosis.slow
-    if slow is not None and slow.kind == "straggler":
+    if slow is not None and slow.kind == SlowKind.STRAGGLER:
         return []    # not the job's data but one rank's: slow-rank names it, the data rules say why
     shares = [s for s in _shares(ctx) if s[2] >= MIN_SAMPLES]
     starved = [s for s in shares if s[1] / s[2] >= STARVED_SHARE]

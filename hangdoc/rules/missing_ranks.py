@@ -12,7 +12,7 @@ from hangdoc.analyze.diagnose import RankView
 from hangdoc.analyze.rendezvous import setup_name
 from hangdoc.base.parse import to_int
 from hangdoc.base.words import rank_ranges, rank_set
-from hangdoc.model import Finding, Frame, Job, ProcSample, Severity
+from hangdoc.model import Finding, Frame, Job, ProcSample, Severity, Verdict
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import frames_line, latest_frames, samples_of, worker_lines
 
@@ -71,7 +71,7 @@ def not_joined(ctx: Context) -> list[Finding]:
     """The ranks the others wait for in process-group setup: one finding each present culprit
     (where it stands instead), one for the culprits that have no process."""
     d = ctx.diagnosis
-    if d.verdict not in ("hang", "suspect") or d.mismatch or not d.culprits:
+    if d.verdict not in (Verdict.HANG, Verdict.SUSPECT) or d.mismatch or not d.culprits:
         return []
     joined = [v for v in d.ranks if v.joining is not None and v.exited_at is None]
     if not joined:
@@ -80,7 +80,7 @@ def not_joined(ctx: Context) -> list[Finding]:
     call = setup_name(joined[0].joining)
     waiting = sorted(r for v in joined for r in v.ranks)
     world = max([ctx.bundle.job.world_size or 0] + [v.info.world_size or 0 for v in d.ranks]) or None
-    severity = Severity.CRITICAL if d.verdict == "hang" else Severity.WARNING
+    severity = Severity.CRITICAL if d.verdict == Verdict.HANG else Severity.WARNING
     evidence = [_waiting_line(ctx, joined, call, world, now)]
     findings = []
     for view in ctx.culprit_views():
@@ -195,13 +195,13 @@ def not_captured(ctx: Context) -> list[Finding]:
     d = ctx.diagnosis
     verb = "is" if len(absent) == 1 else "are"
     title = f"{rank_set(absent).capitalize()} of {world} {verb} not in the bundle{nodes}"
-    severity = Severity.INFO if d.verdict == "healthy" else Severity.WARNING
+    severity = Severity.INFO if d.verdict == Verdict.HEALTHY else Severity.WARNING
     joined = [v for v in d.ranks if v.joining is not None]
-    if d.verdict == "hang" and not d.culprits and d.waiting:
+    if d.verdict == Verdict.HANG and not d.culprits and d.waiting:
         title += ": every rank here waits in a collective, so the culprit is on another node"
         evidence.append(f"{d.count(d.waiting)} of {d.count(d.ranks)} captured ranks wait in "
                         f"{d.waiting[0].reading.detail or 'a collective'}: the rank they wait for is not here")
-    elif d.verdict == "hang" and not d.culprits and joined:
+    elif d.verdict == Verdict.HANG and not d.culprits and joined:
         call = setup_name(joined[0].joining)
         title += f": every rank here waits in {call}, so the ranks it waits for are on another node"
         evidence.append(f"{d.count(joined)} of {d.count(d.ranks)} captured ranks wait in {call}: "

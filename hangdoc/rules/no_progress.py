@@ -1,7 +1,7 @@
 """no-progress: every process of the job is frozen: same frames, no CPU, no bytes moved."""
 from __future__ import annotations
 
-from hangdoc.model import Finding, Severity
+from hangdoc.model import Finding, Severity, Verdict
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.collective_straggler import explained_by, stand_back
 from hangdoc.rules.evidence import frames_line, rank_line, worker_lines
@@ -9,7 +9,7 @@ from hangdoc.rules.evidence import frames_line, rank_line, worker_lines
 
 def check(ctx: Context) -> list[Finding]:
     d = ctx.diagnosis
-    if d.verdict != "hang" or not d.frozen:
+    if d.verdict != Verdict.HANG or not d.frozen:
         return []
     now = d.decided_at
     evidence = [f"no process moved for {now - d.onset:.0f} s (same frames, no CPU time, no bytes read or written)"]

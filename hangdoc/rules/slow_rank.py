@@ -4,11 +4,11 @@ from __future__ import annotations
 from collections import Counter
 
 from hangdoc.analyze.shares import STEP_COLLECTIVES, window
-from hangdoc.model import Finding, RankState, Severity
+from hangdoc.model import Finding, RankState, Severity, SlowKind, Verdict
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import live_workers, most_common_line, worker_habit
 
-_DOING = {"compute": "computes", RankState.DATALOADER.value: "waits on its DataLoader", "io": "reads or writes files"}
+_DOING = {RankState.COMPUTE: "computes", RankState.DATALOADER: "waits on its DataLoader", RankState.IO: "reads or writes files"}
 
 
 def where(ctx: Context, pid: int) -> str | None:
@@ -38,7 +38,7 @@ def share_line(rank: int | None, shares) -> str:
 
 def check(ctx: Context) -> list[Finding]:
     slow = ctx.diagnosis.slow
-    if slow is None or slow.kind != "straggler" or ctx.diagnosis.verdict not in ("slow", "healthy"):
+    if slow is None or slow.kind != SlowKind.STRAGGLER or ctx.diagnosis.verdict not in (Verdict.SLOW, Verdict.HEALTHY):
         return []
     views = [v for v in ctx.diagnosis.ranks if v.info.rank is not None]
     evidence = []

@@ -1,7 +1,7 @@
 """tar-member-decode: audio decoded straight from a tar member's file object, not from its bytes."""
 from __future__ import annotations
 
-from hangdoc.model import Finding, Severity
+from hangdoc.model import Finding, Severity, Verdict
 from hangdoc.rules.snippets import BYTES_FIRST_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import (basename, chain, compression_of_path, file_read_line,
@@ -19,7 +19,7 @@ def check(ctx: Context) -> list[Finding]:
 
 def _from_stacks(ctx: Context) -> list[Finding]:
     d = ctx.diagnosis
-    if d.verdict == "hang":
+    if d.verdict == Verdict.HANG:
         views, severity, retired_too = ctx.culprit_views(), None, False
     else:        # a straggler of a slow job: its workers of the window count, retired ones too
         views, severity, retired_too = ctx.data_stragglers(), Severity.WARNING, True

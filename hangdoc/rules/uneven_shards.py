@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from hangdoc.base.partition import classic_split
 from hangdoc.base.cmdline import data_list
-from hangdoc.model import DataListCopy, Finding, OpenFile, Role, Severity
+from hangdoc.model import DataListCopy, Finding, OpenFile, Role, Severity, Verdict
 from hangdoc.rules.snippets import JOIN_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import basename, frames_line, latest_frames, live_workers, samples_of
@@ -99,7 +99,7 @@ def _partition_lines(copy: DataListCopy, world: int, workers: int) -> list[str]:
 
 def check(ctx: Context) -> list[Finding]:
     d = ctx.diagnosis
-    if d.verdict != "hang" or len(d.mismatch) < 2:
+    if d.verdict != Verdict.HANG or len(d.mismatch) < 2:
         return []
     stepping = [v for v in d.waiting if v.info.rank not in d.culprits
                 and any(s in (v.reading.detail or "") for s in _STEP) and v.reading.detail not in LEFT_LOOP]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from hangdoc.analyze.classify import Reading, own_frame
 from hangdoc.analyze.diagnose import RankView
-from hangdoc.model import FILE_LOCK_WCHANS, Frame, ProcessInfo, ProcSample, ProcStat, Wait
+from hangdoc.model import FILE_LOCK_WCHANS, Frame, ProcSample, ProcStat, ProcessInfo, Verdict, Wait
 from hangdoc.rules.base import Context
 from hangdoc.rules.evidence import latest_frames, samples_of, worker_name
 
@@ -56,7 +56,7 @@ class Waiter:
 def waiters(ctx: Context, wait: Wait) -> Iterator[Waiter]:
     """The culprits of a hang (and their live workers) whose reading says they wait on `wait`."""
     d = ctx.diagnosis
-    if d.verdict != "hang":
+    if d.verdict != Verdict.HANG:
         return
     for view in ctx.culprit_views():
         if view.reading.detail == wait:

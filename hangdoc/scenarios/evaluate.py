@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from hangdoc.model import Report
+from hangdoc.model import Report, Verdict
 from hangdoc.scenarios import Scenario
 
 
@@ -40,7 +40,7 @@ class ScenarioResult:
 
     @property
     def false_alarm(self) -> bool:
-        return self.expected_verdict == "healthy" and self.verdict != "healthy"
+        return self.expected_verdict == Verdict.HEALTHY and self.verdict != Verdict.HEALTHY
 
 
 def evaluate(scenario: Scenario, workdir: str | Path | None = None, *, hang_after: float | None = None,
@@ -63,7 +63,7 @@ def evaluate(scenario: Scenario, workdir: str | Path | None = None, *, hang_afte
         fault = scenario.read_fault(work)
         report = result.outcome.report
         to_verdict = None
-        if fault and report.verdict != "healthy":
+        if fault and report.verdict != Verdict.HEALTHY:
             to_verdict = round(verdict_at - fault["time"], 1)
         return ScenarioResult(
             scenario=scenario.name, expected_verdict=scenario.verdict,

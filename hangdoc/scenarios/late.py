@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hangdoc.model import Report
+from hangdoc.model import Report, Verdict
 from hangdoc.scenarios import Scenario
 from hangdoc.scenarios.launch import start_job, stop_job, wait_for
 
@@ -37,7 +37,7 @@ class LateResult:
     @property
     def right(self) -> bool:
         return self.why is None and self.verdict == self.expected[0] and \
-            (self.verdict != "hang" or self.culprits == self.expected[1])
+            (self.verdict != Verdict.HANG or self.culprits == self.expected[1])
 
     expected: tuple[str, tuple[int, ...]] = ("healthy", ())
 
@@ -53,14 +53,14 @@ def attach_late(scenario: Scenario, delay_s: float, *, timeout_s: float = 120.0,
     with tempfile.TemporaryDirectory(prefix=f"hangdoc-late-{scenario.name}-") as tmp:
         work = Path(workdir) if workdir else Path(tmp)
         scenario.prepare(work)
-        steps = None if scenario.verdict == "hang" else LONG_RUN
+        steps = None if scenario.verdict == Verdict.HANG else LONG_RUN
         job = start_job(scenario.command(work, max_steps=steps), log_path=work / "job.log")
         try:
-            marker = [scenario.fault_marker(work)] if scenario.verdict == "hang" else scenario.ready_markers(work)
+            marker = [scenario.fault_marker(work)] if scenario.verdict == Verdict.HANG else scenario.ready_markers(work)
             if not wait_for(marker, job, timeout=180.0):
-                return _failed(scenario, delay_s, expected, f"no {'fault' if scenario.verdict == 'hang' else 'ready'} "
+                return _failed(scenario, delay_s, expected, f"no {'fault' if scenario.verdict == Verdict.HANG else 'ready'} "
                                f"marker in 180 s (see {work / 'job.log'})")
-            began = scenario.read_fault(work)["time"] if scenario.verdict == "hang" else time.time()
+            began = scenario.read_fault(work)["time"] if scenario.verdict == Verdict.HANG else time.time()
             time.sleep(max(0.0, began + delay_s - time.time()))
             options = WatchOptions(timeout_s=timeout_s, gpu=False,
                                    **({"interval_s": interval_s} if interval_s else {}))
@@ -78,9 +78,8 @@ def attach_late(scenario: Scenario, delay_s: float, *, timeout_s: float = 120.0,
 
 
 def _failed(scenario: Scenario, delay_s: float, expected, why: str) -> LateResult:
-    from hangdoc.model import REPORT_SCHEMA, Verdict
+    from hangdoc.report.judge import unjudged
 
-    empty = Report(schema=REPORT_SCHEMA, verdict=Verdict.INTERRUPTED, detected_after_s=None, culprit_ranks=(),
-                   findings=(), ranks=())
+    empty = unjudged()
     return LateResult(scenario.name, delay_s, None, "none", (), (), 0.0, None, False, empty, why=why,
                       expected=expected)

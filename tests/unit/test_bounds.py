@@ -424,7 +424,7 @@ def test_the_wait_between_rounds_never_passes_the_timeout():
         raise Stop
 
     watcher.bundle = lambda: bundle
-    watcher.assess = lambda b: (b, types.SimpleNamespace(verdict=Verdict.SUSPECT), None)
+    watcher.judge_round = lambda b: (b, types.SimpleNamespace(report=types.SimpleNamespace(verdict=Verdict.SUSPECT), stop=None))
     watcher._wait = wait
     # WHEN it runs to its first wait
     with pytest.raises(Stop):

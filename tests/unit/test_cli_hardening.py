@@ -97,9 +97,12 @@ def test_the_same_bundle_with_its_log_is_healthy():
 
 
 def test_a_run_timeout_with_no_rank_does_not_claim_a_collective():
-    from hangdoc.report.verdict import run_out_of_time_unwatched
+    from hangdoc.live.inputs import bundle_from_dumps
+    from hangdoc.model import Ending
+    from hangdoc.report.judge import End, judge
 
-    report = run_out_of_time_unwatched(5)
+    empty = dataclasses.replace(bundle_from_dumps(()), samples=())
+    report = judge(empty, End(Ending.TIMED_OUT, timeout_s=5, run=True)).report
     line = headline(report)
     assert "collective" not in line and "--timeout" in line
 

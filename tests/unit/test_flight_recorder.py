@@ -112,6 +112,7 @@ def test_dumps_beside_a_bundle_join_its_evidence(tmp_path):
         shutil.copy(f, tmp_path / f.name)
     # WHEN the directory is reported
     bundle, report = report_inputs([tmp_path])
+    report = report.report
     # THEN the live verdict stands and the flight-recorder rule cites the dumps
     assert report.verdict == "hang" and report.culprit_ranks == (1,)
     fr = next(f for f in report.findings if f.rule == "flight-recorder")
@@ -284,6 +285,7 @@ def test_a_bundle_named_like_a_dump_is_still_a_bundle(tmp_path):
     (tmp_path / "node0.json").write_text(json.dumps(dict(sorted(data.items()))))
     # WHEN it is reported THEN it is read as the bundle it is
     bundle, report = report_inputs([tmp_path / "node0.json"])
+    report = report.report
     assert report.verdict == "hang" and bundle.flight_records == ()
 
 

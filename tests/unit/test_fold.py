@@ -54,6 +54,7 @@ def test_a_job_of_128_ranks_by_class_names_the_same_culprit_and_findings_as_the_
 
     # WHEN report DIR reads it (by class) and the same bundles are merged whole
     bundle, folded = report_from_files([folder])
+    folded = folded.report
     full = whole(folder)
 
     # THEN verdict, culprits and findings agree, and the evidence counts every rank
@@ -77,6 +78,7 @@ def test_a_job_of_128_ranks_by_class_names_the_same_culprit_and_findings_as_the_
 def test_the_text_report_of_a_folded_job_shows_class_rows_and_the_whole_stack_tree(tmp_path):
     folder = write_job(tmp_path, culprit=77)
     bundle, report = report_from_files([folder])
+    report = report.report
 
     out = io.StringIO()
     render_text(report, out, width=200)
@@ -92,6 +94,7 @@ def test_every_rank_waiting_and_nodes_missing_say_the_culprit_is_on_a_missing_no
     folder = write_job(tmp_path, culprit=30, skip=(3, 4))
 
     _, folded = report_from_files([folder])
+    folded = folded.report
     full = whole(folder)
 
     assert summary(folded) == summary(full)
@@ -109,7 +112,9 @@ def test_bundles_without_a_digest_are_read_whole_and_give_the_same_report(tmp_pa
     plain = write_job(tmp_path / "b", culprit=77, how=how)
 
     _, a = report_from_files([digested])
+    a = a.report
     _, b = report_from_files([plain])
+    b = b.report
 
     assert summary(a) == summary(b)
     assert [(r.rank, r.rank_set) for r in a.ranks] == [(r.rank, r.rank_set) for r in b.ranks]
@@ -127,6 +132,7 @@ def test_a_digest_of_another_analysis_version_is_not_trusted(tmp_path):
     path.write_bytes(zstandard.ZstdCompressor().compress(bundle_v2.encode(bundle, lying)))
 
     _, report = report_from_files([folder])
+    report = report.report
 
     assert report.verdict == "hang" and report.culprit_ranks == (77,)
 

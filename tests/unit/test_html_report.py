@@ -290,6 +290,7 @@ def test_a_merged_job_of_many_nodes_draws_a_lane_per_class(tmp_path):
         save_node(node_bundle(n, 12, 77, 1.7e9, workers=1), tmp_path / f"node{n:02d}.json.zst")
     # WHEN `hangdoc report DIR` folds them by class and renders HTML
     _, report = report_from_files([tmp_path])
+    report = report.report
     doc = Elements(report_html(report))
     # THEN there is a lane per class of ranks, not per rank; the culprit has its own
     lanes = rank_lanes(doc)

@@ -14,7 +14,7 @@ import pytest
 
 from hangdoc.analyze.progress import DEFAULT_HANG_AFTER_S, HANG_FLOOR_S, STEP_MULTIPLE, loop_moved
 from hangdoc.report import build_report
-from hangdoc.report.verdict import exit_code as verdict_exit_code
+from hangdoc.report.judge import exit_code as verdict_exit_code
 from hangdoc.collect.loopmark import loop_mark
 from hangdoc.collect.stacks import parse_dump
 from hangdoc.base.errors import EXIT_SUSPECT

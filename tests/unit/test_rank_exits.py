@@ -15,7 +15,7 @@ from hangdoc.model import (
     ProcSample, ProcStat, Role, Snapshot, Stack, Thread,
 )
 from hangdoc.report import build_report
-from hangdoc.report.verdict import exit_code
+from hangdoc.report.judge import exit_code
 
 T0 = 1_700_000_000.0
 INTERVAL = 0.5

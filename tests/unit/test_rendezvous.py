@@ -217,6 +217,7 @@ def test_a_job_of_many_nodes_decides_the_same_by_class_as_merged_whole(tmp_path)
         save_node(rendezvous_node(n, nodes, 77), tmp_path / f"node{n:02d}.json.zst")
     # WHEN `hangdoc report DIR` reads the digests (by class)
     _, folded = report_from_files([tmp_path])
+    folded = folded.report
     # THEN the hang names rank 77, with the finding about it
     assert folded.verdict == "hang" and folded.culprit_ranks == (77,)
     found = [f for f in folded.findings if f.rule == "missing-ranks" and f.ranks == (77,)]

@@ -13,7 +13,7 @@ from hangdoc.cli import watch as watch_cli
 from hangdoc.cli.common import ReportFormat
 from hangdoc.live.watcher import Outcome
 from hangdoc.model import StopReason
-from hangdoc.report import build_report
+from hangdoc.report import judge
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
@@ -22,7 +22,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 def test_a_signal_during_the_save_waits_for_it_and_then_leaves_with_its_code(tmp_path, monkeypatch, capsys, sig, code):
     # GIVEN a watch that ends on a hang, and a signal that arrives while its bundle is being saved
     bundle = load_bundle(GOLDEN / "worker-deadlock" / "bundle.json")
-    outcome = Outcome(build_report(bundle), bundle, StopReason.HANG)
+    outcome = Outcome(judge(bundle), bundle, StopReason.HANG)
     real_save = watch_cli.save_or_say
 
     def save_while_signalled(*args, **kwargs):

@@ -1,13 +1,16 @@
 """Slow is a verdict: the straggler and data-bound calls over the ranks' time shares, one rule at a time."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from hangdoc.analyze.diagnose import JobFacts, decide
 from hangdoc.analyze.shares import interval
 from hangdoc.analyze.slow import slow_call
 from hangdoc.model import RankDigest, ShareCounts, StepSummary
-from hangdoc.report.verdict import exit_code, run_exit_code
+from hangdoc.model import Ending
+from hangdoc.report.judge import End, exit_code
 
 T0 = 1_700_000_000.0
 
@@ -37,8 +40,10 @@ def test_a_rank_the_others_wait_for_in_every_step_is_the_straggler():
     decision = decide(ranks, JobFacts(first=T0, now=T0 + 60, logs=(), exit_code=None, hang_after=None))
     assert (decision.verdict, decision.culprits) == ("slow", (1,))
     assert exit_code(decision.verdict) == 8
-    assert run_exit_code("slow", 0) == 0 and run_exit_code("slow", 0, slow=True) == 8
-    assert run_exit_code("slow", 1, slow=True) == 1
+    ended = End(Ending.ENDED, returncode=0, run=True)
+    assert exit_code("slow", ended, slow=True) == 0
+    assert exit_code("slow", dataclasses.replace(ended, fail_on_slow=True), slow=True) == 8
+    assert exit_code("slow", End(Ending.ENDED, returncode=1, run=True, fail_on_slow=True), slow=True) == 1
 
 
 @pytest.mark.parametrize("shape, ranks", [

@@ -1,0 +1,202 @@
+"""The one way from evidence to a final Report: `judge(bundle, ending, prior)`.
+
+The analysis proposes a verdict from the samples (`analyze/diagnose.py: decide`); how the evidence
+came to an end enters here as an input (an `End`): a watch round of a job that goes on, a job that
+ended, a `run` that outlived its --timeout, a watch stopped by Ctrl-C or SIGTERM, a command that
+ended before any rank was watched, Flight Recorder dumps alone. Each ending that changes the
+proposed verdict is a private branch below, and the exit code is read here, once, for every
+command (`watch`, `report`, `run`). `prior`, the last round's judgement, carries its work: the
+same evidence is never analysed twice.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from hangdoc.analyze.diagnose import Diagnosis
+from hangdoc.analyze.timeline import LiveTimelines, Timeline, timelines
+from hangdoc.base.errors import (
+    EXIT_CRASH, EXIT_ENDED_UNKNOWN, EXIT_HANG, EXIT_OK, EXIT_SIGINT, EXIT_SLOW, EXIT_SUSPECT, EXIT_USAGE,
+)
+from hangdoc.model import Bundle, Ending, NodeDigest, Report, StopReason, Verdict
+from hangdoc.model.rule import finding
+from hangdoc.report.build import assess, report_of, report_without_ranks, with_lanes
+from hangdoc.report.verdict import COMMAND_FAILED, RUN_TIMEOUT
+
+_EXIT = {Verdict.HANG: EXIT_HANG, Verdict.CRASH: EXIT_CRASH, Verdict.ENDED: EXIT_ENDED_UNKNOWN,
+         Verdict.INTERRUPTED: EXIT_SIGINT, Verdict.SUSPECT: EXIT_SUSPECT, Verdict.HEALTHY: EXIT_OK,
+         Verdict.SLOW: EXIT_SLOW}
+_FAILED = (Verdict.HANG, Verdict.CRASH)
+_STOPS = {Verdict.HANG: StopReason.HANG, Verdict.CRASH: StopReason.CRASH}
+
+
+@dataclass(frozen=True)
+class End:
+    """How the evidence came to an end, and what the command that asks knows of it.
+
+    `run`: the verdict is `run`'s (a hang or a crash fails; otherwise the command's own exit code,
+    or EXIT_SLOW for a slow run with `fail_on_slow`), not `watch`'s."""
+
+    kind: Ending = Ending.RUNNING
+    timeout_s: float | None = None         # the --timeout that passed (TIMED_OUT)
+    returncode: int | None = None          # the command's own exit code, once it ended (run)
+    output_tail: tuple[str, ...] = ()      # its last output lines (COMMAND_EXITED)
+    signal_exit: int = EXIT_SIGINT         # 130 (Ctrl-C) or 143 (SIGTERM): INTERRUPTED
+    run: bool = False
+    fail_on_slow: bool = False
+
+
+RUNNING = End()
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The final report, the diagnosis it came from (None: no rank was watched) and the exit code."""
+
+    report: Report
+    diagnosis: Diagnosis | None
+    exit_code: int
+    # The work a later judgement of the same evidence takes over (`prior`): what was judged, the
+    # report before the ending's branch, and the timelines it read.
+    evidence: Bundle | None = dataclasses.field(default=None, repr=False, compare=False)
+    proposed: Report | None = dataclasses.field(default=None, repr=False, compare=False)
+    lines: dict[int, Timeline] | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def digest(self) -> NodeDigest | None:
+        """The node's reading of its ranks, which a save writes beside the samples."""
+        return self.diagnosis.digest if self.diagnosis is not None else None
+
+    @property
+    def stop(self) -> StopReason | None:
+        """The verdicts that end a watch at once."""
+        return _STOPS.get(self.report.verdict)
+
+
+def judge(bundle: Bundle, ending: End = RUNNING, prior: Judgement | None = None, *,
+          hang_after: float | None = None, live: LiveTimelines | None = None,
+          diagnosis: Diagnosis | None = None, lanes: bool = True) -> Judgement:
+    """The verdict on `bundle` given how it ended.
+
+    `prior`: the last judgement; when it judged the same evidence, its analysis is taken over.
+    `live`: a watch's timelines, kept from round to round. `diagnosis`: one made already (a job of
+    thousands of nodes, diagnosed by class from their digests). `lanes=False`: no timeline lanes
+    (a watch's round: they are drawn for the report it ends with)."""
+    kind = ending.kind
+    if not bundle.samples and kind in (Ending.COMMAND_EXITED, Ending.TIMED_OUT, Ending.INTERRUPTED, Ending.ENDED):
+        return _unwatched(ending)
+    proposed, diagnosis, lines = _analysis(bundle, prior, hang_after, live, diagnosis, lanes)
+    report = proposed
+    if kind is Ending.DUMPS_ONLY:
+        report = _from_dumps(report)
+    elif kind is Ending.TIMED_OUT and ending.run:
+        report = _run_timed_out(report, ending.timeout_s)
+    elif kind is Ending.INTERRUPTED:
+        report = _interrupted(report)
+    return Judgement(report, diagnosis, _exit_code(report, ending), bundle, proposed, lines)
+
+
+def unjudged(why_stopped: Verdict = Verdict.INTERRUPTED) -> Report:
+    """The report of a watch that never saw a rank (a scenario that failed to start)."""
+    return report_without_ranks(why_stopped, ())
+
+
+# --- the analysis, done once for the same evidence ---------------------------------------------
+
+
+def _analysis(bundle: Bundle, prior: Judgement | None, hang_after: float | None, live: LiveTimelines | None,
+              diagnosis: Diagnosis | None, lanes: bool) -> tuple[Report, Diagnosis | None, dict[int, Timeline]]:
+    if prior is not None and prior.diagnosis is not None and prior.proposed is not None and \
+            _same_evidence(prior.evidence, bundle):
+        report, diagnosis, lines = prior.proposed, prior.diagnosis, prior.lines
+        if lanes and not report.lanes:
+            report = with_lanes(report, bundle, diagnosis, lines)
+        return report, diagnosis, lines
+    if diagnosis is not None:
+        lines = timelines(bundle)
+        return report_of(bundle, diagnosis, lines, lanes), diagnosis, lines
+    lines = live.of(bundle) if live is not None else timelines(bundle)
+    report, diagnosis = assess(bundle, hang_after, lines=lines, with_lanes=lanes)
+    return report, diagnosis, lines
+
+
+def _same_evidence(before: Bundle | None, now: Bundle) -> bool:
+    """The same samples (by identity: a watch's samples are never rebuilt) and the same records beside them."""
+    if before is None:
+        return False
+    if before is now:
+        return True
+    a, b = before.samples, now.samples
+    return (len(a) == len(b) and bool(a) and a[0] is b[0] and a[-1] is b[-1]
+            and before.exit_code == now.exit_code and before.exits == now.exits and before.logs == now.logs
+            and before.flight_records == now.flight_records and before.ras == now.ras
+            and before.options == now.options)
+
+
+# --- the endings' branches --------------------------------------------------------------------
+
+
+def _unwatched(ending: End) -> Judgement:
+    """A verdict reached before any rank was seen."""
+    if ending.kind is Ending.TIMED_OUT:
+        report = report_without_ranks(Verdict.HANG, (_timeout_finding(ending.timeout_s),))
+    elif ending.kind is Ending.INTERRUPTED:
+        report = report_without_ranks(Verdict.INTERRUPTED, ())
+    elif ending.returncode == 0:
+        report = report_without_ranks(Verdict.HEALTHY, ())
+    else:   # the command ended before any rank could be watched: its own exit code is the verdict
+        report = report_without_ranks(Verdict.CRASH, (finding(
+            COMMAND_FAILED, (), f"The command exited with code {ending.returncode} before any rank could be watched",
+            list(ending.output_tail[-10:])),))
+    return Judgement(report, None, _exit_code(report, ending))
+
+
+def _from_dumps(report: Report) -> Report:
+    """Dumps alone decide: a stuck collective (the flight-recorder rule fired) is a hang, its ranks the culprits."""
+    fired = [f for f in report.findings if f.rule == "flight-recorder"]
+    if not fired or report.verdict != Verdict.HEALTHY:
+        return report
+    culprits = tuple(sorted({r for f in fired for r in f.ranks}))
+    return dataclasses.replace(report, verdict=Verdict.HANG, culprit_ranks=culprits)
+
+
+def _timeout_finding(timeout_s: float | None):
+    return finding(RUN_TIMEOUT, (), f"The run did not finish within --timeout {timeout_s:g} s",
+                   ["no rank was blocked long enough for a hang verdict, but the run overstayed its budget"])
+
+
+def _run_timed_out(report: Report, timeout_s: float | None) -> Report:
+    """A smoke run that outlives its budget fails like a hang: CI must not wait forever."""
+    if report.verdict in (Verdict.HEALTHY, Verdict.SUSPECT, Verdict.SLOW):
+        return dataclasses.replace(report, verdict=Verdict.HANG,
+                                   findings=(_timeout_finding(timeout_s),) + report.findings)
+    return report
+
+
+def _interrupted(report: Report) -> Report:
+    """Stopped before a verdict (Ctrl-C, SIGTERM): a healthy reading so far is no verdict."""
+    if report.verdict == Verdict.HEALTHY:
+        return dataclasses.replace(report, verdict=Verdict.INTERRUPTED)
+    return report
+
+
+def _exit_code(report: Report, ending: End) -> int:
+    return exit_code(report.verdict, ending, slow=report.slow is not None)
+
+
+def exit_code(verdict: Verdict | str, ending: End = RUNNING, slow: bool = False) -> int:
+    """docs/exit-codes.md: `watch` and `report` by the verdict; `run` fails on a hang or a crash and
+    otherwise exits with its command's own code (killed by a signal: as a crash), or EXIT_SLOW for a
+    slow run (`slow`: the report says why it is) that `--fail-on slow` fails; a stop by a signal
+    leaves with its own code."""
+    verdict = Verdict(verdict)
+    if ending.kind == Ending.INTERRUPTED:
+        return ending.signal_exit
+    if not ending.run or verdict in _FAILED:
+        return _EXIT[verdict]
+    code = ending.returncode
+    if code is None:
+        return EXIT_USAGE
+    if code < 0:
+        return EXIT_CRASH
+    return EXIT_SLOW if ending.fail_on_slow and slow and code == 0 else code
