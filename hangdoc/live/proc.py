@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,7 +96,33 @@ def _alive(proc: psutil.Process) -> bool:
 
 
 def stop_job(job: RunningJob, grace: float = 3.0) -> None:
-    """End the launcher, every rank and every worker it ever had; never anything else."""
+    """End the launcher, every rank and every worker it ever had; never anything else.
+
+    A Ctrl-C or SIGTERM that comes meanwhile (a CI runner's timeout as `hangdoc run` ends a hung
+    job) waits until the job is ended, then is raised again: cut short, this left a job whose ranks
+    do not heed SIGTERM (blocked in a collective, their Python handler never runs) running."""
+    with _signals_deferred():
+        _stop(job, grace)
+
+
+@contextmanager
+def _signals_deferred():
+    came: list[int] = []
+    try:
+        old = {number: signal.signal(number, lambda n, _frame: came.append(n))
+               for number in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:            # not the main thread: no handler of ours runs here
+        old = {}
+    try:
+        yield
+    finally:
+        for number, handler in old.items():
+            signal.signal(number, handler)
+        if came:
+            signal.raise_signal(came[-1])
+
+
+def _stop(job: RunningJob, grace: float) -> None:
     job.refresh_tree()
     if job.popen.poll() is None:
         try:
