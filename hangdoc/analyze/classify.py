@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hangdoc.base.syscalls import OPENS
 from hangdoc.model import Frame, ProcSample, ProcStat, RankState, Stack, Thread, Wait, WorkerState
 
 
@@ -206,6 +207,9 @@ def classify_worker(sample: ProcSample | None) -> Reading:
             return Reading(WorkerState.DECODING, frame.name, frame)
     if above and above[0].name.endswith(("put", "_feed")) and "queue" in above[0].filename.lower():
         return Reading(WorkerState.QUEUE_PUT, above[0].name, above[0])
+    opening = _opening(sample.proc) if not main.active and above else None
+    if opening is not None:
+        return Reading(WorkerState.BLOCKED, opening, own_frame(above) or above[0])
     if not main.active and above:
         top = above[0]
         blocked_in_kernel = sample.proc is not None and sample.proc.syscall in ("202", "98")  # futex
@@ -216,6 +220,14 @@ def classify_worker(sample: ProcSample | None) -> Reading:
             return Reading(WorkerState.READING, frame.name, frame)
     top = above[0] if above else frames[0]
     return Reading(WorkerState.BUSY if main.active else WorkerState.IDLE, top.name, top)
+
+
+def _opening(proc) -> str | None:
+    """"opening /data/shard-7.tar" for a process asleep in an open of a file by path (an open on a
+    dead mount, a FIFO no one writes); None otherwise."""
+    if proc is None or proc.syscall_name not in OPENS or proc.state not in ("S", "D"):
+        return None
+    return f"opening {proc.syscall_path}" if proc.syscall_path else "opening a file"
 
 
 def main_thread(stack: Stack | None) -> Thread | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import platform
 import re
 import stat as stat_mod
 from dataclasses import dataclass
@@ -15,7 +16,8 @@ from pathlib import Path
 
 from hangdoc.base.names import read_link, shown
 from hangdoc.base.parse import to_int
-from hangdoc.base.redact import redact_comm
+from hangdoc.base.redact import redact_comm, redact_text
+from hangdoc.base.syscalls import OPENS, syscall_name
 from hangdoc.model import FdLink, IoCounters, OpenFile, ProcStat, ThreadCounters
 
 # The libraries whose presence changes a diagnosis (fork-unsafe thread pools, NCCL, CUDA).
@@ -51,8 +53,9 @@ class StatLine:
 class ProcFS:
     """A view of one /proc tree (the real one by default)."""
 
-    def __init__(self, root: str | Path = "/proc"):
+    def __init__(self, root: str | Path = "/proc", arch: str | None = None):
         self.root = Path(root)
+        self.arch = arch or platform.machine()   # whose numbers /proc/PID/syscall gives
         self._root = str(root).rstrip("/") or "/"   # string paths: a watch reads hundreds a round
         self._ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self._boot: float | None = None
@@ -317,6 +320,7 @@ class ProcFS:
             state=st.state,
             wchan=wchan if wchan not in (None, "", "0") else None,
             syscall=syscall.split()[0] if syscall else None,
+            **(self._syscall(pid, syscall) if syscall else {}),
             utime_s=st.utime_s,
             stime_s=st.stime_s,
             rss_bytes=_rss_bytes(status),
@@ -327,6 +331,37 @@ class ProcFS:
             full=full,
             fd_links=fd_links,
         )
+
+    def _syscall(self, pid: int, line: str) -> dict:
+        """The call /proc/PID/syscall shows, by name; for an open, the path it opens, read from the
+        process's memory at the call's path argument (no descriptor exists until open returns)."""
+        fields = line.split()
+        name = syscall_name(self.arch, fields[0])
+        if name not in OPENS:
+            return {"syscall_name": name}
+        try:
+            address = int(fields[1 + OPENS[name]], 16)
+        except (IndexError, ValueError):
+            return {"syscall_name": name, "syscall_path_error": "its arguments were not shown"}
+        path, error = self.read_string(pid, address)
+        return {"syscall_name": name, "syscall_path": redact_text(path) if path is not None else None,
+                "syscall_path_error": error}
+
+    def read_string(self, pid: int, address: int, limit: int = 4096) -> tuple[str | None, str | None]:
+        """A NUL-terminated string of the process's memory (/proc/PID/mem): (text, None) or (None, why)."""
+        try:
+            with open(f"{self._root}/{pid}/mem", "rb", buffering=0) as mem:
+                mem.seek(address)
+                data = mem.read(limit)
+        except (PermissionError, ProcessLookupError) as exc:
+            return None, (f"reading its memory (/proc/{pid}/mem) was refused ({exc.strerror or exc}): "
+                          "it needs ptrace rights over the process (the job's user or root, and "
+                          "kernel.yama.ptrace_scope 0 or CAP_SYS_PTRACE)")
+        except FileNotFoundError:
+            return None, "the process has exited"
+        except (OSError, OverflowError, ValueError) as exc:
+            return None, f"its memory at {address:#x} could not be read ({getattr(exc, 'strerror', None) or exc})"
+        return shown(data.split(b"\0", 1)[0]), None
 
     def _optional(self, pid: int, name: str) -> str | None:
         try:

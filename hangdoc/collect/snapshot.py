@@ -58,6 +58,8 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
     # How long each main thread has been asleep, read before any dump of this round wakes it.
     clock = probes.procfs.sched_clock_ms()
     asleep = {pid: probes.procfs.off_cpu_s(pid, clock) for pid in pids} if clock is not None else {}
+    requests = [dataclasses.replace(r, nonblocking=True) if _left_asleep(r, asleep.get(r.pid)) else r
+                for r in requests]
     with ThreadPoolExecutor(max_workers=2) as side:
         stacks_future = (side.submit(dump_many, probes.pyspy, requests, probes.max_parallel)
                          if probes.pyspy is not None and requests else None)
@@ -87,6 +89,19 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
     snapshot = Snapshot(time=started, took_s=round(time.monotonic() - t0, 4),
                         processes=tuple(samples), gpu=gpu)
     return snapshot, refine_job(job, dumps)
+
+
+# A main thread off the CPU this long is asleep in the kernel: its stack stands still, so it is read
+# without pausing it. A paused read wakes every thread (two voluntary switches each) and restarts
+# the scheduler's clock that the next attach dates the wait from (analyze/past.py): a second watch
+# of a job hung for minutes would read "waited at least" the seconds since the last watch's read.
+ASLEEP_READ_S = 1.0
+
+
+def _left_asleep(request: DumpRequest, off_cpu_s: float | None) -> bool:
+    """Read without pausing: the process's main thread sleeps, and no native frames are asked for
+    (py-spy reads those only from a paused process)."""
+    return not request.native and off_cpu_s is not None and off_cpu_s >= ASLEEP_READ_S
 
 
 def _links_wanted(job: Job) -> dict[int, tuple[int, ...] | None]:

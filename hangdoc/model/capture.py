@@ -108,6 +108,12 @@ class ProcStat:
     # A rank's threads' distinct names (/proc/PID/task/*/comm): c10d names its own, which tells the
     # backend (pt_nccl_watchdg, pt_gloo_runloop). Empty where not read (workers, light reads, old bundles).
     thread_names: tuple[str, ...] = ()
+    # The system call its main thread is in (`syscall`), by name where the collecting host's
+    # architecture names it; for a call that opens a file by path (open, openat), the path, read
+    # from the process's memory at the call's argument, or why it could not be read. None: not read.
+    syscall_name: str | None = None
+    syscall_path: str | None = None
+    syscall_path_error: str | None = None
 
     @property
     def cpu_s(self) -> float:

@@ -85,6 +85,7 @@ class WorkerState(Word):
     READING = "reading"
     LOCK_WAIT = "lock-wait"
     QUEUE_PUT = "queue-put"
+    BLOCKED = "blocked"      # in a system call on a file that does not return (an open on a dead mount)
     IDLE = "idle"            # waiting on its index queue for work
     BUSY = "busy"            # running dataset code
     EXITED = "exited"

@@ -41,12 +41,14 @@ STATE_LOOK: dict[str, tuple[str, str, str]] = {
     "busy": ("#009E73", "#000", "solid"),
     "lock-wait": ("#F0E442", "#000", "hatch"),
     "queue-put": ("#56B4E9", "#000", "hatch"),
+    "blocked": ("#D55E00", "#000", "hatch"),
 }
 STATE_WORDS = {
     "collective-wait": "waits in a collective", "dataloader-wait": "waits for its DataLoader",
     "compute": "runs code", "io": "file I/O", "idle": "asleep", "exited": "gone", "unknown": "not read",
     "decompressing": "worker decompresses", "decoding": "worker decodes", "reading": "worker reads",
     "busy": "worker runs dataset code", "lock-wait": "worker waits on a lock", "queue-put": "worker waits to hand over",
+    "blocked": "worker blocked in a system call (an open, a read)",
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from hangdoc.base.words import rank_ranges
+from hangdoc.analyze.clock import held_since
 from hangdoc.analyze.diagnose import Diagnosis, RankView, diagnose
 from hangdoc.analyze.past import hang_after as past_hang_after
 from hangdoc.analyze.shares import time_shares
@@ -105,8 +106,13 @@ def _threshold(diagnosis: Diagnosis) -> Threshold | None:
                          longest_step_s=beat.longest_step_s, steps_seen=beat.steps_seen,
                          quiet_s=round(diagnosis.decided_at - diagnosis.onset, 1),
                          signal="loop" if beat.has_locals else "frames")
+    # A hang's quiet counts from its onset, the one clock of the report (an older one, when the
+    # job's own record dated the stall before the first sample).
+    quiet_since = beat.quiet_since
+    if diagnosis.verdict == Verdict.HANG and diagnosis.onset is not None:
+        quiet_since = min(quiet_since, diagnosis.onset)
     return Threshold(source=beat.source, hang_after_s=beat.threshold_s, longest_step_s=beat.longest_step_s,
-                     steps_seen=beat.steps_seen, quiet_s=round(diagnosis.decided_at - beat.quiet_since, 1),
+                     steps_seen=beat.steps_seen, quiet_s=round(diagnosis.decided_at - quiet_since, 1),
                      signal="loop" if beat.has_locals else "frames")
 
 
@@ -136,7 +142,7 @@ def _rank_report(bundle: Bundle, diagnosis: Diagnosis, view: RankView) -> RankRe
         pid=view.info.node_pid,
         host=view.info.host or bundle.host.hostname,
         state=view.reading.state,
-        waiting_s=round(diagnosis.decided_at - view.state_since, 1),
+        waiting_s=round(diagnosis.decided_at - held_since(view.state_since, diagnosis.onset, bundle.samples[0].time), 1),
         progress=view.progress,
         gpu=gpu,
         top_frame=_top_frame(view),

@@ -22,7 +22,7 @@ MAX_POINTS = 300        # per series, and step ticks per lane
 MAX_DETAILS = 3         # functions named in a span's detail
 # States a span keeps while it waits in one thing (its detail); others last while the state does.
 _WAITS = frozenset({RankState.COLLECTIVE, RankState.DATALOADER, RankState.IDLE, WorkerState.LOCK_WAIT,
-                    WorkerState.QUEUE_PUT, WorkerState.IDLE})
+                    WorkerState.QUEUE_PUT, WorkerState.IDLE, WorkerState.BLOCKED})
 
 
 def lanes(bundle: Bundle, diagnosis: Diagnosis, lines: dict[int, Timeline] | None = None) -> tuple[Lane, ...]:

@@ -26,7 +26,7 @@ def check(ctx: Context) -> list[Finding]:
     findings = []
     for waiter in waiters(ctx, Wait.CHILD):
         line = own_line(ctx, waiter)
-        evidence = [rank_line(waiter.view, ctx.diagnosis.decided_at)]
+        evidence = [rank_line(ctx, waiter.view)]
         evidence.append(f"{waiter.who} stack: {chain(latest_frames(ctx.bundle, waiter.pid))}")
         chain_of = _blocked_chain(ctx, waiter.pid)
         for child in chain_of:

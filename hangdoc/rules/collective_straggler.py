@@ -4,7 +4,7 @@ from __future__ import annotations
 from hangdoc.model import Finding, Severity, Verdict
 from hangdoc.rules import child_process_wait, debugger_prompt, file_lock_wait, helper_thread_died
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import frames_line, gpu_lines, rank_line, waiting_line, worker_lines
+from hangdoc.rules.evidence import frames_line, gpu_lines, on_clock, rank_line, waiting_line, worker_lines
 
 # Rules that name what holds a rank in its own code (they run before this one): for a rank one of
 # them explains, this finding stands back and points at it instead of the generic advice.
@@ -30,14 +30,17 @@ def stand_back(ranks, causes: dict[int, str]) -> str:
             f"of the {' and '.join(slugs)} finding above; the ranks waiting for it need no change.")
 
 
-def _quiet(d, waiting) -> str:
-    """How long the waiting ranks have not stepped: since hangdoc saw them stop, or, when the wait
-    was under way before it attached, since the past says it began (a lower bound)."""
+def _quiet(ctx, waiting) -> str:
+    """How long the waiting ranks have not stepped, on the report's one clock: since hangdoc saw
+    them stop, or, when the wait was under way before it attached, since the onset the past told
+    (a lower bound)."""
+    d = ctx.diagnosis
     now = d.decided_at
-    seen = now - min(v.blocked_since or now for v in waiting)
-    if d.before is not None and now - d.before.since > seen:
-        return f"none of them stepped for at least {now - d.before.since:.0f} s, since before hangdoc attached"
-    return f"none of them stepped for {seen:.0f} s"
+    seen = min(v.blocked_since or now for v in waiting)
+    since = on_clock(ctx, seen)
+    if since < seen:
+        return f"none of them stepped for at least {now - since:.0f} s, since before hangdoc attached"
+    return f"none of them stepped for {now - seen:.0f} s"
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -53,13 +56,13 @@ def check(ctx: Context) -> list[Finding]:
     causes = explained_by(ctx)
     for view in ctx.culprit_views():
         doing = view.reading.state + (f" ({view.reading.detail})" if view.reading.detail else "")
-        evidence = [f"{d.count(waiting)} of {d.count(d.ranks)} ranks wait in {collective} ({_quiet(d, waiting)})",
-                    rank_line(view, now)]
-        evidence += [line for w in waiting[:2] if (line := waiting_line(ctx.bundle, w, now))]
+        evidence = [f"{d.count(waiting)} of {d.count(d.ranks)} ranks wait in {collective} ({_quiet(ctx, waiting)})",
+                    rank_line(ctx, view)]
+        evidence += [line for w in waiting[:2] if (line := waiting_line(ctx, w))]
         stack = frames_line(ctx.bundle, view.info.pid)
         if stack:
             evidence.append(f"rank {view.info.rank} stack: {stack}")
-        evidence.extend(worker_lines(view))
+        evidence.extend(worker_lines(view, ctx))
         evidence.extend(gpu_lines(ctx.bundle, waiting, view))
         findings.append(finding(
             RULE, [view.info.rank],

@@ -6,7 +6,7 @@ from hangdoc.rules import (file_lock_wait, fork_unsafe_arm, slow_decompression, 
                            worker_died, worker_error)
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import (above_worker_loop, chain, cpu_use, file_read_line, file_reads,
-                                    kernel_wait, latest_frames, rank_line, samples_of, worker_name)
+                                    kernel_wait, latest_frames, rank_line, samples_of, worker_doing, worker_name)
 
 # The rules that name a cause for a rank's workers; when one fires for a rank, this one stays quiet.
 # They run before this one (hangdoc/rules/__init__.py), so their findings are in the context.
@@ -24,12 +24,12 @@ def check(ctx: Context) -> list[Finding]:
     for view in waiting:
         if view.info.rank in explained:
             continue
-        evidence = [rank_line(view, d.decided_at)]
+        evidence = [rank_line(ctx, view)]
         doing = []
         for worker, reading, alive in view.workers:
             if alive:
                 evidence += _worker_evidence(ctx, worker, reading)
-                doing.append(_doing(worker, reading))
+                doing.append(_doing(ctx, worker, reading))
         gone = sum(not alive for _, _, alive in view.workers)
         if gone:
             evidence.append(f"{gone} more worker(s) exited (earlier epochs' or loaders'; worker-died names a death)")
@@ -44,11 +44,11 @@ def check(ctx: Context) -> list[Finding]:
     return findings
 
 
-def _doing(worker, reading) -> str:
+def _doing(ctx, worker, reading) -> str:
     index = worker.worker_index if worker.worker_index is not None else "?"
     if reading.state == RankState.IDLE and "queue" in (reading.detail or ""):
         return f"worker {index} waits for work"
-    return f"worker {index} {reading.state} in {reading.frame.name if reading.frame else '?'}"
+    return f"worker {index} {worker_doing(ctx, worker, reading)}"
 
 
 def _worker_evidence(ctx: Context, worker, reading) -> list[str]:

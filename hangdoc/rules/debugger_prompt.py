@@ -19,7 +19,7 @@ def check(ctx: Context) -> list[Finding]:
     findings = []
     for waiter in waiters(ctx, Wait.DEBUGGER):
         line = own_line(ctx, waiter)
-        evidence = [rank_line(waiter.view, ctx.diagnosis.decided_at)] if waiter.is_rank else []
+        evidence = [rank_line(ctx, waiter.view)] if waiter.is_rank else []
         evidence.append(f"{waiter.who} stack: {chain(latest_frames(ctx.bundle, waiter.pid), 8)}")
         evidence.append(f"pdb stopped at {at(line)}: the breakpoint() or pdb.set_trace() is that line "
                         f"or the one just before it")

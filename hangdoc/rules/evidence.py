@@ -15,8 +15,10 @@ from hangdoc.analyze.gpu import gpu_activity
 from hangdoc.analyze.logs import killed_workers
 from hangdoc.analyze.logs import line_rank as log_rank  # noqa: F401  (re-exported for rules)
 from hangdoc.analyze.workers import worker_fates
+from hangdoc.base.syscalls import syscall_name
 from hangdoc.model import Bundle, Frame, GpuActivity, LogTail, ProcSample
 from hangdoc.base.words import mb, rank_set
+from hangdoc.rules.clock import blocked_for, on_clock, worker_doing  # noqa: F401  (worker_doing re-exported)
 
 COMPRESSED_SUFFIXES = {".bz2": "bz2", ".tbz2": "bz2", ".tbz": "bz2", ".gz": "gzip", ".tgz": "gzip",
                        ".xz": "xz", ".lzma": "xz", ".txz": "xz", ".zst": "zstd", ".zstd": "zstd"}
@@ -34,23 +36,25 @@ def frames_line(bundle: Bundle, pid: int, depth: int = 6) -> str | None:
     return chain(main.frames, depth)
 
 
-def rank_line(view: RankView, now: float) -> str:
+def rank_line(ctx, view: RankView) -> str:
     frame = view.reading.frame.label if view.reading.frame else "no stack"
     detail = f" in {view.reading.detail}" if view.reading.detail else ""
+    held = ctx.diagnosis.decided_at - on_clock(ctx, view.state_since)
     return (f"rank {view.info.rank} (pid {view.info.node_pid}): {view.reading.state}{detail} "
-            f"for {now - view.state_since:.0f} s at {frame}")
+            f"for {held:.0f} s at {frame}")
 
 
-def waiting_line(bundle: Bundle, view: RankView, now: float) -> str | None:
+def waiting_line(ctx, view: RankView) -> str | None:
     """The job's loop and the kernel's view of a waiting rank since it stopped stepping."""
     since = view.blocked_since
-    points = [(t, s) for t, s in samples_of(bundle, view.info.pid) if since is not None and t >= since]
+    points = [(t, s) for t, s in samples_of(ctx.bundle, view.info.pid) if since is not None and t >= since]
     if len(points) < 2:
         return None
     (_, first), (_, last) = points[0], points[-1]
     loop = last.stack.main.loop if last.stack and last.stack.main else None
     counters = [f"{name}={value}" for frame in (loop.frames if loop else ()) for name, value in frame.counters]
-    parts = [f"rank {view.info.rank} has not stepped for {now - since:.0f} s"
+    quiet = ctx.diagnosis.decided_at - on_clock(ctx, since)
+    parts = [f"rank {view.info.rank} has not stepped for {quiet:.0f} s"
              + (f" (its loop stands at {', '.join(counters[:4])})" if counters else "")]
     a = first.proc.main_thread if first.proc else None
     b = last.proc.main_thread if last.proc else None
@@ -62,7 +66,7 @@ def waiting_line(bundle: Bundle, view: RankView, now: float) -> str | None:
     return "; ".join(parts)
 
 
-def worker_lines(view: RankView) -> list[str]:
+def worker_lines(view: RankView, ctx=None) -> list[str]:
     """The rank's live workers, one line each; the exited ones (earlier epochs' and loaders', or
     dead: worker-died names those) in one count."""
     lines = []
@@ -71,7 +75,9 @@ def worker_lines(view: RankView) -> list[str]:
             continue
         where = reading.frame.label if reading.frame else "-"
         index = worker.worker_index if worker.worker_index is not None else "?"
-        lines.append(f"  worker {index} (pid {worker.node_pid}): {reading.state} at {where}")
+        held = blocked_for(ctx, worker.pid) if ctx is not None else None
+        doing = f"blocked {reading.detail} for {held:.0f} s" if held is not None else reading.state
+        lines.append(f"  worker {index} (pid {worker.node_pid}): {doing} at {where}")
     gone = sum(not alive for _, _, alive in view.workers)
     if gone:
         lines.append(f"  {gone} more worker(s) exited")
@@ -364,17 +370,6 @@ def member_decode(frames) -> tuple[Frame, Frame] | None:
     return None
 
 
-# The syscalls a stuck process usually sleeps in, by number, for the kernel lines of the evidence.
-_SYSCALLS = {
-    "x86_64": {"0": "read", "7": "poll", "17": "pread64", "23": "select", "35": "nanosleep",
-               "45": "recvfrom", "47": "recvmsg", "61": "wait4", "202": "futex", "230": "clock_nanosleep",
-               "232": "epoll_wait", "270": "pselect6", "271": "ppoll", "281": "epoll_pwait"},
-    "aarch64": {"22": "epoll_pwait", "63": "read", "67": "pread64", "72": "pselect6", "73": "ppoll",
-                "98": "futex", "101": "nanosleep", "115": "clock_nanosleep", "207": "recvfrom",
-                "212": "recvmsg", "260": "wait4"},
-}
-
-
 def kernel_wait(bundle: Bundle, sample: ProcSample) -> str:
     """"state S, wchan futex_do_wait, syscall 202 (futex)" for one sample."""
     proc = sample.proc
@@ -384,8 +379,12 @@ def kernel_wait(bundle: Bundle, sample: ProcSample) -> str:
     if proc.wchan:
         parts.append(f"wchan {proc.wchan}")
     if proc.syscall:
-        name = _SYSCALLS.get(bundle.host.arch, {}).get(proc.syscall)
+        name = proc.syscall_name or syscall_name(bundle.host.arch, proc.syscall)
         parts.append(f"syscall {proc.syscall}" + (f" ({name})" if name else ""))
+    if proc.syscall_path:
+        parts.append(f"opening {proc.syscall_path}")
+    elif proc.syscall_path_error:
+        parts.append(f"the path it opens could not be read: {proc.syscall_path_error}")
     return ", ".join(parts)
 
 

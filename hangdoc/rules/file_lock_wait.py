@@ -16,7 +16,7 @@ def check(ctx: Context) -> list[Finding]:
         line = own_line(ctx, waiter)
         sample = last_full(ctx, waiter.pid, lambda proc: proc.in_file_lock)
         lock = sample.proc.locks[0] if sample is not None and sample.proc.locks else None
-        evidence = [rank_line(waiter.view, ctx.diagnosis.decided_at)]
+        evidence = [rank_line(ctx, waiter.view)]
         asleep = _asleep_for(ctx, waiter.pid)
         kernel = f" ({kernel_wait(ctx.bundle, sample)})" if sample is not None else ""
         evidence.append(f"{waiter.who} has slept on a file lock" + (f" for {asleep:.0f} s" if asleep is not None else "")

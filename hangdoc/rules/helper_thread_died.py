@@ -36,7 +36,7 @@ def check(ctx: Context) -> list[Finding]:
         if not gone:
             continue
         line = own_line(ctx, waiter)
-        evidence = [rank_line(waiter.view, ctx.diagnosis.decided_at),
+        evidence = [rank_line(ctx, waiter.view),
                     f"{waiter.who} stack: {chain(latest_frames(ctx.bundle, waiter.pid))}"]
         for thread in gone[:3]:
             evidence += _thread_lines(ctx, waiter, thread)

@@ -94,7 +94,7 @@ def not_joined(ctx: Context) -> list[Finding]:
         stack = frames_line(ctx.bundle, view.info.pid)
         if stack:
             lines.append(f"rank {view.info.rank} stack: {stack}")
-        lines.extend(worker_lines(view))
+        lines.extend(worker_lines(view, ctx))
         fix = _fix_for(ctx, view).format(rank=view.info.rank, call=call)
         findings.append(finding(RULE, [view.info.rank], title, lines, fix, severity=severity))
     present = {r for v in d.ranks for r in v.ranks}

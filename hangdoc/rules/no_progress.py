@@ -14,11 +14,11 @@ def check(ctx: Context) -> list[Finding]:
     now = d.decided_at
     evidence = [f"no process moved for {now - d.onset:.0f} s (same frames, no CPU time, no bytes read or written)"]
     for view in d.ranks:
-        evidence.append(rank_line(view, now))
+        evidence.append(rank_line(ctx, view))
         stack = frames_line(ctx.bundle, view.info.pid)
         if stack:
             evidence.append(f"  stack: {stack}")
-        evidence.extend(worker_lines(view))
+        evidence.extend(worker_lines(view, ctx))
     who = "The process" if d.count(d.ranks) == 1 else "Every rank"
     ranks = [r for v in d.ranks for r in v.ranks]
     causes = explained_by(ctx)

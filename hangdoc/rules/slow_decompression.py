@@ -40,7 +40,7 @@ def check(ctx: Context) -> list[Finding]:
         alive = [w for w, _, is_alive in view.workers if is_alive]
         busy = [b for b in (_decompressing(ctx, w) for w in alive) if b is not None]
         if busy:
-            findings.append(_finding(ctx, view, busy, [rank_line(view, ctx.diagnosis.decided_at)]))
+            findings.append(_finding(ctx, view, busy, [rank_line(ctx, view)]))
     for view in ctx.data_stragglers():
         # The job moves: the workers of its window count, those an epoch's end has retired too.
         busy = [b for b in (_decompressing(ctx, w) for w, _, _ in view.workers) if b is not None]

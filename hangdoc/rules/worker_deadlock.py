@@ -33,7 +33,7 @@ def check(ctx: Context) -> list[Finding]:
     d = ctx.diagnosis
     findings = []
     for view in ctx.starved_culprits():
-        evidence, stuck = [rank_line(view, d.decided_at)], []
+        evidence, stuck = [rank_line(ctx, view)], []
         for worker, reading, alive in view.workers:
             if not alive or reading.detail == QUEUE_WAIT or reading.state not in ("lock-wait", "idle"):
                 continue

@@ -12,6 +12,8 @@ tar members key.wav + key.txt) and trains a DDP linear model on gloo, one rank p
                       member file object to a decoder that asks seekable(): AttributeError
 --mode stuck-fetch    a rank-1 worker fetches from a store that accepted the connection but
                       never answers: it sleeps in recv() forever, its rank waits for data
+--mode stuck-open     a rank-1 worker opens a shard on a dead mount: a FIFO with no writer
+                      (WORKDIR/mnt/shard-dead.tar), so open() blocks in the kernel for ever
 Rank r writes WORKDIR/ready.r after its first step; the faulting process writes WORKDIR/fault.
 """
 from __future__ import annotations
@@ -85,6 +87,12 @@ def read_tar_stream(path: str):
                 yield {"key": member.name, "wav": load_audio(tar.extractfile(member)), "sample_rate": 16000}
 
 
+def load(path: str) -> bytes:
+    """Read a whole shard from the mounted file system."""
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def fetch_remote(port: int) -> bytes:
     """Fetch a shard from the object store over HTTP."""
     conn = socket.create_connection(("127.0.0.1", port))
@@ -109,6 +117,10 @@ class Shards(IterableDataset):
         if faulty and mode == "stuck-fetch":
             mark_fault(self.args.workdir, "worker 0 of rank 1 fetches from the object store")
             fetch_remote(self.store_port)
+        if faulty and mode == "stuck-open":
+            dead = self.args.workdir / "mnt" / "shard-dead.tar"
+            mark_fault(self.args.workdir, f"worker 0 of rank 1 opens {dead}")
+            load(str(dead))
         if faulty and mode == "worker-oom":
             mark_fault(self.args.workdir, f"worker 0 of rank 1 (pid {os.getpid()}) is SIGKILLed")
             os.kill(os.getpid(), signal.SIGKILL)
@@ -150,6 +162,9 @@ def main() -> None:
         store = socket.socket()            # accepts connections (backlog) but never answers
         store.bind(("127.0.0.1", 0))
         store.listen(8)
+    if args.mode == "stuck-open" and rank == 1:
+        (args.workdir / "mnt").mkdir(exist_ok=True)
+        os.mkfifo(args.workdir / "mnt" / "shard-dead.tar")
     shards = [line.strip() for line in open(args.data_list) if line.strip()]
     dataset = Shards(shards, args, store.getsockname()[1] if store else None)
     loader = DataLoader(dataset, batch_size=4, num_workers=args.num_workers)
