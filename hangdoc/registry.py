@@ -2,7 +2,7 @@
 
 Each module declares its records once, as pylint's checkers declare their messages: a live
 rule module its `RULE` (hangdoc/rules/), a checker its `RECORDS` (hangdoc/check/*_rules.py),
-the final verdict (hangdoc/report/verdict.py) its `RECORDS`. `hangdoc rules` lists them, `hangdoc explain` shows their pages (shipped
+the final verdict (hangdoc/report/judge.py, its records in report/verdict.py) its `RECORDS`. `hangdoc rules` lists them, `hangdoc explain` shows their pages (shipped
 in the package, hangdoc/rules/pages/), every finding takes its fix from its record.
 """
 from __future__ import annotations

@@ -28,9 +28,15 @@ _COLLECTIVE_FRAMES = {
     "_check_global_requires_backward_grad_sync": "DDP join all_reduce",
     "_match_all_reduce_for_bwd_pass": "DDP join all_reduce",
 }
-_NATIVE_WAITS = ("ProcessGroupNCCL", "ncclGroupEnd", "ncclAllReduce", "cudaStreamSynchronize",
-                 "cudaDeviceSynchronize", "cudaEventSynchronize", "_local_scalar_dense",
-                 "ProcessGroupGloo", "gloo::", "c10d::Reducer", "Work::wait", "WorkNCCL::wait")
+# Native frames of a wait on the other ranks: NCCL's and gloo's collectives, c10d's Work.
+_NATIVE_WAITS = ("ProcessGroupNCCL", "ncclGroupEnd", "ncclAllReduce", "ncclKernel", "WorkNCCL",
+                 "ProcessGroupGloo", "gloo::", "c10d::Reducer", "Work::wait", "isCompleted")
+# Native frames of a host thread waiting on its own GPU's stream: `.item()`, `.cpu()`, `.tolist()`,
+# `float(t)` and `torch.cuda.synchronize()` end in one of these. What the GPU does meanwhile tells
+# whether the rank computes (its GPU busy) or waits on a collective queued there (analyze/gpu.py).
+_GPU_SYNCS = ("cudaStreamSynchronize", "cuStreamSynchronize", "cudaDeviceSynchronize", "cuCtxSynchronize",
+              "cudaEventSynchronize", "cuEventSynchronize", "cudaMemcpy", "cuMemcpy", "_local_scalar_dense")
+GPU_SYNC = "GPU sync"          # a Reading's detail starts with it: a wait on the GPU stream
 _BACKWARD = ("_engine_run_backward", "run_backward")
 # DDP's forward runs collectives from C++ with no Python frame of c10d's above them: the first
 # iteration's bucket rebuild, buffer broadcasts, find_unused_parameters' bookkeeping.
@@ -83,10 +89,17 @@ def collective_frame(frames: tuple[Frame, ...]) -> tuple[str, Frame] | None:
         elif frame.name in _COLLECTIVE_FRAMES:
             found = (_COLLECTIVE_FRAMES[frame.name], frame)
         elif frame.name == "synchronize" and "torch/cuda" in frame.filename:
-            found = ("cuda synchronize", frame)
-        elif frame.native and any(k in frame.name for k in _NATIVE_WAITS) and found is None:
+            found = (f"{GPU_SYNC} (torch.cuda.synchronize)", frame)
+        elif frame.native and found is None and any(k in frame.name for k in _NATIVE_WAITS):
             found = (frame.name.split("(")[0][:60], frame)
+        elif frame.native and found is None and any(k in frame.name for k in _GPU_SYNCS):
+            found = (f"{GPU_SYNC} ({frame.name.split('(')[0][:48]})", frame)
     return found
+
+
+def is_gpu_sync(detail: object) -> bool:
+    """A reading's detail that names a wait on the rank's own GPU stream (not yet a collective)."""
+    return isinstance(detail, str) and detail.startswith(GPU_SYNC)
 
 
 def _in_dataloader_wait(frames: tuple[Frame, ...]) -> Frame | None:
@@ -242,6 +255,8 @@ def signature(sample: ProcSample | None) -> tuple:
     main = main_thread(sample.stack) if sample else None
     if main is None:
         return ()
+    if sample.stack.probe:       # a native probe's Python frames stand for its stack
+        return tuple(f for f in main.frames if not f.native)
     return main.frames
 
 

@@ -10,6 +10,7 @@ longer than any step seen.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections import defaultdict
 from collections.abc import Sequence
@@ -28,7 +29,7 @@ from hangdoc.analyze.timeline import Timeline, raw_points, still, timelines
 from hangdoc.base.parse import to_int
 from hangdoc.model import (
     DIGEST_VERSION, Bundle, DigestWorker, Frame, LogTail, NodeDigest, ProcessInfo, RankDigest, RankState, Role,
-    ProcSample, Verdict, Word, WorkerState,
+    ProcSample, Verdict, Wait, Word, WorkerState,
 )
 
 CRASH_GRACE_S = 5.0
@@ -85,6 +86,7 @@ class Diagnosis:
     before: Before | None = None       # the wait already under way when hangdoc arrived (past.py)
     from_past: bool = False            # the verdict leaned on it
     slow: SlowCall | None = None       # a straggler or data-bound job (slow.py); also on a job that ended well
+    held: bool = False                 # the hang was named from no progress alone (`decide`)
 
     def view(self, rank: int) -> RankView | None:
         return next((r for r in self.ranks if rank in r.ranks), None)
@@ -128,6 +130,8 @@ class Decision:
     before: Before | None = None       # the wait already under way at the first sample
     from_past: bool = False            # the hang was named from that evidence, before the threshold passed
     slow: SlowCall | None = None       # the job moves, slowly: a straggler or its data (slow.py)
+    held: bool = False                 # named from no progress alone: every rank held, none in a known wait
+    spinning: tuple[int, ...] = ()     # with it: the ranks standing at one line, read as waiting there
 
 
 def diagnose(bundle: Bundle, hang_after: float | None = None, lines: dict[int, Timeline] | None = None) -> Diagnosis:
@@ -143,10 +147,15 @@ def diagnose(bundle: Bundle, hang_after: float | None = None, lines: dict[int, T
 def diagnosis_of(decision: Decision, now: float, views: Sequence[RankView], digest: NodeDigest | None = None,
                  census: Census | None = None) -> Diagnosis:
     """The diagnosis a decision makes of these views: one node's (with its digest), or a job's by
-    class (with its census)."""
+    class (with its census). Ranks the decision found spinning at a sync line read as waiting there."""
+    if decision.spinning:
+        spun = set(decision.spinning)
+        views = [dataclasses.replace(v, reading=Reading(RankState.COLLECTIVE, Wait.SPIN, v.reading.frame),
+                                     blocked_since=decision.onset)
+                 if set(v.ranks) & spun and v.reading.state == RankState.COMPUTE else v for v in views]
     return Diagnosis(decision.verdict, decision.culprits, decision.onset, now, tuple(views), decision.mismatch,
                      decision.frozen, decision.rhythm, census=census, digest=digest, before=decision.before,
-                     from_past=decision.from_past, slow=decision.slow)
+                     from_past=decision.from_past, slow=decision.slow, held=decision.held)
 
 
 def job_facts(bundle: Bundle, digest: NodeDigest, hang_after: float | None) -> JobFacts:
@@ -229,6 +238,14 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
     if frozen is not None:
         return Decision(Verdict.HANG, tuple(r.rank for r in ranks if r.rank is not None), frozen, frozen=True,
                         rhythm=beat)
+    if quiet >= beat.threshold_s and _all_held(ranks, now, beat):
+        # No progress is the hang, whatever the ranks do: no rank stepped for the threshold and
+        # none does anything of its own. What they do names the culprit: a rank spinning at a
+        # sync line (NCCL's shape of a wait) stands with the others at one line; the rank apart
+        # waits on its data, a lock, a child.
+        outliers, spinning = _outliers(ranks) if not waiting else (culprits, ())
+        return Decision(Verdict.HANG, outliers, beat.quiet_since, mismatch, rhythm=beat, before=before, held=True,
+                        spinning=spinning)
     if split and (max(r.points for r in ranks) == 1 or now - since >= _suspect_after(beat)):
         return Decision(Verdict.SUSPECT, culprits, since, mismatch, rhythm=beat, before=before)
     call = slow_call(ranks)
@@ -276,7 +293,7 @@ def digest_of(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView])
                                        top_frame=r.frame.label if r.frame else None, alive=alive)
                           for w, r, alive in view.workers),
             started=view.info.start_time, last_ran=_last_ran(first), first_seen=first.time, still=quiet,
-            shares=rank_shares(line),
+            shares=rank_shares(line), held_since=held_since(line, [lines[pid] for pid in live if pid in lines]),
             **_exit_fields(bundle, view.info.pid)))
     nodes = max((n for p in bundle.job.ranks if (n := to_int(p.env.get("GROUP_WORLD_SIZE")))), default=None)
     return NodeDigest(DIGEST_VERSION, bundle.samples[0].time, bundle.last.time, tuple(ranks),
@@ -394,6 +411,38 @@ def _all_frozen(ranks: Sequence[RankDigest], now: float, beat: Rhythm) -> float 
     return start if now - start >= beat.threshold_s else None
 
 
+HELD_SHARE = 2 / 3   # of the threshold: how long every rank must have been held (at one line, in a wait)
+
+
+def _all_held(ranks: Sequence[RankDigest], now: float, beat: Rhythm) -> bool:
+    """Every live rank held (`progress.held`: in a wait, or standing at one line with its counters
+    still, its workers still) for most of the threshold."""
+    live = [r for r in ranks if gone_at(r) is None]
+    if not live or any(r.held_since is None for r in live):
+        return False
+    return now - max(r.held_since for r in live) >= HELD_SHARE * beat.threshold_s
+
+
+def _outliers(ranks: Sequence[RankDigest]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Where no rank is in a known collective, the structure tells: the largest class of ranks
+    standing at one line (a host spinning at its sync while a collective sits on the GPU stream)
+    waits; the ranks apart from it (on their data, a lock, a child) are the culprits. One class
+    alone names none. Returns (culprits, the ranks of that class that spin at their line)."""
+    classes: dict[tuple, list[RankDigest]] = defaultdict(list)
+    for rank in ranks:
+        if gone_at(rank) is None:
+            classes[(rank.state, rank.top_frame)].append(rank)
+    standing = [key for key in classes if key[0] in (RankState.COMPUTE, RankState.COLLECTIVE)]
+    if not standing:
+        return (), ()
+    common = max(standing, key=lambda key: len(classes[key]))
+    spinning = tuple(sorted(r.rank for r in classes[common] if r.state == RankState.COMPUTE and r.rank is not None))
+    if len(classes) < 2:
+        return (), spinning
+    return tuple(sorted(r.rank for key, members in classes.items() if key != common
+                        for r in members if r.rank is not None)), spinning
+
+
 def _culprits(ranks: Sequence[RankDigest]) -> tuple[tuple[int, ...], dict[str, tuple[int, ...]]]:
     # Ranks in process-group setup wait for every rank to join: the ones that have not are the
     # culprits, present or not. Beside ranks in a collective (a new_group), setup is one more
@@ -415,7 +464,7 @@ def _culprits(ranks: Sequence[RankDigest]) -> tuple[tuple[int, ...], dict[str, t
 
     def common_path(item: tuple[str, list[int]]) -> tuple[int, int]:
         name, ranks = item
-        return len(ranks), int(name in STEP_COLLECTIVES)
+        return len(ranks), int(is_step_wait(name))
 
     common = max(groups.items(), key=common_path)[0]
     culprits = sorted(r for name, ranks in groups.items() if name != common for r in ranks)

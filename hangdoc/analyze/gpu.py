@@ -9,7 +9,8 @@ at 1980 MHz, the draw of an idle CUDA context (0 %, 125 W). docs/gpu.md has the 
 """
 from __future__ import annotations
 
-from hangdoc.model import GpuActivity, GpuDevice
+from hangdoc.analyze.classify import Reading, is_gpu_sync
+from hangdoc.model import GpuActivity, GpuDevice, RankState
 
 BUSY_UTIL_PCT = 10           # below this share of time with a kernel running, the GPU is idle
 SPIN_UTIL_PCT = 90           # a spin holds a kernel on the GPU all the time
@@ -30,3 +31,14 @@ def gpu_activity(device: GpuDevice | None) -> GpuActivity | None:
     if device.utilization_pct >= SPIN_UTIL_PCT and memory <= SPIN_MEMORY_PCT and power <= SPIN_POWER_SHARE * limit:
         return GpuActivity.SPIN
     return GpuActivity.BUSY
+
+
+def judged_by_gpu(reading: Reading, activity: GpuActivity | None) -> Reading:
+    """A host thread at a sync on its own GPU stream (`.item()`, `.cpu()`, `torch.cuda.synchronize`),
+    judged by what that GPU does: busy, the rank computes there (a GPU straggler, or a kernel that
+    never ends); spinning or idle, it waits on what is queued there (NCCL's collective). With no
+    GPU reading it stays a wait, as the report says (what the GPU did is unknown)."""
+    if activity == GpuActivity.BUSY and reading.state == RankState.COLLECTIVE and is_gpu_sync(reading.detail):
+        where = str(reading.detail).partition("(")[2].rstrip(")") or "a GPU sync"
+        return Reading(RankState.COMPUTE, f"GPU work (host at {where})", reading.frame)
+    return reading

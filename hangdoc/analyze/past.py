@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hangdoc.analyze.shares import STEP_COLLECTIVES
+from hangdoc.analyze.shares import is_step_wait
 from hangdoc.model import Progress, RankDigest, RankState
 
 PAST_HANG_AFTER_S = 15.0   # a wait this old, with every other rank asleep, is a hang (no --hang-after, no rhythm)
@@ -104,7 +104,7 @@ def a_pause(ranks: Sequence[RankDigest], before: Before) -> bool:
     """The longest wait is in a collective outside the training step (a barrier, a broadcast) while a
     live rank outside the wait computes or writes: a validation pass, a checkpoint. (Never when
     every rank outside the wait is asleep: asleep ranks neither compute nor write.)"""
-    if before.wait in STEP_COLLECTIVES:
+    if is_step_wait(before.wait):
         return False
     return any(r.state in (RankState.COMPUTE, RankState.IO) for r in ranks if not gone(r) and not waiting(r))
 

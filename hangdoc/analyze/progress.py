@@ -159,6 +159,38 @@ def frames_mark(frames: tuple[Frame, ...]) -> LoopMark:
 _MARKS: dict[int, tuple[tuple[Frame, ...], LoopMark]] = {}
 
 
+SPIN_CPU_SHARE = 0.5      # of a core, between two samples at one line: a thread that spins there
+
+
+def spins(a: Point, b: Point) -> bool:
+    """Burned CPU at one line between two points with its loop counters still: computing, as its
+    frames read, but on NCCL the shape of a host spinning at a sync while a collective sits on the
+    GPU stream (what it waits on takes native frames to tell)."""
+    if not (a.fresh and b.fresh and a.sig and a.sig == b.sig) or b.reading.state != RankState.COMPUTE:
+        return False
+    if a.cpu_s is None or b.cpu_s is None or b.time <= a.time or stepped(a, b):
+        return False
+    return (b.cpu_s - a.cpu_s) >= SPIN_CPU_SHARE * (b.time - a.time)
+
+
+def held(a: Point, b: Point) -> bool:
+    """Nothing of its own between two points: no step, no bytes, and either a wait (a collective,
+    its DataLoader, asleep) or the same line, frame for frame, with its counters still."""
+    if stepped(a, b) or moved_bytes(a, b):
+        return False
+    return b.reading.state in WAIT_STATES or (bool(b.sig) and a.sig == b.sig)
+
+
+def held_since(line: Timeline, workers: list[Timeline]) -> float | None:
+    """Since when the rank and its live workers did nothing of their own (see `held`); None when
+    the rank is not held at its last sample."""
+    fresh = [p for p in line.points if p.fresh]
+    if len(fresh) < 2 or not held(fresh[-2], fresh[-1]):
+        return None
+    own = line.run_start("held", held)
+    return max([own, *(w.unmoved_since() for w in workers if w.points)])
+
+
 def working(a: Point, b: Point) -> bool:
     """Busy with I/O of its own: a rank writing a checkpoint or reading a file moves bytes."""
     return b.reading.state == RankState.IO and moved_bytes(a, b)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from hangdoc.analyze.classify import is_gpu_sync
 from hangdoc.analyze.progress import step_times
 from hangdoc.analyze.timeline import Point, Timeline
 from hangdoc.model import RankState, ShareCounts, TimeShares
@@ -28,7 +29,13 @@ Z95 = 1.96
 # Where ranks split between two collectives, the one here is the common path (diagnose.py).
 STEP_COLLECTIVES = frozenset({"all_reduce", "DDP gradient all_reduce (backward)", "DDP forward sync",
                               "reduce_scatter", "reduce_scatter_tensor", "all_gather", "all_gather_into_tensor",
-                              "_all_gather_base", "_reduce_scatter_base", "cuda synchronize"})
+                              "_all_gather_base", "_reduce_scatter_base"})
+
+
+def is_step_wait(detail: object) -> bool:
+    """A wait in the step's own collectives, or at a sync on the GPU stream that its GPU did not
+    show to be work (NCCL queues the step's collectives there: the host waits at the next sync)."""
+    return str(detail) in STEP_COLLECTIVES or is_gpu_sync(detail)
 
 
 def window(line: Timeline) -> list[Point]:
@@ -46,7 +53,7 @@ def count(points: list[Point]) -> ShareCounts:
     for point in points:
         state, detail = point.reading.state, point.reading.detail
         if state == RankState.COLLECTIVE:
-            if str(detail) in STEP_COLLECTIVES:
+            if is_step_wait(detail):
                 step_wait += 1
             else:
                 other_wait += 1

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Callable
 
-from hangdoc.analyze.classify import Reading, classify_rank, classify_worker, signature
+from hangdoc.analyze.classify import Reading, classify_rank, classify_worker, is_gpu_sync, signature
+from hangdoc.analyze.gpu import gpu_activity, judged_by_gpu
 from hangdoc.model import Bundle, LoopMark, ProcSample, RankState, Role, Snapshot, ThreadCounters
 
 # Bytes a process may move between samples without it counting as progress (store pings).
@@ -38,8 +39,8 @@ class Point:
 _NO_READING = Reading(RankState.UNKNOWN, None, None)
 
 
-def _point(time: float, sample: ProcSample | None, worker: bool) -> Point:
-    reading = classify_worker(sample) if worker else classify_rank(sample)
+def _point(time: float, sample: ProcSample | None, worker: bool, reading: Reading | None = None) -> Point:
+    reading = reading or (classify_worker(sample) if worker else classify_rank(sample))
     proc = sample.proc if sample else None
     io = proc.io.rchar + proc.io.wchar if proc and proc.io else None
     main = sample.stack.main if sample and sample.stack else None
@@ -137,6 +138,9 @@ class LiveTimelines:
     def __init__(self):
         self._series: dict[int, deque[Point]] = {}
         self._last: float | None = None
+        # What a native probe found a rank waiting in, by the Python stack it stood at: the same
+        # stack read later without native frames is the same wait.
+        self._learned: dict[int, dict[tuple, Reading]] = {}
 
     def of(self, bundle: Bundle) -> dict[int, Timeline]:
         roles = {p.pid: p.role for p in bundle.job.processes}
@@ -169,4 +173,21 @@ class LiveTimelines:
                                     proc.io.rchar + proc.io.wchar if proc and proc.io else None,
                                     prev.loop, proc.main_thread if proc else None, fresh=False))
                 continue
-            series.append(_point(snapshot.time, sample, role is Role.WORKER))
+            if role is Role.WORKER:
+                series.append(_point(snapshot.time, sample, True))
+                continue
+            series.append(_point(snapshot.time, sample, False, self._rank_reading(pid, sample, snapshot)))
+
+    def _rank_reading(self, pid: int, sample: ProcSample, snapshot: Snapshot) -> Reading:
+        """The rank's reading: what its frames say, a wait a native probe of the same stack found,
+        and a sync on its GPU stream judged by what its GPU does."""
+        reading = classify_rank(sample)
+        learned = self._learned.get(pid)
+        if sample.stack is not None and sample.stack.probe:
+            if reading.state == RankState.COLLECTIVE:
+                self._learned.setdefault(pid, {})[signature(sample)] = reading
+        elif learned and reading.state == RankState.COMPUTE:
+            reading = learned.get(signature(sample), reading)
+        if snapshot.gpu.available and is_gpu_sync(reading.detail):
+            reading = judged_by_gpu(reading, gpu_activity(snapshot.gpu.device_of(pid)))
+        return reading

@@ -33,11 +33,12 @@ class Probes:
 
 
 def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
-            native: bool = False, nonblocking: bool | set[int] = False,
+            native: bool | set[int] = False, nonblocking: bool | set[int] = False,
             loop_locals: bool = True, light: set[int] = frozenset()) -> tuple[Snapshot, Job]:
     """Sample every process of `job`; stacks only for `stack_pids` (all when None).
 
     `nonblocking` is a flag for every process or the set of pids to read without pausing.
+    `native`: a flag for every process, or the set of pids probed natively once (`Stack.probe`).
     With `loop_locals` the ranks' dumps read locals for their LoopMark (see loopmark.py).
     `light`: pids whose /proc read leaves out the kernel wait and the open files (ProcStat.full).
     Returns the snapshot and the job refined by what the stacks told (which children
@@ -48,7 +49,7 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
     pids = [p.pid for p in job.processes]
     wanted = set(pids) if stack_pids is None else set(stack_pids) & set(pids)
     requests = [
-        DumpRequest(pid=p.pid, native=native,
+        DumpRequest(pid=p.pid, native=p.pid in native if isinstance(native, set) else native,
                     nonblocking=p.pid in nonblocking if isinstance(nonblocking, set) else nonblocking,
                     worker_locals=p.role is Role.WORKER and p.worker_index is None,
                     loop_locals=loop_locals and p.role is Role.RANK)
@@ -81,6 +82,8 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
         stack = None
         if isinstance(dump, Dump):
             stack = dump.stack
+            if isinstance(native, set) and pid in native and stack.native:
+                stack = dataclasses.replace(stack, probe=True)
         elif isinstance(dump, StackError):
             if dump.kind == "gone":
                 alive = False

@@ -31,6 +31,7 @@ from hangdoc.collect.discover import find_job
 from hangdoc.collect.exits import ExitWatcher
 from hangdoc.collect.logs import log_sources, read_tails
 from hangdoc.collect.snapshot import Probes, capture
+from hangdoc.collect.stacks import PySpy
 from hangdoc.live.capture import make_bundle
 from hangdoc.live.options import WatchOptions
 from hangdoc.live.probes import engine_name, require_stacks
@@ -84,6 +85,7 @@ class Watcher:
     exit_watcher: ExitWatcher | None = None          # made at start() over the probes' /proc
     judgement: Judgement | None = None               # the last round's (its report gets its lanes at the end)
     flight_due: bool = False                         # a hang named before the job's own records were asked for
+    probed: set = field(default_factory=set)         # (pid, stack) a native probe has read once
     jitter: random.Random = field(default_factory=random.Random)
 
     def start(self) -> Bundle:
@@ -206,8 +208,9 @@ class Watcher:
         # Workers nobody looks at this round get the cheap /proc read (no open files, no kernel wait).
         light = {p.pid for p in self.job.processes if p.role is Role.WORKER and p.pid not in wanted
                  and p.rank_pid not in waiting_on_data}
+        native = self.options.native or (self._spinning() & wanted)
         snapshot, self.job = capture(self.job, self.probes, stack_pids=wanted,
-                                     native=self.options.native, nonblocking=self._gentle_pids(), light=light)
+                                     native=native, nonblocking=self._gentle_pids(), light=light)
         self.samples.append(snapshot)
         if self.exit_watcher is not None:
             for proc in self.job.processes:
@@ -220,6 +223,28 @@ class Watcher:
         if not self.sources or self.rounds % 10 == 1:
             self.sources = tuple(dict.fromkeys(self.sources + log_sources(self.job, self.probes.procfs.root)))
         return snapshot
+
+    def _spinning(self) -> set[int]:
+        """Ranks to probe natively this round, once per stack they stand at: a rank whose main
+        thread burned CPU at one line between its last two samples with its loop counters still.
+        On NCCL that is a host spinning at the job's next sync (`.item()`) while a collective sits
+        on the GPU stream, and no Python frame says so; the native frames do (analyze/classify.py)."""
+        if self.options.nonblocking or self.judgement is None or self.judgement.lines is None \
+                or not isinstance(self.probes.pyspy, PySpy):
+            return set()
+        chosen = set()
+        for rank in self.job.by_role(Role.RANK):
+            line = self.judgement.lines.get(rank.pid)
+            fresh = [p for p in line.points[-4:] if p.fresh] if line is not None else []
+            if len(fresh) < 2:
+                continue
+            a, b = fresh[-2], fresh[-1]
+            key = (rank.pid, b.sig)
+            if key in self.probed or not spins(a, b):
+                continue
+            self.probed.add(key)
+            chosen.add(rank.pid)
+        return chosen
 
     def _gentle_pids(self) -> set[int]:
         """Processes read without pausing them: all with --nonblocking, else the stepping ranks'."""

@@ -11,7 +11,8 @@ import msgspec
 # 4: when each rank's main thread last ran before hangdoc first read it (last_ran), and when that
 #    first read was (first_seen); whether nothing of it worked while watched (still); where its
 #    time went over its last steps (shares).
-DIGEST_VERSION = 4
+# 5: since when it did nothing of its own (held_since): no progress is a hang whatever the ranks do.
+DIGEST_VERSION = 5
 
 
 class StepSummary(msgspec.Struct, frozen=True, gc=False):
@@ -88,6 +89,10 @@ class RankDigest(msgspec.Struct, frozen=True, gc=False):
     # Where its time went over the sliding window of its steps (analyze/shares.py), in two halves
     # (earlier, later): a straggler is one in both. Empty: too few samples, or an older digest.
     shares: tuple[ShareCounts, ...] = ()
+    # Since when it did nothing of its own (v5): no step, no bytes of its own, either in a wait
+    # (a collective, its DataLoader, asleep) or standing at one line with its counters still (a
+    # host spinning at a sync), and none of its live workers moved. None: it is not so now.
+    held_since: float | None = None
 
     @property
     def exit_told(self) -> bool:

@@ -88,6 +88,10 @@ class Stack:
     threads: tuple[Thread, ...]
     native: bool = False
     took_s: float = 0.0
+    # Read natively on hangdoc's own, once, to learn what a rank spinning at one line with its
+    # counters still waits on (a CUDA sync, NCCL): its native frames say it; its Python frames
+    # stand for the stack everywhere else (stack keys, classes, progress).
+    probe: bool = False
 
     @property
     def main(self) -> Thread | None:

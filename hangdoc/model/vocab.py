@@ -101,6 +101,8 @@ class Wait(Word):
     CHILD = "subprocess wait"        # subprocess.run, Popen.wait, os.waitpid: a child never ends
     THREAD = "thread handoff"        # queue.Queue.get / Event.wait / Condition.wait fed by a thread
     STOPPED = "stopped (SIGSTOP)"    # state T: kill -STOP, Ctrl-Z, a job-control stop; it runs no code at all
+    SPIN = "spin at a sync line"     # burns CPU at one line of the job, counters still, while the job stands:
+                                     # a host waiting at its next sync (`.item()`) on a collective queued on the GPU
 
 
 class Progress(Word):

@@ -1,7 +1,7 @@
 """collective-straggler: most ranks wait in a collective for one that is elsewhere."""
 from __future__ import annotations
 
-from hangdoc.model import Finding, Severity, Verdict
+from hangdoc.model import Finding, Severity, Verdict, Wait
 from hangdoc.rules import child_process_wait, debugger_prompt, file_lock_wait, helper_thread_died
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import frames_line, gpu_lines, on_clock, rank_line, waiting_line, worker_lines
@@ -52,12 +52,19 @@ def check(ctx: Context) -> list[Finding]:
         return []
     now = d.decided_at
     collective = waiting[0].reading.detail or "a collective"
+    spin = None
+    if collective == Wait.SPIN:
+        where = waiting[0].reading.frame.label if waiting[0].reading.frame else "one line"
+        collective = f"a spin at their sync line, {where}"
+        spin = (f"decided by no progress: no rank stepped and none is in a collective its frames show; "
+                f"{d.count(waiting)} burn CPU at {where} with their loop counters still: NCCL's shape of a "
+                "wait (the collective sits on the GPU stream and the host spins at the next sync, as .item() does)")
     findings = []
     causes = explained_by(ctx)
     for view in ctx.culprit_views():
         doing = view.reading.state + (f" ({view.reading.detail})" if view.reading.detail else "")
         evidence = [f"{d.count(waiting)} of {d.count(d.ranks)} ranks wait in {collective} ({_quiet(ctx, waiting)})",
-                    rank_line(ctx, view)]
+                    rank_line(ctx, view)] + ([spin] if spin else [])
         evidence += [line for w in waiting[:2] if (line := waiting_line(ctx, w))]
         stack = frames_line(ctx.bundle, view.info.pid)
         if stack:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hangdoc.analyze.shares import STEP_COLLECTIVES, window
+from hangdoc.analyze.shares import is_step_wait, window
 from hangdoc.model import Finding, RankState, Severity, SlowKind, Verdict
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import live_workers, most_common_line, worker_habit
@@ -25,7 +25,7 @@ def waited_in(ctx: Context, views) -> str:
     """The step collective the waiting ranks were found in most often over their windows."""
     names = Counter(str(p.reading.detail) for v in views if (line := ctx.timelines.get(v.info.pid)) is not None
                     for p in window(line)
-                    if p.reading.state == RankState.COLLECTIVE and str(p.reading.detail) in STEP_COLLECTIVES)
+                    if p.reading.state == RankState.COLLECTIVE and is_step_wait(p.reading.detail))
     return names.most_common(1)[0][0] if names else "the step's collectives"
 
 

@@ -23,6 +23,7 @@ from hangdoc.scenarios.launch import torchrun_cmd
 TRAIN_SCRIPT = Path(__file__).with_name("train.py")
 RHYTHM_SCRIPT = Path(__file__).with_name("rhythm.py")
 FILES_SCRIPT = Path(__file__).with_name("files.py")
+SPIN_SCRIPT = Path(__file__).with_name("spin.py")
 VERDICTS = ("hang", "healthy", "crash", "slow")
 
 
@@ -180,8 +181,22 @@ _ALL = [
              "healthy", (), None, max_steps=40, layout=_plain(2, clips=2), script=RHYTHM_SCRIPT),
     Scenario("sync-line", "every rank parks at the same all_reduce line each step (a GPU-bound NCCL "
              "job's shape)", "healthy", (), None, max_steps=400, layout=_plain(2, clips=2), script=RHYTHM_SCRIPT),
+    # NCCL's shape of a wait on CPU (spin.py): collectives return at once, the host spins at the
+    # job's next sync line (`.item()`), 100 % CPU, counters still, no torch frame.
+    Scenario("spin-data-stall", "3 ranks, NCCL's wait shape: rank 2's DataLoader worker blocks opening a "
+             "shard; ranks 0 and 1 spin at their .item() line for ever", "hang", (2,), "dataloader-stall",
+             nproc=3, num_workers=1, layout=_plain(2, clips=2), script=SPIN_SCRIPT),
+    Scenario("spin-straggler", "NCCL's wait shape: rank 1 computes 0.6 s more a step; rank 0 spins at its "
+             ".item() line: slow, never a hang", "slow", (1,), "slow-rank", num_workers=1, max_steps=60,
+             layout=_plain(2, clips=2), script=SPIN_SCRIPT),
+    Scenario("spin-healthy", "NCCL's wait shape, every rank alike, each spinning a little at its .item() "
+             "line", "healthy", (), None, num_workers=1, max_steps=400, layout=_plain(2, clips=2),
+             script=SPIN_SCRIPT),
+    Scenario("spin-eval-pause", "NCCL's wait shape: every 15 steps rank 0 evaluates for ~8 s while rank 1 "
+             "spins at its .item() line", "healthy", (), None, num_workers=1, max_steps=50,
+             layout=_plain(2, clips=2), script=SPIN_SCRIPT),
 ]
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in _ALL}
 
-__all__ = ["FILES_SCRIPT", "RHYTHM_SCRIPT", "SCENARIOS", "Scenario", "TRAIN_SCRIPT", "VERDICTS"]
+__all__ = ["FILES_SCRIPT", "RHYTHM_SCRIPT", "SPIN_SCRIPT", "SCENARIOS", "Scenario", "TRAIN_SCRIPT", "VERDICTS"]

@@ -108,7 +108,7 @@ def test_rank_states_from_frames():
         ([frame("_engine_run_backward", "torch/autograd/graph.py"), frame("backward", "torch/_tensor.py")],
          False, "collective-wait", "DDP gradient all_reduce (backward)"),
         ([frame("cudaStreamSynchronize", "libcudart.so", native=True), frame("train", "train.py")],
-         False, "collective-wait", "cudaStreamSynchronize"),
+         False, "collective-wait", "GPU sync (cudaStreamSynchronize)"),
         ([frame("train", "train.py")], False, "idle", "train"),
     ]
     for frames, active, state, detail in cases:

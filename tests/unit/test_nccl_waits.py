@@ -1,0 +1,178 @@
+"""Waits that do not look like waits: NCCL's spin at the next sync, and the GPU in the verdict.
+
+On NCCL a collective returns at once and the host spins at the job's next sync (`loss.item()`),
+100 % of a CPU under the job's own line. No progress is the hang whatever the ranks do; a rank
+spinning with its counters still is probed natively; a sync on the GPU stream is judged by the GPU.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from hangdoc.analyze.classify import classify_rank, is_gpu_sync
+from hangdoc.analyze.diagnose import JobFacts, decide
+from hangdoc.analyze.gpu import judged_by_gpu
+from hangdoc.model import (
+    Frame, GpuActivity, GpuDevice, GpuProcess, GpuState, ProcSample, RankDigest, RankState, Stack, StepSummary,
+    Thread, Verdict,
+)
+from hangdoc.report.judge import judge
+from tests.factories import node_bundle
+
+T0 = 1_700_000_000.0
+JOB = "/home/user/job/train.py"
+
+
+def digest(n: int, state: str, top: str | None, held_since: float | None, last_step: float) -> RankDigest:
+    return RankDigest(rank=n, pid=100 + n, host="vm", group_rank=0, state=state, detail=None, top_frame=top,
+                      stack_key=f"{state}{top}", state_since=held_since or T0, blocked_since=None, exited_at=None,
+                      progress="slow", rhythm=StepSummary(20, 1.2, last_step, True), unmoved_since=None,
+                      points=30, held_since=held_since)
+
+
+def facts(now: float) -> JobFacts:
+    return JobFacts(first=T0, now=now, logs=(), exit_code=None, hang_after=None)
+
+
+def test_no_progress_with_ranks_spinning_at_their_sync_line_is_a_hang_named_by_the_rank_apart():
+    # GIVEN three ranks quiet for 12 s (threshold learned: 10 s): ranks 0 and 1 computing at the
+    # same line with their counters still since the stall, rank 2 waiting on its DataLoader
+    now, stall = T0 + 100, T0 + 88
+    ranks = [digest(0, "compute", "host_value (train.py:77)", stall + 0.5, stall),
+             digest(1, "compute", "host_value (train.py:77)", stall + 0.5, stall),
+             digest(2, "dataloader-wait", "_try_get_data (dataloader.py:1291)", stall + 0.2, stall)]
+    # WHEN decided
+    decision = decide(ranks, facts(now))
+    # THEN it is a hang named from no progress alone: rank 2 the culprit, 0 and 1 spinning at their line
+    assert decision.verdict == Verdict.HANG and decision.held
+    assert decision.culprits == (2,) and decision.spinning == (0, 1)
+    assert decision.onset == stall
+
+
+def test_a_rank_that_computes_keeps_it_a_long_step():
+    # GIVEN the same, but rank 1's frames move (it computes, not held)
+    now, stall = T0 + 100, T0 + 88
+    ranks = [digest(0, "compute", "host_value (train.py:77)", stall + 0.5, stall),
+             digest(1, "compute", "forward (model.py:12)", None, stall),
+             digest(2, "dataloader-wait", "_try_get_data (dataloader.py:1291)", stall + 0.2, stall)]
+    # WHEN decided THEN no hang: what makes a pause a pause stays one
+    assert decide(ranks, facts(now)).verdict != Verdict.HANG
+
+
+def test_held_for_less_than_two_thirds_of_the_threshold_is_not_yet_a_hang():
+    now, stall = T0 + 100, T0 + 88
+    ranks = [digest(0, "compute", "host_value (train.py:77)", now - 5, stall),
+             digest(1, "dataloader-wait", "_try_get_data (dataloader.py:1291)", stall, stall)]
+    assert decide(ranks, facts(now)).verdict != Verdict.HANG
+
+
+def test_every_rank_at_one_line_names_no_culprit_but_is_a_hang():
+    # GIVEN every rank spinning at the same line (a kernel hung on every GPU)
+    now, stall = T0 + 100, T0 + 88
+    ranks = [digest(r, "compute", "host_value (train.py:77)", stall, stall) for r in range(4)]
+    decision = decide(ranks, facts(now))
+    assert decision.verdict == Verdict.HANG and decision.culprits == () and decision.spinning == (0, 1, 2, 3)
+
+
+# --- native frames and the GPU ------------------------------------------------------------------
+
+def frame(name: str, filename: str, line: int = 0, native: bool = False) -> Frame:
+    return Frame(name, filename, filename.rsplit("/", 1)[-1], line, native=native)
+
+
+ITEM_NATIVE = (  # innermost first, as py-spy --native gives a rank blocked at loss.item() on a GPU
+    frame("cuStreamSynchronize", "libcuda.so.1", native=True),
+    frame("cudaStreamSynchronize", "libcudart.so.12", native=True),
+    frame("at::native::_local_scalar_dense_cuda", "libtorch_cuda.so", native=True),
+    frame("train", JOB, 77),
+    frame("<module>", JOB, 120),
+)
+
+
+def sample(frames, probe=False, active=True) -> ProcSample:
+    thread = Thread(tid=100, name="MainThread", active=active, owns_gil=active, frames=frames)
+    return ProcSample(100, True, None, Stack((thread,), native=probe, probe=probe))
+
+
+@pytest.mark.parametrize("native, expected", [
+    ("cudaStreamSynchronize", "GPU sync (cudaStreamSynchronize)"), ("cuStreamSynchronize", "GPU sync (cuStreamSynchronize)"),
+    ("cudaMemcpyAsync", "GPU sync (cudaMemcpyAsync)"), ("at::native::_local_scalar_dense_cuda", None),
+    ("c10d::ProcessGroupNCCL::WorkNCCL::wait", "c10d::ProcessGroupNCCL::WorkNCCL::wait"), ("ncclGroupEnd", "ncclGroupEnd"),
+])
+def test_each_sync_point_reads_as_its_wait(native, expected):
+    # GIVEN a native probe of a rank whose innermost native frame is `native`, at the job's own line
+    frames = (frame(native, "lib.so", native=True), frame("train", JOB, 77))
+    reading = classify_rank(sample(frames, probe=True))
+    # THEN a CUDA sync is a sync on the GPU stream, NCCL a collective
+    assert reading.state == RankState.COLLECTIVE
+    if expected is None:
+        assert is_gpu_sync(reading.detail)
+    else:
+        assert reading.detail == expected
+
+
+def test_the_whole_item_stack_reads_as_a_sync_on_the_gpu_stream():
+    reading = classify_rank(sample(ITEM_NATIVE, probe=True))
+    assert is_gpu_sync(reading.detail) and reading.frame.name == "cuStreamSynchronize"
+
+
+@pytest.mark.parametrize("activity, state", [
+    (GpuActivity.BUSY, RankState.COMPUTE), (GpuActivity.SPIN, RankState.COLLECTIVE),
+    (GpuActivity.IDLE, RankState.COLLECTIVE), (None, RankState.COLLECTIVE),
+])
+def test_a_sync_on_the_gpu_stream_is_judged_by_the_gpu(activity, state):
+    # GIVEN a rank at cudaStreamSynchronize WHEN its GPU reads `activity`
+    reading = judged_by_gpu(classify_rank(sample(ITEM_NATIVE, probe=True)), activity)
+    # THEN busy is work on its GPU, spinning or idle (or unread) a wait
+    assert reading.state == state
+
+
+def device(index: int, pid: int, util: int, power: float, memory: int) -> GpuDevice:
+    return GpuDevice(index, f"GPU-{index}", "NVIDIA H100 80GB HBM3", util, memory, 30 << 30, 80 << 30, power, 700.0,
+                     1980, 1980, (GpuProcess(pid, 30 << 30),))
+
+
+def eight_ranks_at_item(gpus) -> object:
+    """Eight ranks blocked at loss.item() (probed natively, counters still for 20 s) on GPUs as `gpus` says."""
+    bundle = node_bundle(0, 1, 0, T0, samples=12, workers=0, ranks_per_node=8, interval_s=2.0)
+    ranks = {p.pid: p.rank for p in bundle.job.ranks}
+    snapshots = []
+    for k, snapshot in enumerate(bundle.samples):
+        rows = []
+        for s in snapshot.processes:
+            if s.pid in ranks:
+                frames = ITEM_NATIVE if k % 4 == 0 else ITEM_NATIVE[3:]
+                proc = dataclasses.replace(s.proc, state="R", utime_s=100.0 + 2.0 * k, stime_s=0.0)   # 100 % of a CPU
+                s = dataclasses.replace(s, proc=proc, stack=Stack(
+                    (Thread(s.pid, "MainThread", True, True, frames),), native=k % 4 == 0, probe=k % 4 == 0))
+            rows.append(s)
+        devices = tuple(device(ranks[pid], pid, *gpus(ranks[pid])) for pid in sorted(ranks))
+        snapshots.append(dataclasses.replace(snapshot, processes=tuple(rows),
+                                             gpu=GpuState("ok", None, "580.1", devices)))
+    return dataclasses.replace(bundle, samples=tuple(snapshots), options=dataclasses.replace(bundle.options,
+                                                                                              hang_after_s=15.0))
+
+
+def test_seven_gpus_spinning_and_one_busy_name_the_busy_one():
+    # GIVEN eight ranks at .item(): rank 5's GPU busy at full power, the others spinning at idle power
+    bundle = eight_ranks_at_item(lambda r: (99, 690.0, 23) if r == 5 else (100, 125.0, 0))
+    # WHEN judged
+    report = judge(bundle).report
+    # THEN rank 5 computes on its GPU and the seven wait: a hang whose culprit is rank 5
+    states = {r.rank: r.state for r in report.ranks}
+    assert states[5] == RankState.COMPUTE and all(states[r] == RankState.COLLECTIVE for r in states if r != 5)
+    assert report.verdict == Verdict.HANG and report.culprit_ranks == (5,)
+
+
+def test_seven_gpus_spinning_and_one_idle_at_the_same_sync_is_no_culprit_of_the_gpus():
+    # GIVEN eight ranks at .item(): seven GPUs spinning at 100 %, one idle at 0 % (its rank is
+    # at the same line: nothing queued on its stream)
+    bundle = eight_ranks_at_item(lambda r: (0, 70.0, 0) if r == 3 else (100, 125.0, 0))
+    report = judge(bundle).report
+    # THEN every rank waits at the sync (the idle GPU is no work): a hang, and the report does
+    # not call a spinning GPU work
+    assert report.verdict == Verdict.HANG
+    assert all(r.state == RankState.COLLECTIVE for r in report.ranks)
+    assert all(r.gpu.activity != GpuActivity.BUSY for r in report.ranks if r.gpu is not None)
+
