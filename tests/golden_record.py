@@ -53,7 +53,7 @@ WATCH = ("--interval", "0.5", "--hang-after", "4", "--no-live", "--no-gpu", "--f
 ALL_RULES = ("slow-decompression", "tar-member-decode", "uneven-shards", "worker-died", "worker-error", "no-progress", "missing-ranks",
              "worker-deadlock", "fork-unsafe-arm", "dataloader-stall", "gpu-starved",
              "collective-straggler", "collective-mismatch", "flight-recorder", "rank-died", "slow-rank",
-             "debugger-prompt", "file-lock-wait", "child-process-wait", "helper-thread-died")
+             "debugger-prompt", "file-lock-wait", "child-process-wait", "helper-thread-died", "workers-restarted")
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,7 @@ class Case:
     derive: tuple[str, Callable[[Bundle], Bundle]] | None = None   # (source case, edit)
     readme: str = ""
     device: bool = False                 # recorded on a GPU machine by tests/gpu/device_check.py, not here
+    hang_after_s: float = 4.0            # the watch's --hang-after (a restarted job's new ranks start up longer)
 
     @property
     def not_fire(self) -> tuple[str, ...]:
@@ -112,6 +113,16 @@ def exit_job(mode: str, *extra: str):
     """A mode of tests/jobs/exit_job.py: how a rank ends (crash modes wait only for ready, so watch sees it)."""
     def start(workdir: Path):
         cmd = torchrun_cmd(JOBS / "exit_job.py", "--workdir", str(workdir), "--mode", mode, *extra)
+        return cmd, [workdir / "ready.0", workdir / "ready.1"]
+    return start
+
+
+def restarting_job(mode: str, *extra: str):
+    """A mode of tests/jobs/exit_job.py under torchrun --max-restarts=1 (the elastic agent restarts
+    the ranks once after a failure)."""
+    def start(workdir: Path):
+        cmd = torchrun_cmd(JOBS / "exit_job.py", "--workdir", str(workdir), "--mode", mode, *extra,
+                           extra=("--standalone", "--max-restarts=1"))
         return cmd, [workdir / "ready.0", workdir / "ready.1"]
     return start
 
@@ -199,15 +210,22 @@ CASES = [
          "crash", (1,), ("rank-died",), exit_job("kill9", "--fault-after", "4")),
     Case("rank-abort", "rank 1 all_reduces a tensor of another size: gloo aborts rank 0 (SIGABRT)",
          "crash", (0,), ("rank-died",), exit_job("mismatch", "--fault-after", "4")),
+    Case("restart-recovered", "torchrun --max-restarts=1: rank 1 raises once; the restarted ranks run to the end, exit 0",
+         "healthy", (), ("workers-restarted",), restarting_job("transient", "--steps", "90", "--fault-after", "3"),
+         timeout_s=60, hang_after_s=20),
+    Case("restart-exhausted", "torchrun --max-restarts=1: rank 1 raises in every start; the restarts are used up",
+         "crash", (1,), ("rank-died", "workers-restarted"), restarting_job("raise", "--steps", "90", "--fault-after", "3"),
+         timeout_s=90, hang_after_s=20),
     Case("ragged-exit", "a silent job whose rank 1 leaves 6 s after rank 0; both exit 0",
          "healthy", (), (), exit_job("ragged", "--steps", "60", "--linger", "6"), timeout_s=40),
 ]
 BY_NAME = {c.name: c for c in CASES}
 
 
-def watch_cli(pid: int, out: Path, timeout_s: float | None) -> Path:
+def watch_cli(pid: int, out: Path, timeout_s: float | None, hang_after_s: float = 4.0) -> Path:
     """`hangdoc watch PID ...` in a child process, as a user runs it."""
     extra = ("--timeout", str(timeout_s)) if timeout_s else ()
+    extra += ("--hang-after", str(hang_after_s)) if hang_after_s != 4.0 else ()
     env = dict(os.environ, NO_COLOR="1", COLUMNS="200")
     done = subprocess.run([sys.executable, "-m", "hangdoc", "watch", str(pid), *WATCH, "--out", str(out), *extra],
                           capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
@@ -216,14 +234,14 @@ def watch_cli(pid: int, out: Path, timeout_s: float | None) -> Path:
     return out
 
 
-def watch_healthy(pid: int, out: Path, timeout_s: float) -> Path:
+def watch_healthy(pid: int, out: Path, timeout_s: float, hang_after_s: float = 4.0) -> Path:
     """What `watch --timeout` does, keeping the bundle it does not save for a healthy job."""
     from hangdoc.bundle.files import save_bundle
     from hangdoc.live.options import WatchOptions
     from hangdoc.live.probes import make_probes
     from hangdoc.live.watcher import Watcher
 
-    config = WatchOptions(interval_s=0.5, hang_after_s=4.0, timeout_s=timeout_s)
+    config = WatchOptions(interval_s=0.5, hang_after_s=hang_after_s, timeout_s=timeout_s)
     outcome = Watcher(pid, make_probes(WatchOptions(gpu=False)), config).run()
     return save_bundle(outcome.bundle, out)
 
@@ -267,9 +285,9 @@ def record_once(case: Case) -> Bundle:
             raise RuntimeError(f"{case.name}: the job did not reach its markers; log tail:\n{tail}")
         out = workdir / "bundle.json"
         if case.verdict == "healthy":
-            watch_healthy(job.pid, out, case.timeout_s or 12)
+            watch_healthy(job.pid, out, case.timeout_s or 12, case.hang_after_s)
         else:
-            watch_cli(job.pid, out, case.timeout_s)
+            watch_cli(job.pid, out, case.timeout_s, case.hang_after_s)
         return trim(load_bundle(out))
     finally:
         stop_job(job)

@@ -27,6 +27,7 @@ from hangdoc.analyze.slow import SlowCall, slow_call
 from hangdoc.analyze.rendezvous import joining, joining_since, not_joined, setup_name
 from hangdoc.analyze.timeline import Timeline, raw_points, still, timelines
 from hangdoc.base.parse import to_int
+from hangdoc.analyze.restarts import Restarts, restarts_of
 from hangdoc.model import (
     DIGEST_VERSION, Bundle, DigestWorker, Frame, LogTail, NodeDigest, ProcessInfo, RankDigest, RankState, Role,
     ProcSample, Verdict, Wait, Word, WorkerState,
@@ -119,6 +120,7 @@ class JobFacts:
     fr_pending: tuple[float, int | None, str] | None = None   # the Flight Recorder's oldest pending collective
 
 
+    restarts: Restarts | None = None   # the launcher's restarts of the ranks (analyze/restarts.py)
 @dataclass(frozen=True)
 class Decision:
     verdict: Verdict
@@ -159,9 +161,13 @@ def diagnosis_of(decision: Decision, now: float, views: Sequence[RankView], dige
 
 
 def job_facts(bundle: Bundle, digest: NodeDigest, hang_after: float | None) -> JobFacts:
-    return JobFacts(bundle.samples[0].time, bundle.last.time, bundle.logs, bundle.exit_code,
+    restarts = restarts_of(bundle)
+    # Ranks the launcher started again are quiet from their start, not from the first sample.
+    began = restarts.began if restarts is not None else None
+    first = max(bundle.samples[0].time, began) if began is not None else bundle.samples[0].time
+    return JobFacts(first, bundle.last.time, bundle.logs, bundle.exit_code,
                     hang_after if hang_after is not None else bundle.options.hang_after_s,
-                    digest.collective_steps, digest.fr_pending)
+                    digest.collective_steps, digest.fr_pending, restarts)
 
 
 def rank_views(bundle: Bundle, lines: dict[int, Timeline]) -> list[RankView]:
@@ -341,7 +347,15 @@ def _told_by_exits(ranks: Sequence[RankDigest], facts: JobFacts) -> _Exits | Non
     (an older bundle), a rank gone with its status unread and no failure read, ranks that exited
     0 under a launcher that failed. A rank that died by a signal or a non-zero code is the crash;
     the ranks that died after it (torchrun's SIGTERM tearing the job down, a peer's "Connection
-    closed") are not culprits. Ranks that exited 0, however far apart, did not crash."""
+    closed") are not culprits. Ranks that exited 0, however far apart, did not crash. A generation
+    that failed with restarts left is no crash (the launcher starts the next); restarts used up,
+    the crash is the first failure's."""
+    restarts = facts.restarts
+    if restarts is not None and restarts.pending:
+        return _Exits(None, ended_well=True)
+    if restarts is not None and restarts.used_up and restarts.first is not None and restarts.first.time is not None:
+        first = restarts.first
+        return _Exits(((first.rank,) if first.rank is not None else (), first.time))
     if not any(r.exit_time is not None for r in ranks):
         return None
     gone = sorted((r for r in ranks if gone_at(r) is not None), key=gone_at)

@@ -5,13 +5,23 @@ RANK/WORLD_SIZE, or MPI's and Slurm's equivalents) and whose parent does not: it
 forked or spawned children inherit the variables, so the topmost carrier is the rank.
 The launcher is the common parent of the ranks (torchrun, deepspeed, accelerate,
 mpirun, a Slurm step): whoever started them.
+
+Two launchers name no rank in any environment, and are read otherwise:
+- Lightning's own (`python train.py` with `Trainer(devices=N, strategy="ddp")`): the script's
+  process is rank 0 and starts the others again with LOCAL_RANK / NODE_RANK / WORLD_SIZE set;
+- `torch.multiprocessing.spawn` and plain `multiprocessing` launchers: the ranks are the
+  script's multiprocessing children, and each one's rank is read from its stack
+  (`collect/spawned.py`: init_process_group's arguments, the job's own `rank` argument).
+Each rank records where its rank was read (`ProcessInfo.rank_source`).
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Callable
 
 from hangdoc.collect.procfs import ProcDenied, ProcFS, ProcGone
+from hangdoc.collect.spawned import RankClue, StackRanks, is_worker
 from hangdoc.base.errors import NoSuchProcess, NotDistributed, NotPython, ProcessNotReadable
 from hangdoc.base.parse import to_int
 from hangdoc.model import Job, ProcessInfo, Role
@@ -23,11 +33,30 @@ _RANK_VARS = (("RANK", "WORLD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_
 
 def rank_identity(env: dict[str, str]) -> tuple[int, int] | None:
     """(rank, world size) from an environment, or None when it names no rank."""
+    found = _identity(env)
+    return found[:2] if found else None
+
+
+def rank_source(env: dict[str, str]) -> str | None:
+    """Which variable named the rank ("env RANK", ...), None when none did."""
+    found = _identity(env)
+    return found[2] if found else None
+
+
+def _identity(env: dict[str, str]) -> tuple[int, int, str] | None:
     for rank_var, size_var in _RANK_VARS:
         rank, size = to_int(env.get(rank_var)), to_int(env.get(size_var))
         if rank is not None and size is not None:
-            return rank, size
+            return rank, size, f"env {rank_var}"
+    # Lightning's launcher starts ranks > 0 with LOCAL_RANK, NODE_RANK and WORLD_SIZE (no RANK);
+    # on node 0 the global rank is the local one.
+    local, size = to_int(env.get("LOCAL_RANK")), to_int(env.get("WORLD_SIZE"))
+    if local is not None and size is not None and env.get("NODE_RANK") == "0":
+        return local, size, _LIGHTNING
     return None
+
+
+_LIGHTNING = "env LOCAL_RANK (Lightning's launcher, node 0)"
 
 
 def start_method(cmdline: tuple[str, ...], parent_cmdline: tuple[str, ...]) -> str | None:
@@ -95,10 +124,13 @@ class _Table:
 
 
 def find_job(pid: int, procfs: ProcFS | None = None, single: bool = False,
-             known: dict[int, ProcessInfo] | None = None) -> Job:
+             known: dict[int, ProcessInfo] | None = None,
+             stack_ranks: Callable[[int, float | None], object] | None = None) -> Job:
     """The job `pid` belongs to. Raises a HangdocError the user can act on when there is none.
 
     `known` holds processes found earlier: they are not read again (a watch re-discovers often).
+    `stack_ranks` reads a rank from a process's stack where no environment names it (default:
+    py-spy `--locals`, `collect/spawned.py`).
     """
     known = known or {}
     procfs = procfs or ProcFS()
@@ -127,6 +159,25 @@ def find_job(pid: int, procfs: ProcFS | None = None, single: bool = False,
         if rank_pids:
             parents = {table.parent[r] for r in rank_pids}
             launcher = pid if pid in parents or len(parents) != 1 else parents.pop()
+    if not rank_pids:           # a worker of Lightning's rank 0: the ranks are below an ancestor
+        up = table.parent.get(pid, 0)
+        for _ in range(4):
+            if up <= 1:
+                break
+            below = _ranks_below(table, up)
+            if below and _lightning_root(table, below) == up:
+                rank_pids = below
+                break
+            up = table.parent.get(up, 0)
+    clues: dict[int, RankClue] = {}
+    root = _lightning_root(table, rank_pids)
+    if root is not None:        # Lightning's script process: rank 0, and the parent of the others
+        launcher, rank_pids = None, [root] + [r for r in rank_pids if r != root]
+        size = rank_identity(table.env(rank_pids[-1]))[1]
+        clues[root] = RankClue(0, size, "Lightning's launcher: the script's own process is rank 0")
+    if not rank_pids and not single:
+        launcher, clues = _spawned(table, pid, known, stack_ranks or StackRanks())
+        rank_pids = sorted(clues)
     if not rank_pids:
         cmdline, exe = procfs.cmdline_or_empty(pid), procfs.exe(pid)
         if not is_python(cmdline, exe):
@@ -140,23 +191,99 @@ def find_job(pid: int, procfs: ProcFS | None = None, single: bool = False,
         info = known.get(launcher) or _info(procfs, table, launcher, Role.LAUNCHER)
         if info:
             infos.append(info)
+    others = set(rank_pids)
     for rank_pid in rank_pids:
-        info = known.get(rank_pid) or _info(procfs, table, rank_pid, Role.RANK)
+        info = known.get(rank_pid) or _info(procfs, table, rank_pid, Role.RANK, clue=clues.get(rank_pid))
         if info is None:
             continue
         infos.append(info)
-        for child in sorted(table.descendants(rank_pid)):
+        for child in sorted(_own_descendants(table, rank_pid, others)):
             child_info = known.get(child) or _info(procfs, table, child, Role.CHILD, rank_info=info)
             if child_info:
                 infos.append(child_info)
 
     first_env = table.env(rank_pids[0])
+    identity = job_identity(first_env)
+    clue = clues.get(rank_pids[0])
+    if clue is not None and identity["world_size"] is None:
+        identity.update(world_size=clue.world_size or len(rank_pids),
+                        master_addr=identity["master_addr"] or clue.master_addr,
+                        master_port=identity["master_port"] or clue.master_port)
     return Job(
-        **job_identity(first_env),
+        **identity,
         launcher_pid=launcher,
         processes=tuple(infos),
-        single_process=single and rank_identity(first_env) is None,
+        single_process=single and rank_identity(first_env) is None and not clues,
     )
+
+
+def _own_descendants(table: "_Table", rank_pid: int, ranks: set[int]) -> list[int]:
+    """The rank's descendants, without another rank's tree (Lightning's rank 0 is the others' parent)."""
+    out, todo = [], [c for c in table.children.get(rank_pid, ()) if c not in ranks]
+    while todo:
+        child = todo.pop()
+        out.append(child)
+        todo.extend(c for c in table.children.get(child, ()) if c not in ranks)
+    return out
+
+
+def _lightning_root(table: "_Table", rank_pids: list[int]) -> int | None:
+    """The script process of Lightning's own launcher: the Python parent of ranks that only
+    LOCAL_RANK names (it is rank 0, with no rank variable in the environment it started with)."""
+    if not rank_pids or any(rank_source(table.env(r)) != _LIGHTNING for r in rank_pids):
+        return None
+    parents = {table.parent.get(r, 0) for r in rank_pids}
+    if len(parents) != 1:
+        return None
+    parent = parents.pop()
+    if parent <= 1 or table.is_rank_carrier(parent):
+        return None
+    ranks = {rank_identity(table.env(r))[0] for r in rank_pids}
+    cmdline = table.procfs.cmdline_or_empty(parent)
+    return parent if 0 not in ranks and is_python(cmdline, None) else None
+
+
+def _spawned(table: "_Table", pid: int, known: dict[int, ProcessInfo],
+             stack_ranks: Callable[[int, float | None], object]) -> tuple[int | None, dict[int, RankClue]]:
+    """(launcher, rank pid -> clue) of a job whose ranks are a script's multiprocessing children
+    (torch.multiprocessing.spawn, multiprocessing.Process), read from their stacks; ({}) for none.
+    The launcher is the first process up from `pid` that is no multiprocessing child itself."""
+    launcher = pid
+    for _ in range(8):
+        parent = table.parent.get(launcher, 0)
+        if parent <= 1 or not _mp_child(table, launcher, parent):
+            break
+        launcher = parent
+    clues: dict[int, RankClue] = {}
+    for child in sorted(table.children.get(launcher, ())):
+        if not _mp_child(table, child, launcher):
+            continue
+        seen = known.get(child)
+        if seen is not None and seen.role is Role.RANK and seen.rank is not None:
+            clues[child] = RankClue(seen.rank, seen.world_size, seen.rank_source or "its stack")
+            continue
+        try:
+            started = table.procfs.stat(child).start_time
+        except (ProcGone, ProcDenied, ValueError, IndexError):
+            continue
+        clue = stack_ranks(child, started)
+        if isinstance(clue, RankClue) and not is_worker(clue):
+            clues[child] = clue
+    return (launcher if clues else None), clues
+
+
+def spawns_children(pid: int, procfs: ProcFS) -> bool:
+    """Whether `pid` has Python children made by multiprocessing: ranks of torch.multiprocessing.spawn
+    still starting, perhaps (their stacks say so once they run the job's function)."""
+    table = _Table(procfs)
+    return any(_mp_child(table, child, pid) for child in table.children.get(pid, ()))
+
+
+def _mp_child(table: "_Table", pid: int, parent: int) -> bool:
+    """A Python process made by multiprocessing (spawned, forked or by a forkserver), not its helper."""
+    cmdline = table.procfs.cmdline_or_empty(pid)
+    return (is_python(cmdline, None) and start_method(cmdline, table.procfs.cmdline_or_empty(parent)) is not None
+            and "resource_tracker" not in " ".join(cmdline))
 
 
 def job_identity(env: dict[str, str]) -> dict:
@@ -192,7 +319,7 @@ def _ranks_below(table: _Table, pid: int) -> list[int]:
 
 
 def _info(procfs: ProcFS, table: _Table, pid: int, role: Role,
-          rank_info: ProcessInfo | None = None) -> ProcessInfo | None:
+          rank_info: ProcessInfo | None = None, clue: RankClue | None = None) -> ProcessInfo | None:
     try:
         st = procfs.stat(pid)
         cmdline = procfs.cmdline(pid)
@@ -201,6 +328,9 @@ def _info(procfs: ProcFS, table: _Table, pid: int, role: Role,
     env = table.env(pid)
     exe = procfs.exe(pid)
     identity = rank_identity(env)
+    source = rank_source(env) if role is Role.RANK else None
+    if clue is not None and identity is None:
+        identity, source = (clue.rank, clue.world_size), clue.source
     method = None
     if rank_info is not None:
         parent_cmdline = procfs.cmdline_or_empty(st.ppid)
@@ -232,4 +362,5 @@ def _info(procfs: ProcFS, table: _Table, pid: int, role: Role,
         rank_pid=rank_info.pid if rank_info else (pid if role is Role.RANK else None),
         start_method=method,
         libs=libs,
+        rank_source=source,
     )

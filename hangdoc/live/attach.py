@@ -1,12 +1,13 @@
 """Attaching as users do: `torchrun ... & hangdoc watch $!` runs before the launcher has started
-its ranks. A launcher with no rank yet is waited for, not refused."""
+its ranks. A launcher with no rank yet is waited for, not refused; so is a script whose
+multiprocessing children (torch.multiprocessing.spawn's ranks) have not shown their ranks yet."""
 from __future__ import annotations
 
 import time
 from typing import Callable
 
 from hangdoc.base.errors import NotDistributed
-from hangdoc.collect.discover import find_job, looks_like_launcher
+from hangdoc.collect.discover import find_job, looks_like_launcher, spawns_children
 from hangdoc.collect.procfs import ProcFS
 from hangdoc.model import Job
 
@@ -27,7 +28,7 @@ def find_job_waiting(pid: int, procfs: ProcFS, *, single: bool = False, patience
         try:
             return find_job(pid, procfs, single=single)
         except NotDistributed:
-            if single or not looks_like_launcher(procfs, pid):
+            if single or not (looks_like_launcher(procfs, pid) or spawns_children(pid, procfs)):
                 raise
             waited = clock() - began
             if waited >= patience_s:

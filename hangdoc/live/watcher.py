@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from hangdoc.analyze.progress import WAKEUPS_PER_DUMP
+from hangdoc.analyze.restarts import restarts_of
 from hangdoc.analyze.timeline import LiveTimelines
 from hangdoc.base.errors import HangdocError
 from hangdoc.collect.datalists import copy_data_lists
@@ -327,9 +328,14 @@ class Watcher:
         return [pid for pid in order if pid is not None and pid in alive]
 
     def _all_gone(self, bundle: Bundle) -> bool:
+        """Every rank gone, and no launcher about to start them again (torchrun restarting a
+        failed generation: its next one is found by the next rounds' rediscovery)."""
         last = bundle.last
         ranks = [last.sample_of(p.pid) for p in bundle.job.ranks]
-        return all(s is None or not s.alive for s in ranks)
+        if not all(s is None or not s.alive for s in ranks):
+            return False
+        restarts = restarts_of(bundle)
+        return restarts is None or not restarts.pending
 
     def _next_delay(self, bundle: Bundle) -> float:
         # A rank just exited: look again soon, so a crash is told from a clean end quickly.

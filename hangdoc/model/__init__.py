@@ -18,7 +18,8 @@ from hangdoc.model.capture import (
 )
 from hangdoc.model.digest import DIGEST_VERSION, DigestWorker, NodeDigest, RankDigest, ShareCounts, StepSummary
 from hangdoc.model.report import (
-    REPORT_SCHEMA, BeforeAttach, Finding, FlightSummary, GpuTrend, Lane, RankGpu, RankReport, Report, Span, StackClass,
+    REPORT_SCHEMA, BeforeAttach, Finding, FlightSummary, GpuTrend, Lane, RankGpu, RankReport, Report, RestartMark,
+    Span, StackClass,
     Slowness, Threshold, TimeShares, WorkerReport,
 )
 from hangdoc.model.rule import Rule, finding
@@ -91,6 +92,7 @@ __all__ = [
     "RankGpu",
     "RankReport",
     "Report",
+    "RestartMark",
     "Threshold",
     "TimeShares",
     "WorkerReport",

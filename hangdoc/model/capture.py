@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from hangdoc.base.parse import to_int
 from hangdoc.model.flight import FlightRecord, FrConfig, RasStatus
 from hangdoc.model.stack import Stack
 from hangdoc.model.vocab import Role
@@ -198,6 +199,14 @@ class ProcessInfo:
     start_method: str | None = None  # "fork" or "spawn" for multiprocessing children
     libs: tuple[str, ...] = ()     # the mapped libraries that matter (libgomp, libnccl, ...)
     host: str | None = None        # its node's hostname, set by a merge (None: the bundle's host)
+    # Where its rank was read: "env RANK" (torchrun, srun, mpirun set it), or, where no environment
+    # names it (torch.multiprocessing.spawn, Lightning's own launcher), the job's own stack or launcher.
+    rank_source: str | None = None
+
+    @property
+    def generation(self) -> int:
+        """Which start of the ranks it belongs to: torchrun's restart count (0: the first start)."""
+        return to_int(self.env.get("TORCHELASTIC_RESTART_COUNT")) or 0
 
     @property
     def node_pid(self) -> int:
@@ -266,6 +275,24 @@ class Job:
 
     @cached_property
     def ranks(self) -> tuple[ProcessInfo, ...]:
+        """The ranks of the job's newest start on each node: a launcher that restarted its ranks
+        (torchrun --max-restarts) left the earlier ones on record, in `all_ranks`."""
+        newest = {}
+        for proc in self.all_ranks:
+            if (proc.host, proc.generation) > newest.get(proc.host, (proc.host, -1)):
+                newest[proc.host] = (proc.host, proc.generation)
+        kept: dict[tuple, ProcessInfo] = {}
+        for proc in self.all_ranks:
+            if (proc.host, proc.generation) != newest[proc.host]:
+                continue
+            key = (proc.host, proc.rank) if proc.rank is not None else (proc.host, None, proc.pid)
+            if key not in kept or proc.start_time > kept[key].start_time:
+                kept[key] = proc
+        return tuple(sorted(kept.values(), key=lambda p: (p.rank is None, p.rank, p.pid)))
+
+    @cached_property
+    def all_ranks(self) -> tuple[ProcessInfo, ...]:
+        """Every rank process the job had, every start's."""
         return tuple(sorted(self.by_role(Role.RANK), key=lambda p: (p.rank is None, p.rank, p.pid)))
 
     def info(self, pid: int) -> ProcessInfo | None:

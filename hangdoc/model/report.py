@@ -187,6 +187,20 @@ class Lane:
     rank_count: int = 1
     worker: int | None = None      # a lane in `workers`: the worker's DataLoader index, when known
     workers: tuple[Lane, ...] = ()   # a rank's workers' lanes
+    # The start of the ranks it belongs to, in a job its launcher restarted (0: the first start);
+    # None: the job was never restarted. The earlier starts' lanes follow the newest one's.
+    generation: int | None = None
+
+
+@dataclass(frozen=True)
+class RestartMark:
+    """The launcher started the ranks again (torchrun --max-restarts): when, the how-many-th, and
+    the failure that made it (seconds from the report's first sample)."""
+
+    at_s: float
+    generation: int                # the start it began (1: the first restart)
+    failed_rank: int | None = None
+    how: str | None = None         # "exited with code 1", "was killed by SIGKILL"
 
 
 @dataclass(frozen=True)
@@ -213,6 +227,7 @@ class Report:
     before: BeforeAttach | None = None       # the job's past as the system knew it when hangdoc attached
     slow: Slowness | None = None             # a straggler or data-bound job (verdict slow, or a job that ended well slowly)
     lanes: tuple[Lane, ...] = ()             # each rank over the watched time (report/lanes.py)
+    restarts: tuple[RestartMark, ...] = ()   # the launcher's restarts of the ranks, as the timeline marks them
 
     @property
     def class_members(self) -> dict[int, tuple[int, ...]] | None:

@@ -59,6 +59,7 @@ class Scale:
 
     end_s: float
     onset_s: float | None = None
+    restarts_s: tuple[float, ...] = ()     # when the launcher started the ranks again
 
     def x(self, t: float) -> float:
         if self.end_s <= 0:
@@ -88,7 +89,7 @@ def timeline_html(report: Report) -> str:
     if report.detected_after_s is not None:
         onset = end - report.detected_after_s
         onset = max(0.0, onset) if onset > -0.1 else onset    # detected_after_s is rounded to 0.1 s
-    scale = Scale(end, onset)
+    scale = Scale(end, onset, tuple(mark.at_s for mark in report.restarts))
     states = {s.state for lane in report.lanes for each in (lane, *lane.workers) for s in each.spans}
     watched = (f"over the {end:.1f} s hangdoc watched (0 s: its first sample)" if end > 0
                else "at the one sample hangdoc read")
@@ -97,10 +98,16 @@ def timeline_html(report: Report) -> str:
            f"<p class=\"caption\">Each rank's main thread {watched}, its DataLoader workers folded under it. "
            "Ticks above a lane: the rank's loop stepped."
            + (" A state first read at the last sample (a rank seen gone) is right of the verdict line." if gone else "")
-           + _onset_words(report, onset) + "</p>",
+           + _onset_words(report, onset) + _restart_words(report) + "</p>",
            _legend(states, onset is not None and onset >= 0), "<div class=\"lanes\">", _axis(scale, report)]
+    newest = max((lane.generation for lane in report.lanes if lane.generation is not None), default=None)
     for lane in report.lanes:
-        out.append(_rank_block(lane, scale))
+        if lane.generation == newest:
+            out.append(_rank_block(lane, scale))
+    for generation in sorted({lane.generation for lane in report.lanes if lane.generation != newest}, reverse=True):
+        name = "the first start" if generation == 0 else f"restart {generation}"
+        out.append(f"<p class=\"generation\">Earlier: the ranks of {h(name)}, which the launcher replaced</p>")
+        out += [_rank_block(lane, scale) for lane in report.lanes if lane.generation == generation]
     out.append("</div>")
     shown = sum(lane.rank_count for lane in report.lanes)
     if shown < report.ranks_seen:
@@ -118,6 +125,17 @@ def _onset_words(report: Report, onset: float | None) -> str:
                 "read at the last sample.")
     what = "the first rank exited" if report.verdict == Verdict.CRASH else "the stall began"
     return f" Dashed line: {what} ({onset:.1f} s); solid line: the verdict, at the last sample."
+
+
+def _restart_words(report: Report) -> str:
+    if not report.restarts:
+        return ""
+    said = []
+    for mark in report.restarts:
+        why = f" after rank {rank_label(mark.failed_rank)} {mark.how}" if mark.how else ""
+        said.append(f"restart {mark.generation} at {mark.at_s:.1f} s{why}")
+    return (" Dotted lines: the launcher started the ranks again (" + "; ".join(said) + "); the newest start's "
+            "ranks come first, the earlier starts' below them.")
 
 
 def _seconds(value: float) -> str:
@@ -150,6 +168,8 @@ def _axis(scale: Scale, report: Report) -> str:
     marks = []
     if scale.onset_s is not None and scale.onset_s >= 0:
         marks.append(f"<path class=\"onset\" d=\"M{scale.x(scale.onset_s)} 0v24\"/>")
+    for number, at in enumerate(scale.restarts_s, start=1):
+        marks.append(f"<path class=\"restart\" d=\"M{scale.x(at)} 0v24\"><title>restart {number}</title></path>")
     marks.append(f"<path class=\"verdict-mark\" d=\"M{PLOT_W} 0v24\"/><text x=\"{PLOT_W + 4}\" y=\"12\" "
                  f"class=\"verdict-word\">{h(str(report.verdict).upper())}</text>")
     return (f"<div class=\"lane axis\"><div class=\"label\">time</div><svg viewBox=\"0 0 {VIEW_W} 24\" "
@@ -177,7 +197,9 @@ def _lane_row(lane: Lane, scale: Scale, worker: bool) -> str:
         sub = f"pid {lane.pid}"
     else:
         name = f"ranks {lane.rank_set}" if lane.rank_set else f"rank {rank_label(lane.rank)}"
-        attrs = (f"class=\"lane rank{' culprit' if lane.culprit else ''}\" id=\"lane-{h(rank_label(lane.rank))}\" "
+        start = f"-start{lane.generation}" if lane.generation is not None else ""
+        name += f" · start {lane.generation}" if lane.generation else ""
+        attrs = (f"class=\"lane rank{' culprit' if lane.culprit else ''}\" id=\"lane-{h(rank_label(lane.rank))}{start}\" "
                  f"data-rank=\"{h(rank_label(lane.rank))}\" data-culprit=\"{'true' if lane.culprit else 'false'}\"")
         sub = f"{lane.rank_count:,} ranks, shown: pid {lane.pid}" if lane.rank_count > 1 else f"pid {lane.pid}"
     now = lane.spans[-1].state if lane.spans else "-"
@@ -205,6 +227,7 @@ def _lane_svg(lane: Lane, scale: Scale, worker: bool) -> str:
     height = y
     if scale.onset_s is not None and scale.onset_s >= 0:
         body.append(f"<path class=\"onset\" d=\"M{scale.x(scale.onset_s)} 0v{height}\"/>")
+    body += [f"<path class=\"restart\" d=\"M{scale.x(at)} 0v{height}\"/>" for at in scale.restarts_s]
     body.append(f"<path class=\"verdict-mark\" d=\"M{PLOT_W} 0v{height}\"/>")
     who = f"worker {lane.worker}" if worker else f"rank {rank_label(lane.rank)}"
     return (f"<svg viewBox=\"0 0 {VIEW_W} {height}\" role=\"img\" aria-label=\"{h(who)} timeline\">"

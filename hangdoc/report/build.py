@@ -16,7 +16,7 @@ from hangdoc.model import REPORT_SCHEMA, Bundle, Finding, RankGpu, RankReport, R
 from hangdoc.rules import run_rules
 from hangdoc.rules.base import Context
 from hangdoc.report import facts
-from hangdoc.report.lanes import lanes
+from hangdoc.report.lanes import lanes, restart_marks
 
 NCCL_TIMEOUT_S = 600.0
 GLOO_TIMEOUT_S = 1800.0
@@ -78,6 +78,7 @@ def report_of(bundle: Bundle, diagnosis: Diagnosis, lines: dict[int, Timeline] |
     tree, classes = facts.stacks(report, bundle)
     return dataclasses.replace(report, stack_tree=tree, stack_classes=classes, cause=facts.crash_cause(report, bundle),
                                before=facts.before_attach(bundle, diagnosis),
+                               restarts=restart_marks(bundle),
                                lanes=lanes(bundle, diagnosis, lines) if with_lanes else ())
 
 

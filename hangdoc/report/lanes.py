@@ -7,13 +7,15 @@ and workers are capped (a merged job of thousands of nodes has a lane per class 
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from hangdoc.analyze.diagnose import Diagnosis, RankView
 from hangdoc.analyze.progress import step_times
+from hangdoc.analyze.restarts import restarts_of
 from hangdoc.analyze.timeline import Point, Timeline, timelines
 from hangdoc.base.words import rank_ranges
-from hangdoc.model import Bundle, Lane, RankState, Role, Span, WorkerState
+from hangdoc.model import Bundle, Lane, RankState, RestartMark, Role, Span, WorkerState
 
 MAX_LANES = 64          # as the ranks table: past it, the culprits and the first others
 MAX_WORKERS = 16        # per rank: the latest to start (a new epoch forks new ones)
@@ -41,7 +43,38 @@ def lanes(bundle: Bundle, diagnosis: Diagnosis, lines: dict[int, Timeline] | Non
                 kept.append((view, culprit))
                 room -= not culprit
         views = kept
-    return tuple(_rank_lane(bundle, v, lines, first, culprit) for v, culprit in views)
+    newest = tuple(_rank_lane(bundle, v, lines, first, culprit) for v, culprit in views)
+    return _with_generations(bundle, newest, lines, first)
+
+
+def _with_generations(bundle: Bundle, newest: tuple[Lane, ...], lines: dict[int, Timeline],
+                      first: float) -> tuple[Lane, ...]:
+    """A restarted job's lanes: the newest start's, then each earlier start's ranks, apart."""
+    earlier = [p for p in bundle.job.all_ranks if p not in bundle.job.ranks and p.pid in lines]
+    restarted = any(p.generation for p in bundle.job.ranks) or earlier
+    if not restarted:
+        return newest
+    now = max(p.generation for p in bundle.job.ranks)
+    older = tuple(Lane(rank=p.rank, pid=p.node_pid, spans=spans(lines[p.pid].points, first),
+                       steps=_capped(tuple(_at(t, first) for t in step_times(lines[p.pid]))),
+                       cpu_pct=_downsampled(_cpu(lines[p.pid].points, first, main=True)), generation=p.generation)
+                  for p in sorted(earlier, key=lambda p: (-p.generation, p.rank if p.rank is not None else -1)))
+    return tuple(dataclasses.replace(lane, generation=now) for lane in newest) + older[:MAX_LANES]
+
+
+def restart_marks(bundle: Bundle) -> tuple[RestartMark, ...]:
+    """Each restart of the ranks the watch saw begin, with the failure before it."""
+    restarts = restarts_of(bundle)
+    if restarts is None or not bundle.samples:
+        return ()
+    first = bundle.samples[0].time
+    failed = {f.generation: f for f in restarts.failures}
+    marks = []
+    for generation, start in enumerate(restarts.started, start=1):
+        cause = failed.get(generation - 1)
+        marks.append(RestartMark(max(0.0, _at(start, first)), generation, cause.rank if cause else None,
+                                 cause.how if cause else None))
+    return tuple(marks)
 
 
 def _rank_lane(bundle: Bundle, view: RankView, lines: dict[int, Timeline], first: float, culprit: bool) -> Lane:

@@ -33,6 +33,7 @@ RULE_MODULES = (
     "no_progress",
     "missing_ranks",
     "rank_died",
+    "workers_restarted",
 )
 
 

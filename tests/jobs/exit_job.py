@@ -9,6 +9,10 @@
                  gloo aborts the rank that receives it (SIGABRT)
 --mode hog       --fault-after s after its first step rank 1 allocates --alloc-mb MB more every
                  0.2 s until something (a memory cgroup's OOM killer) kills it
+--mode transient as quiet, but under torchrun --max-restarts rank 1 raises RuntimeError --fault-after s
+                 after its first step in the first start only (TORCHELASTIC_RESTART_COUNT 0): the
+                 restarted ranks run to the end
+--mode raise     as transient, in every start: the restarts are used up
 Rank r writes WORKDIR/ready.r (its pid) after its first step; rank 1 writes WORKDIR/fault
 just before its fault.
 """
@@ -36,7 +40,7 @@ def main() -> None:
     rank = dist.get_rank()
     total = torch.zeros(4)
     step, started = 0, None
-    while args.mode not in ("quiet", "ragged") or step < args.steps:
+    while args.mode not in ("quiet", "ragged", "transient", "raise") or step < args.steps:
         late = started is not None and time.monotonic() - started > args.fault_after
         if late and rank == 1 and args.mode == "mismatch":
             Path(args.workdir, "fault").write_text(str(time.time()))
@@ -46,6 +50,10 @@ def main() -> None:
             Path(args.workdir, "fault").write_text(str(hog.numel()))
             time.sleep(1.5)                                # long enough for a sample to see it
             os.kill(os.getpid(), signal.SIGKILL)
+        first_start = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+        if late and rank == 1 and (args.mode == "raise" or (args.mode == "transient" and first_start)):
+            Path(args.workdir, "fault").write_text(str(time.time()))
+            raise RuntimeError("the data server dropped the connection (injected)")
         if late and rank == 1 and args.mode == "hog":
             Path(args.workdir, "fault").write_text(str(time.time()))
             hogs = []

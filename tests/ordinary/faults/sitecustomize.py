@@ -2,7 +2,9 @@
 
 Python imports `sitecustomize` at start-up, so every process of the job (the torchrun
 launcher, each rank, each DataLoader worker it forks) loads this file. It does nothing unless
-HANGDOC_FAULT is set, and nothing in a process without RANK (the launcher, hangdoc itself).
+HANGDOC_FAULT is set, and nothing in a process without a rank (the launcher, hangdoc itself): RANK,
+or where no environment names it (torch.multiprocessing.spawn, Lightning's launcher) the process
+group's rank once it is initialised.
 It patches torch lazily, as each module finishes importing (torch may not be imported yet):
 
     torch.optim.optimizer           a global optimizer-step pre-hook and post-hook count the
@@ -104,10 +106,20 @@ CONFIG: _Config | None = None
 
 
 def _my_rank() -> int | None:
+    """RANK from the environment (torchrun, srun, mpirun style); where no environment names it
+    (torch.multiprocessing.spawn, Lightning's own launcher), the process group's, once it is up
+    (a forked DataLoader worker keeps its rank's)."""
     try:
         return int(os.environ["RANK"])
     except (KeyError, ValueError):
+        pass
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return dist.get_rank()
+    except Exception:
         return None
+    return None
 
 
 def _targeted() -> bool:
@@ -281,7 +293,9 @@ def _patch_distributed(module) -> None:
 
     @functools.wraps(original)
     def init_process_group(*args, **kwargs):
-        if CONFIG.kind == "hang_before_init" and _targeted() and not _State.fired:
+        rank = kwargs.get("rank")
+        targeted = rank == CONFIG.rank if isinstance(rank, int) and rank >= 0 else _targeted()
+        if CONFIG.kind == "hang_before_init" and targeted and not _State.fired:
             _State.fired = True
             _write_record()
             while True:

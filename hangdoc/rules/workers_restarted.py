@@ -1,0 +1,84 @@
+"""workers-restarted: the launcher restarted the job's ranks (torchrun --max-restarts): which rank
+failed, how and why, and which restart of how many this is. The job is judged by its newest
+generation; this says what the earlier ones went through."""
+from __future__ import annotations
+
+from hangdoc.analyze.restarts import Failure, Restarts, restarts_of
+from hangdoc.model import Finding, Severity, Verdict
+from hangdoc.rules.base import Context, Rule, finding
+
+
+def check(ctx: Context) -> list[Finding]:
+    restarts = restarts_of(ctx.bundle)
+    if restarts is None or not (restarts.restarted or restarts.pending):
+        return []
+    first = restarts.first
+    of = f" of {restarts.max_restarts}" if restarts.max_restarts is not None else ""
+    if restarts.pending:
+        title = f"The launcher is restarting the ranks (restart {restarts.generation + 1}{of})"
+    elif restarts.used_up:
+        title = f"The ranks were restarted {restarts.generation} time(s){of}, and the last start failed too"
+    else:
+        title = f"The launcher restarted the ranks: restart {restarts.generation}{of}"
+    if first is not None:
+        title += f"; first, rank {_rank(first)} {first.how}"
+    evidence = [_line(ctx, f) for f in restarts.failures]
+    watched = {f.generation for f in restarts.failures}
+    unseen = [g for g in range(restarts.generation) if g not in watched]
+    if unseen:
+        evidence.append(f"start(s) {', '.join(map(str, unseen))} failed before hangdoc watched them: the launcher's "
+                        f"output says how (TORCHELASTIC_RESTART_COUNT={restarts.generation} in the ranks' environment)")
+    evidence.append(_now(ctx, restarts))
+    ranks = [f.rank for f in restarts.failures]
+    return [finding(RULE, ranks, title, evidence, _fix(restarts))]
+
+
+def _rank(failure: Failure) -> str:
+    return str(failure.rank) if failure.rank is not None else "?"
+
+
+def _line(ctx: Context, failure: Failure) -> str:
+    start = ctx.bundle.samples[0].time if ctx.bundle.samples else None
+    when = ""
+    if failure.time is not None and start is not None:
+        off = failure.time - start
+        when = f" at +{off:.1f} s" if off >= 0 else f" {-off:.1f} s before the first sample kept"
+    said = f": {failure.said}" if failure.said else ""
+    name = "the first start" if failure.generation == 0 else f"restart {failure.generation}"
+    return f"{name}: rank {_rank(failure)} (pid {failure.pid}) {failure.how}{when}{said}"
+
+
+def _now(ctx: Context, restarts: Restarts) -> str:
+    left = f", {restarts.left} left" if restarts.left is not None else ""
+    if restarts.pending:
+        return f"the launcher lives and starts the ranks again (restart {restarts.generation + 1}{left})"
+    verdict = ctx.diagnosis.verdict
+    if restarts.used_up:
+        return f"no restart left (--max-restarts={restarts.max_restarts}): the job failed"
+    if verdict in (Verdict.HEALTHY, Verdict.SLOW):
+        ended = ctx.diagnosis.ranks and all(v.exited_at is not None for v in ctx.diagnosis.ranks)
+        return f"restart {restarts.generation} {'ran to its end' if ended else 'runs on'}{left}: the job is judged by it"
+    return f"restart {restarts.generation} is the job now{left}: the verdict is its"
+
+
+def _fix(restarts: Restarts) -> str:
+    if restarts.used_up:
+        return (f"{RULE.fix} Here the same failure came back every start: it is no transient error; fix it "
+                "where it was raised (the cause at the top of the report).")
+    return RULE.fix
+
+
+RULE = Rule(
+    slug="workers-restarted",
+    title="The launcher restarted the ranks after a failure",
+    severity=Severity.WARNING,
+    check=check,
+    summary="Fires when torchrun's elastic agent (--max-restarts) started the job's ranks again after one "
+            "failed, or is about to: for each start that failed, which rank failed first, how it died (exit "
+            "code or signal, read as it died) and the exception it printed; restart k of the maximum "
+            "(TORCHELASTIC_RESTART_COUNT / TORCHELASTIC_MAX_RESTARTS in the ranks' environment). The verdict "
+            "is the newest start's: a job that recovered ends healthy with this warning; with the restarts "
+            "used up it is a crash named by the first failure.",
+    fix="A restart hides a failure: read why the rank failed; a failure that comes back every start is a bug, "
+        "not a transient error, and only costs the restarts' time.",
+)
