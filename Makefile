@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install browser test unit demo bench bench-scale clean
+.PHONY: install browser test unit demo bench bench-scale dist clean
 
 install: $(STAMP) browser
 
@@ -35,10 +35,19 @@ demo: install
 bench: install
 	$(PY) -m benchmarks.bench
 
+# A wheel in dist/, to install hangdoc as a tool of its own (README, "Install it for your jobs"):
+# `pipx install dist/hangdoc-0.1.0-py3-none-any.whl`. Built in a small venv of its own: no torch.
+dist:
+	rm -rf dist build/dist-venv
+	$(PYTHON) -m venv build/dist-venv
+	build/dist-venv/bin/python -m pip install --quiet 'setuptools>=77' wheel
+	build/dist-venv/bin/python -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist .
+	@ls dist/*.whl
+
 # One size of the many-node benchmark: N ranks of node bundles, then `hangdoc report DIR`.
 RANKS ?= 4096
 bench-scale: install
 	nice -n 10 $(PY) -m benchmarks.bench_merge --scale $(RANKS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache

@@ -22,7 +22,8 @@ def demo(
 ) -> None:
     """Run a scenario under watch with a short hang-after, show the live view, then the report.
 
-    Exits 0 when the diagnosis matches the scenario's ground truth, 1 when it does not.
+    Exits 0 when the diagnosis matches the scenario's ground truth, 1 when it does not, 2 when
+    this Python has no torch to run the job with.
     """
     from hangdoc.scenarios import SCENARIOS
 
@@ -35,7 +36,13 @@ def demo(
         raise HangdocError(f"no scenario {scenario!r}; `hangdoc demo --list` shows them")
     from hangdoc.render.live import LiveView
     from hangdoc.scenarios.evaluate import evaluate
+    from hangdoc.scenarios.launch import torch_missing
 
+    missing = torch_missing()
+    if missing is not None:
+        raise HangdocError(f"hangdoc demo runs a real torchrun job and needs torch in this Python ({sys.executable}: "
+                           f"{missing}); install hangdoc with its [torch] extra (see the README's install section). "
+                           "Watching your own jobs needs no torch here.")
     chosen = SCENARIOS[scenario]
     print(f"hangdoc demo: {chosen.name}: {chosen.description}", file=sys.stderr)
     print("hangdoc demo: starting a real torchrun job (2 ranks, gloo); "

@@ -46,10 +46,12 @@ def watch(
     With no pid, or with --job, hangdoc finds the job on this node itself; with several there,
     name one: --job RUN_ID (or its launcher pid).
 
-    Exits 3 on a hang (report on stdout, bundle saved), 4 if the job crashed, 0 if it ended
-    well or --timeout passed with nothing found, 5 if the ranks vanished and nothing says how,
+    It watches until a verdict ends it: a hang (exit 3) or a crash (4) at once; a slow job (8) once
+    it has read slow the same way (the same stragglers, or data-bound) for 5 rounds in a row over
+    at least 30 s and the hang threshold; the job ending (0 well, 5 when the ranks vanished and
+    nothing says how); --timeout (0 with nothing found, 8 slow, 7 suspect); or Ctrl-C / SIGTERM
+    (the report so far, the bundle saved, 130 / 143). A healthy job is watched until it ends.
     2 on usage or attach errors, 6 when the report was printed but the bundle could not be saved.
-    Ctrl-C / SIGTERM print the report so far, save the bundle and exit 130 / 143.
     """
     from hangdoc.live.capture import node_digest, snapshot_once
     from hangdoc.live.options import WatchOptions
@@ -63,7 +65,7 @@ def watch(
     html = html_target(html)
     options = WatchOptions(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout, native=native,
                            nonblocking=nonblocking, single=single, engine=engine, py_spy=py_spy,
-                           gpu=not no_gpu)
+                           gpu=not no_gpu, stop_when_slow=True)
     probes = make_probes(options)
     from hangdoc.live.attach import find_job_waiting
 
@@ -135,6 +137,8 @@ def finish(outcome, out: Path, fmt: ReportFormat, html: Path | None = None) -> i
         print(f"hangdoc: --timeout reached, {found}", file=sys.stderr)
     elif outcome.reason is StopReason.ENDED:
         print("hangdoc: the job ended", file=sys.stderr)
+    elif outcome.reason is StopReason.SLOW:
+        print("hangdoc: the job is slow, the same way round after round: stopped watching", file=sys.stderr)
     keep = outcome.reason in (StopReason.HANG, StopReason.CRASH) or outcome.report.verdict == Verdict.SLOW or (
         outcome.reason is StopReason.ENDED and outcome.report.verdict == Verdict.ENDED)
     with signals_held() as came:      # a Ctrl-C or SIGTERM now must not cut the report or the save short

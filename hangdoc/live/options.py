@@ -26,6 +26,7 @@ class WatchOptions:
     py_spy: str | None = None              # the py-spy binary, when not the one on PATH
     gpu: bool = True                       # sample GPUs through NVML
     worker_every: int = WORKER_EVERY
+    stop_when_slow: bool = False           # `watch`: end on a settled slow verdict (Judgement.settled_slow)
 
     def record(self, engine: str) -> Options:
         """What a bundle keeps of these options (`engine`: the stack engine that actually ran)."""

@@ -128,6 +128,8 @@ class Watcher:
                 # A hang named before the job's own records (Flight Recorder, RAS) were asked for
                 # waits one round for them: the report the watch ends with carries them.
                 reason = None if self.flight_due else judgement.stop
+                if reason is None and self.options.stop_when_slow and judgement.settled_slow:
+                    reason = StopReason.SLOW
                 if reason is None and (self._all_gone(bundle) or ended()):
                     reason = StopReason.ENDED
                 if reason is None and self.options.timeout_s is not None \

@@ -38,6 +38,7 @@ class StopReason(Word):
 
     HANG = "hang"
     CRASH = "crash"
+    SLOW = "slow"                  # slow, the same way, for report/judge.py's SLOW_SETTLED rounds and seconds
     ENDED = "ended"                # the job's ranks are gone, or the command hangdoc ran ended
     TIMEOUT = "timeout"            # --timeout passed
     INTERRUPTED = "interrupted"    # Ctrl-C or SIGTERM

@@ -14,7 +14,7 @@ from hangdoc.model import RankReport, Report, SlowKind
 from hangdoc.render.escape import terminal as esc
 from hangdoc.render.text import make_console
 from hangdoc.render.words import flight_words
-from hangdoc.base.words import duration, rank_label
+from hangdoc.base.words import cut, duration, rank_label
 
 _BARS = "▁▂▃▄▅▆▇█"
 
@@ -68,18 +68,49 @@ def live_table(report: Report, width: int = 80, now: str | None = None) -> Group
     caps = (8, 16, 5, 14, 12, 12, None)
     shown = [0, 1, 2, 3] + ([4] if gpus else []) + ([5] if gpus and width >= 110 else []) + [6]
     table = Table(box=None, header_style="bold", pad_edge=False, expand=True, width=width)
+    used = 0
     for i in shown:
         if caps[i] is None:
             table.add_column(names[i], no_wrap=True, overflow="ellipsis", ratio=1, min_width=10)
             continue
-        fit = max([len(names[i])] + [len(cells[i]) for cells, _ in rows])
-        table.add_column(names[i], no_wrap=True, overflow="ellipsis", width=min(fit, caps[i]))
+        fit = min(max([len(names[i])] + [len(cells[i]) for cells, _ in rows]), caps[i])
+        used += fit + 2            # a column and the two spaces of padding between columns
+        table.add_column(names[i], no_wrap=True, overflow="ellipsis", width=fit)
+    room = max(10, width - used)
     for cells, style in rows:
-        table.add_row(*(cells[i] for i in shown), style=style)
-    head = Text(f"hangdoc watching {len(report.ranks)} ranks · sample {report.samples} · "
-                f"{now or time.strftime('%H:%M:%S')} · {_pace(report)}{flight_note(report)}",
-                style="bold", no_wrap=True, overflow="ellipsis")
-    return Group(head, table)
+        table.add_row(*(cells[i] if i != 6 else frame_cut(cells[i], room) for i in shown), style=style)
+    return Group(_head(report, width, now or time.strftime('%H:%M:%S')), table)
+
+
+def frame_cut(label: str, room: int) -> str:
+    """A frame label "name (file:line)" in `room` characters: the name is cut in its middle, and
+    file:line kept whole (the start of the file's path goes first when even that does not fit)."""
+    if len(label) <= room or not label.endswith(")") or " (" not in label:
+        return cut(label, room)
+    name, _, where = label.rpartition(" (")
+    where = f" ({where}"
+    if "/" in where:                  # the directories go before any of the name does
+        where = " (…/" + where.rsplit("/", 1)[1]
+        if len(name) + len(where) <= room:
+            return name + where
+    left = room - len(where)          # what the name may take, "…" included
+    if left >= 3:
+        front = (left - 1) // 2
+        back = left - 1 - front
+        return name[:front] + "…" + (name[-back:] if back else "") + where
+    return "…" + label[-(room - 1):]
+
+
+def _head(report: Report, width: int, now: str) -> Text:
+    """The header in `width`: the long words go first (the clock, then "watching"), never the pace."""
+    ranks = f"{len(report.ranks)} ranks" if len(report.ranks) != 1 else "1 rank"
+    tail = f"{_pace(report)}{flight_note(report)}"
+    for text in (f"hangdoc watching {ranks} · sample {report.samples} · {now} · {tail}",
+                 f"hangdoc · {ranks} · sample {report.samples} · {tail}",
+                 f"hangdoc · sample {report.samples} · {tail}"):
+        if len(text) <= width:
+            break
+    return Text(text, style="bold", no_wrap=True, overflow="ellipsis")
 
 
 def _pace(report: Report) -> str:

@@ -28,6 +28,11 @@ _EXIT = {Verdict.HANG: EXIT_HANG, Verdict.CRASH: EXIT_CRASH, Verdict.ENDED: EXIT
          Verdict.SLOW: EXIT_SLOW}
 _FAILED = (Verdict.HANG, Verdict.CRASH)
 _STOPS = {Verdict.HANG: StopReason.HANG, Verdict.CRASH: StopReason.CRASH}
+# A slow verdict is settled, and ends a watch (`watch` only: `run` lets its command finish), once it
+# has held the same way (the same stragglers, or data-bound) for this many rounds in a row,
+# spanning at least the job's hang threshold and never less than SLOW_SETTLED_S.
+SLOW_SETTLED_ROUNDS = 5
+SLOW_SETTLED_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,9 @@ class Judgement:
     evidence: Bundle | None = dataclasses.field(default=None, repr=False, compare=False)
     proposed: Report | None = dataclasses.field(default=None, repr=False, compare=False)
     lines: dict[int, Timeline] | None = dataclasses.field(default=None, repr=False, compare=False)
+    # The run of rounds judged slow the same way, up to this one: (first round's time, this
+    # round's time, rounds); None when this round is not slow.
+    slow_streak: tuple[float, float, int] | None = None
 
     @property
     def digest(self) -> NodeDigest | None:
@@ -71,6 +79,16 @@ class Judgement:
     def stop(self) -> StopReason | None:
         """The verdicts that end a watch at once."""
         return _STOPS.get(self.report.verdict)
+
+    @property
+    def settled_slow(self) -> bool:
+        """Slow the same way for SLOW_SETTLED_ROUNDS rounds spanning the hang threshold (at least
+        SLOW_SETTLED_S): what ends a `watch` of a slow job, as a hang ends it at once."""
+        if self.slow_streak is None:
+            return False
+        since, until, rounds = self.slow_streak
+        threshold = self.report.threshold.hang_after_s if self.report.threshold is not None else 0.0
+        return rounds >= SLOW_SETTLED_ROUNDS and until - since >= max(SLOW_SETTLED_S, threshold)
 
 
 def judge(bundle: Bundle, ending: End = RUNNING, prior: Judgement | None = None, *,
@@ -93,7 +111,23 @@ def judge(bundle: Bundle, ending: End = RUNNING, prior: Judgement | None = None,
         report = _run_timed_out(report, ending.timeout_s)
     elif kind is Ending.INTERRUPTED:
         report = _interrupted(report)
-    return Judgement(report, diagnosis, _exit_code(report, ending), bundle, proposed, lines)
+    return Judgement(report, diagnosis, _exit_code(report, ending), bundle, proposed, lines,
+                     slow_streak=_slow_streak(report, bundle.last.time, prior))
+
+
+def _slow_streak(report: Report, at: float, prior: Judgement | None) -> tuple[float, float, int] | None:
+    """The slow run this round extends: the prior round's, when it was slow the same way (the
+    same kind, the same stragglers) and earlier; else one that starts now."""
+    if report.verdict != Verdict.SLOW or report.slow is None:
+        return None
+    before = prior.report.slow if prior is not None and prior.slow_streak is not None else None
+    if before is not None and (before.kind, before.stragglers) == (report.slow.kind, report.slow.stragglers) \
+            and prior.slow_streak[1] < at:
+        since, _, rounds = prior.slow_streak
+        return since, at, rounds + 1
+    if before is not None and prior.slow_streak[1] >= at:
+        return prior.slow_streak      # the same evidence judged again (a final judgement)
+    return at, at, 1
 
 
 def unjudged(why_stopped: Verdict = Verdict.INTERRUPTED) -> Report:

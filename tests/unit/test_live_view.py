@@ -25,16 +25,17 @@ def test_the_live_table_of_a_bz2_hang_at_80_columns(monkeypatch):
     bundle = load_bundle(GOLDEN / "bz2-shards" / "bundle.json")
     # WHEN the live view draws it
     lines = drawn(bundle, build_report(bundle), 80)
-    # THEN rank, state, wait and progress always show, and the top frame is cut to fit
+    # THEN rank, state, wait and progress always show, and the top frame is cut to fit: its
+    # directories first, then the middle of its name; file:line always whole
     assert lines == [
         "hangdoc watching 2 ranks · sample 8 · 12:00:00 · quiet 4 s of 4 s (given)",
         "RANK  STATE            FOR  PROGRESS  TOP FRAME",
-        "0     collective-wait  4s   stuck     _engine_run_backward (torch/autograd/grap…",
+        "0     collective-wait  4s   stuck     _engine_run_backward (…/graph.py:979)",
         " w0   idle                            Queue.get (multiprocessing/queues.py:113)",
         " w1   idle                            Queue.get (multiprocessing/queues.py:113)",
-        "1     dataloader-wait  4s   slow      _MultiProcessingDataLoaderIter._try_get_d…",
-        " w0   decompressing                   DecompressReader.read (_compression.py:10…",
-        " w1   decompressing                   DecompressReader.read (_compression.py:10…",
+        "1     dataloader-wait  4s   slow      _MultiPro…_get_data (…/dataloader.py:1291)",
+        " w0   decompressing                   Decompres…eader.read (_compression.py:103)",
+        " w1   decompressing                   Decompres…eader.read (_compression.py:103)",
     ]
     assert all(len(line) <= 80 for line in lines)
 
@@ -57,3 +58,15 @@ def test_off_a_terminal_the_view_is_one_status_line_per_round():
     line = status_line(build_report(bundle))
     assert line.startswith("hangdoc: ") and " sample 8 (quiet 4 s of 4 s (given)): " in line
     assert line.endswith("r0 collective-wait 4s stuck | r1 dataloader-wait 4s slow")
+
+
+def test_a_long_header_drops_the_clock_before_the_pace(monkeypatch):
+    # GIVEN a watch whose pace and Flight Recorder note fill the line at 80 columns
+    monkeypatch.setenv("NO_COLOR", "1")
+    bundle = load_bundle(GOLDEN / "fr-straggler" / "bundle.json")
+    report = build_report(bundle)
+    # WHEN the live view draws it at 80 and at 60 columns
+    wide, narrow = drawn(bundle, report, 80)[0], drawn(bundle, report, 60)[0]
+    # THEN the header fits, and the pace ("quiet N s of M s") is never what is cut
+    for head, width in ((wide, 80), (narrow, 60)):
+        assert len(head) <= width and "quiet " in head and " of " in head, head
