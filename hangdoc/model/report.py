@@ -117,6 +117,9 @@ class RankReport:
     # which holds the live ones and the dead ones).
     retired_workers: int = 0
     shares: TimeShares | None = None   # where its time went over its last steps (None: too few samples)
+    # Where its rank was read, when no environment variable named it (torch.multiprocessing.spawn:
+    # its stack; Lightning's launcher: the script's own process is rank 0); None: RANK and the like.
+    rank_source: str | None = None
 
     @property
     def members(self) -> tuple[int, ...]:

@@ -25,6 +25,7 @@ CHAR_W = 6.4            # an 11-unit sans-serif character, for fitting a label i
 MIN_SPAN_W = 3          # narrower than this, the last span (a state read at the verdict) goes right of the line
 GUTTER_PAD = 4
 AT_VERDICT_W = 12
+_RESTART_LOOK = 'stroke="#0072B2" stroke-width="2" stroke-dasharray="1 3"'   # a restart's dotted line
 
 # state -> (fill, text colour, pattern): Okabe-Ito; "hatch" marks a wait, "dots" idle, "cross" gone.
 STATE_LOOK: dict[str, tuple[str, str, str]] = {
@@ -107,7 +108,7 @@ def timeline_html(report: Report) -> str:
     for generation in sorted({lane.generation for lane in report.lanes if lane.generation != newest}, reverse=True):
         name = "the first start" if generation == 0 else f"restart {generation}"
         out.append(f"<p class=\"generation\">Earlier: the ranks of {h(name)}, which the launcher replaced</p>")
-        out += [_rank_block(lane, scale) for lane in report.lanes if lane.generation == generation]
+        out += [_rank_block(lane, scale, earlier=True) for lane in report.lanes if lane.generation == generation]
     out.append("</div>")
     shown = sum(lane.rank_count for lane in report.lanes)
     if shown < report.ranks_seen:
@@ -169,16 +170,16 @@ def _axis(scale: Scale, report: Report) -> str:
     if scale.onset_s is not None and scale.onset_s >= 0:
         marks.append(f"<path class=\"onset\" d=\"M{scale.x(scale.onset_s)} 0v24\"/>")
     for number, at in enumerate(scale.restarts_s, start=1):
-        marks.append(f"<path class=\"restart\" d=\"M{scale.x(at)} 0v24\"><title>restart {number}</title></path>")
+        marks.append(f"<path class=\"restart\" {_RESTART_LOOK} d=\"M{scale.x(at)} 0v24\"><title>restart {number}</title></path>")
     marks.append(f"<path class=\"verdict-mark\" d=\"M{PLOT_W} 0v24\"/><text x=\"{PLOT_W + 4}\" y=\"12\" "
                  f"class=\"verdict-word\">{h(str(report.verdict).upper())}</text>")
     return (f"<div class=\"lane axis\"><div class=\"label\">time</div><svg viewBox=\"0 0 {VIEW_W} 24\" "
             "role=\"img\" aria-label=\"time axis\">" + "".join(ticks) + "".join(marks) + "</svg></div>")
 
 
-def _rank_block(lane: Lane, scale: Scale) -> str:
+def _rank_block(lane: Lane, scale: Scale, earlier: bool = False) -> str:
     culprit = " culprit" if lane.culprit else ""
-    out = [f"<div class=\"rank-block{culprit}\">", _lane_row(lane, scale, worker=False)]
+    out = [f"<div class=\"rank-block{culprit}\">", _lane_row(lane, scale, worker=False, earlier=earlier)]
     if lane.workers:
         count = len(lane.workers)
         out.append(f"<details class=\"workers\"{' open' if lane.culprit else ''}><summary>{count} DataLoader "
@@ -189,7 +190,7 @@ def _rank_block(lane: Lane, scale: Scale) -> str:
     return "\n".join(out)
 
 
-def _lane_row(lane: Lane, scale: Scale, worker: bool) -> str:
+def _lane_row(lane: Lane, scale: Scale, worker: bool, earlier: bool = False) -> str:
     if worker:
         index = lane.worker if lane.worker is not None else "?"
         name = f"worker {index}"
@@ -202,6 +203,8 @@ def _lane_row(lane: Lane, scale: Scale, worker: bool) -> str:
         attrs = (f"class=\"lane rank{' culprit' if lane.culprit else ''}\" id=\"lane-{h(rank_label(lane.rank))}{start}\" "
                  f"data-rank=\"{h(rank_label(lane.rank))}\" data-culprit=\"{'true' if lane.culprit else 'false'}\"")
         sub = f"{lane.rank_count:,} ranks, shown: pid {lane.pid}" if lane.rank_count > 1 else f"pid {lane.pid}"
+        if earlier:     # a rank the launcher replaced: drawn apart, not one of the job's ranks now
+            attrs = f"class=\"lane earlier\" data-start=\"{lane.generation}\" data-of-rank=\"{h(rank_label(lane.rank))}\""
     now = lane.spans[-1].state if lane.spans else "-"
     tag = "<span class=\"tag\">CULPRIT</span>" if lane.culprit else ""
     label = (f"<div class=\"label\"><b title=\"{h(name)}\">{h(cut(name, 40))}</b>{tag}"
@@ -227,7 +230,7 @@ def _lane_svg(lane: Lane, scale: Scale, worker: bool) -> str:
     height = y
     if scale.onset_s is not None and scale.onset_s >= 0:
         body.append(f"<path class=\"onset\" d=\"M{scale.x(scale.onset_s)} 0v{height}\"/>")
-    body += [f"<path class=\"restart\" d=\"M{scale.x(at)} 0v{height}\"/>" for at in scale.restarts_s]
+    body += [f"<path class=\"restart\" {_RESTART_LOOK} d=\"M{scale.x(at)} 0v{height}\"/>" for at in scale.restarts_s]
     body.append(f"<path class=\"verdict-mark\" d=\"M{PLOT_W} 0v{height}\"/>")
     who = f"worker {lane.worker}" if worker else f"rank {rank_label(lane.rank)}"
     return (f"<svg viewBox=\"0 0 {VIEW_W} {height}\" role=\"img\" aria-label=\"{h(who)} timeline\">"

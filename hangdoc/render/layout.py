@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hangdoc.model import Finding, RankReport, Report, StackClass, Verdict
-from hangdoc.render.words import before_line, gpu_cell, headline, shares_line, threshold_line, timeout_line
+from hangdoc.render.words import (before_line, gpu_cell, headline, rank_source_line, shares_line, threshold_line,
+                                  timeout_line)
 from hangdoc.base.words import duration, rank_label, rank_ranges, rank_set
 
 # Past this many ranks the table lists the culprits and groups the others by what they do.
@@ -66,7 +67,7 @@ def layout(report: Report) -> ReportLayout:
         headline=headline(report),
         places=tuple(culprit_places(report)),
         notes=tuple(line for line in (threshold_line(report), shares_line(report), before_line(report),
-                                      timeout_line(report)) if line),
+                                      timeout_line(report), rank_source_line(report)) if line),
         cause=report.cause,
         missing=report.missing_stacks,
         findings=report.findings,

@@ -88,6 +88,12 @@ def _waited_before(report: Report) -> float | None:
     return before.waited_s if before is not None and before.waited_s is not None and before.waited_s >= 1 else None
 
 
+def rank_source_line(report: Report) -> str | None:
+    """Where the ranks were read, when no environment named them (mp.spawn, Lightning's launcher)."""
+    said = [f"rank {rank_label(r.rank)}: {r.rank_source}" for r in report.ranks if r.rank_source]
+    return ("No environment names the ranks; read from the job itself: " + "; ".join(said)) if said else None
+
+
 def before_line(report: Report) -> str | None:
     """What the system knew of the past when hangdoc attached, in one line."""
     before = report.before

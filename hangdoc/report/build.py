@@ -153,6 +153,7 @@ def _rank_report(bundle: Bundle, diagnosis: Diagnosis, view: RankView) -> RankRe
             for w, r, alive in view.workers if w.pid in fates.shown
         ),
         retired_workers=len(fates.retired),
+        rank_source=view.info.rank_source if not (view.info.rank_source or "env ").startswith("env ") else None,
         group_rank=view.info.group_rank,
         rank_count=view.count,
         rank_set=rank_ranges(view.members) if len(view.members) > 1 else None,

@@ -59,10 +59,13 @@ class Job:
     nproc: int = 2
     needs: tuple[str, ...] = ()       # modules it imports beyond torch; missing: the cell is skipped
     duration_s: float = 30.0          # a healthy run on its own on a 2-core machine, roughly
+    launcher: str = "torchrun"        # one of LAUNCHERS: how its ranks are started
+    file: str | None = None           # the script's name in jobs/ (None: the job's name)
+    args: tuple[str, ...] = ()        # more arguments for the script
 
     @property
     def script(self) -> Path:
-        return JOB_SCRIPTS / f"{self.name}.py"
+        return JOB_SCRIPTS / f"{self.file or self.name}.py"
 
     def missing(self) -> list[str]:
         return [m for m in self.needs if importlib.util.find_spec(m) is None]
@@ -96,10 +99,16 @@ class Fault:
     watch_s: float | None = None                   # --timeout for watch; None: from the job's length
     modes: tuple[str, ...] = ALL_MODES             # where its truth holds (a job slowed to its end
                                                    # outlasts run's time: watched only)
+    restarted: Expect | None = None                # the truth under a launcher that restarts the ranks
+                                                   # (torchrun --max-restarts: the elastic jobs)
 
     @property
     def healthy(self) -> bool:
         return self.kind is None
+
+    def rank_of(self) -> int:
+        """The rank it strikes."""
+        return int(dict(self.settings).get("HANGDOC_FAULT_RANK", FAULT_RANK))
 
     def on_rank(self, rank: int) -> Fault:
         """The same fault planted on another rank: the culprit moves with it."""
@@ -109,8 +118,10 @@ class Fault:
         return dataclasses.replace(self, expect=dataclasses.replace(self.expect, culprits=(rank,)), expect_hung=hung,
                                    settings=self.settings + (("HANGDOC_FAULT_RANK", str(rank)),))
 
-    def truth(self, job_output: str) -> Expect:
-        """The expectation, given what the job printed."""
+    def truth(self, job_output: str, launcher: str = "torchrun") -> Expect:
+        """The expectation, given what the job printed and how it was launched."""
+        if self.restarted is not None and launcher == "elastic":
+            return self.restarted
         if self.expect_hung is not None and self.crashed_if not in job_output:
             return self.expect_hung
         return self.expect
@@ -159,6 +170,14 @@ _ALL_FAULTS = [
     # The watch's --timeout ends it, slow (exit 8); under run the job would outlast the cell.
     Fault("rank_slow", Expect("slow", (FAULT_RANK,), frozenset({"slow-rank"})), "rank_slow", watch_s=40,
           modes=("watch", "watch-quiet")),
+    # A transient error, in the first start only: torchrun --max-restarts starts the ranks again and the
+    # job ends 0 (healthy, the restart named); under a launcher that does not restart, the crash.
+    Fault("raise_once", _crash("rank-died", cause=("RuntimeError",)), "raise", attach="before",
+          settings=(("HANGDOC_FAULT_START", "0"),),
+          restarted=Expect("healthy", (), frozenset({"workers-restarted"}))),
+    # The same error in every start: the restarts are used up, the crash named by the first failure.
+    Fault("raise_always", _crash("rank-died", "workers-restarted", cause=("RuntimeError",)), "raise",
+          attach="before"),
 ]
 # Critical findings that may accompany any fault's own: who the others wait for.
 COMPANIONS = frozenset({"collective-straggler", "collective-mismatch", "dataloader-stall"})
@@ -166,6 +185,16 @@ FAULTS: dict[str, Fault] = {f.name: f for f in _ALL_FAULTS}
 
 JOBS: dict[str, Job] = {j.name: j for j in [
     Job("plain_ddp", duration_s=20),
+    # The same kind of job under every common launcher (see LAUNCHERS).
+    Job("elastic_ddp", file="plain_ddp", launcher="elastic", duration_s=22),
+    Job("spawn_tcp", file="spawn_ddp", launcher="spawn", args=("--start", "spawn", "--init", "tcp"), duration_s=20),
+    Job("spawn_file", file="spawn_ddp", launcher="spawn", args=("--start", "spawn", "--init", "file"),
+        duration_s=20),
+    Job("process_env", file="spawn_ddp", launcher="spawn", args=("--start", "process", "--init", "env"),
+        duration_s=20),
+    Job("per_rank_ddp", file="plain_ddp", launcher="per-rank", duration_s=20),
+    Job("accelerate_launch", file="accelerate_loop", launcher="accelerate", needs=("accelerate",), duration_s=26),
+    Job("lightning_own", file="lightning_ddp", launcher="lightning", needs=("pytorch_lightning",), duration_s=22),
     Job("iterable_ddp", nproc=3, duration_s=24),
     Job("lightning_ddp", needs=("pytorch_lightning",), duration_s=20),
     Job("accelerate_loop", needs=("accelerate",), duration_s=24),
@@ -333,6 +362,45 @@ def torchrun(job: Job, out: Path) -> list[str]:
     return [*head, f"--nproc_per_node={job.nproc}", "--standalone", str(job.script), "--output-dir", str(out)]
 
 
+# How each launcher starts the job's ranks (the watch attaches to the process this starts):
+#   torchrun     torchrun --standalone
+#   elastic      torchrun's elastic agent: --nnodes=1:2, the c10d rendezvous, --max-restarts=1
+#   spawn        the script itself, whose torch.multiprocessing.spawn / multiprocessing.Process starts the ranks
+#   per-rank     one process per rank with RANK / WORLD_SIZE in its environment, as srun and mpirun start them
+#   accelerate   accelerate launch (CPU, one machine, N processes)
+#   lightning    the script itself: Lightning's own launcher starts ranks > 0 again with LOCAL_RANK
+LAUNCHERS = ("torchrun", "elastic", "spawn", "per-rank", "accelerate", "lightning")
+
+
+def launch(job: Job, out: Path) -> list[str]:
+    """The command that starts `job` its launcher's way."""
+    script = [str(job.script), "--output-dir", str(out), *job.args]
+    if job.launcher == "torchrun":
+        return torchrun(job, out) + list(job.args)
+    if job.launcher == "elastic":
+        head = torchrun(job, out)[:1] if Path(sys.executable).with_name("torchrun").exists() else \
+            [sys.executable, "-m", "torch.distributed.run"]
+        return [*head, f"--nproc_per_node={job.nproc}", "--nnodes=1:2", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint=127.0.0.1:{_free_port()}", "--max-restarts=1", *script]
+    if job.launcher in ("spawn", "lightning"):
+        return [sys.executable, *script]
+    if job.launcher == "per-rank":
+        return [sys.executable, str(JOB_SCRIPTS / "per_rank_launcher.py"), "--nproc", str(job.nproc), *script]
+    if job.launcher == "accelerate":
+        return [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--multi_gpu", "--num_machines", "1",
+                "--num_processes", str(job.nproc), "--main_process_port", str(_free_port()), "--mixed_precision",
+                "no", "--dynamo_backend", "no", *script]
+    raise ValueError(f"launcher {job.launcher!r}: one of {LAUNCHERS}")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def hangdoc() -> list[str]:
     return [sys.executable, "-m", "hangdoc"]
 
@@ -405,7 +473,8 @@ def watch_timeout(job: Job, fault: Fault) -> float:
 
 
 def run_cell(job: Job, fault: Fault, mode: str, *, rep: int = 0, rank: int = FAULT_RANK,
-             interval: float | None = None, sample: int = 200, keep_bundle: Path | None = None) -> CellResult:
+             interval: float | None = None, sample: int = 200, keep_bundle: Path | None = None,
+             attach: str = "launcher") -> CellResult:
     """Run one cell start to end (the fault on `rank`); the job and hangdoc are always ended."""
     if mode not in ALL_MODES:
         raise ValueError(f"mode {mode!r}: one of {ALL_MODES}")
@@ -419,8 +488,8 @@ def run_cell(job: Job, fault: Fault, mode: str, *, rep: int = 0, rank: int = FAU
         if mode == "run":
             _run(job, fault, paths, result, extra, sample)
         else:
-            _watch(job, fault, paths, result, extra, sample, quiet=mode == "watch-quiet")
-        expect = fault.truth(paths.log.read_text(errors="replace") if paths.log.exists() else "")
+            _watch(job, fault, paths, result, extra, sample, quiet=mode == "watch-quiet", attach=attach)
+        expect = fault.truth(paths.log.read_text(errors="replace") if paths.log.exists() else "", job.launcher)
         result.expected = _expected(expect)
         _score(result, expect, paths)
         if keep_bundle is not None and paths.bundle.exists():
@@ -444,12 +513,12 @@ def _expected(expect: Expect) -> dict:
 
 
 def _watch(job: Job, fault: Fault, paths: _Paths, result: CellResult, extra: list[str], sample: int,
-           quiet: bool = False) -> None:
+           quiet: bool = False, attach: str = "launcher") -> None:
     timeout = watch_timeout(job, fault)
     gated = bool(fault.kind) and fault.attach == "before"
     env = dict(_clean_environ(), **job_env(fault, paths, sample, gated))
     with open(os.devnull if quiet else paths.log, "wb") as log:
-        launcher = subprocess.Popen(torchrun(job, paths.out), cwd=paths.out, env=env, stdout=log,
+        launcher = subprocess.Popen(launch(job, paths.out), cwd=paths.out, env=env, stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     tree = ProcessTree(launcher.pid)
     watch = None
@@ -459,7 +528,11 @@ def _watch(job: Job, fault: Fault, paths: _Paths, result: CellResult, extra: lis
         if not _wait_for(marker, launcher, time.monotonic() + job.duration_s * 3 + 60):
             result.why.append(f"the job never wrote {marker.name} (job exit {launcher.poll()})")
             return
-        watch = subprocess.Popen([*hangdoc(), "watch", str(launcher.pid), "--format", "json", "--no-live",
+        pid = attach_pid(launcher.pid, attach, fault.rank_of() if attach != "launcher" else None)
+        if pid is None:
+            result.why.append(f"no {attach} process to attach to under the launcher")
+            return
+        watch = subprocess.Popen([*hangdoc(), "watch", str(pid), "--format", "json", "--no-live",
                                   "--no-gpu", "--out", str(paths.bundle), "--timeout", str(timeout), *extra],
                                  env=_clean_environ(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                  start_new_session=True)
@@ -497,7 +570,7 @@ def _run(job: Job, fault: Fault, paths: _Paths, result: CellResult, extra: list[
     gated = bool(fault.kind) and not fault.early
     variables = [f"{k}={v}" for k, v in job_env(fault, paths, sample, gated).items()]
     cmd = [*hangdoc(), "run", "--format", "json", "--no-gpu", "--out", str(paths.bundle), "--timeout", str(timeout),
-           *extra, "--", "env", *variables, *torchrun(job, paths.out)]
+           *extra, "--", "env", *variables, *launch(job, paths.out)]
     with open(paths.log, "w") as log:
         run = subprocess.Popen(cmd, cwd=paths.out, env=_clean_environ(), stdout=subprocess.PIPE, stderr=log,
                                stdin=subprocess.DEVNULL, text=True, start_new_session=True)
@@ -522,6 +595,30 @@ def _run(job: Job, fault: Fault, paths: _Paths, result: CellResult, extra: list[
         tree.kill()
         run.wait()
         result.leftovers = _sweep(paths.work)
+
+
+def attach_pid(launcher: int, attach: str, rank_hint: int | None = None) -> int | None:
+    """The pid a watch attaches to: the launcher's, one rank's (a Python child of the launcher that
+    is not multiprocessing's resource tracker, the fault's rank's pid order when it can), or a
+    DataLoader worker's of that rank."""
+    if attach == "launcher":
+        return launcher
+    try:
+        ranks = [c for c in psutil.Process(launcher).children()
+                 if "python" in c.name() and "resource_tracker" not in " ".join(c.cmdline())]
+    except psutil.Error:
+        return None
+    ranks.sort(key=lambda c: c.pid)
+    if not ranks:
+        return None
+    rank = ranks[min(rank_hint or 0, len(ranks) - 1)]
+    if attach == "rank":
+        return rank.pid
+    try:
+        workers = sorted(rank.children(), key=lambda c: c.pid)
+    except psutil.Error:
+        return None
+    return workers[0].pid if workers else None
 
 
 def _open_gate_later(paths: _Paths, run: subprocess.Popen) -> None:
@@ -640,8 +737,48 @@ def as_dict(result: CellResult) -> dict:
     return dataclasses.asdict(result)
 
 
+# The launcher matrix: a healthy and a fault cell for each launcher, (job, fault, mode, attach to).
+# `python tests/ordinary/matrix.py --launchers` runs it and prints the table; tests/integration/
+# test_launchers.py runs it with HANGDOC_LAUNCHER_MATRIX=1 (make test runs a few cells of it).
+LAUNCHER_CELLS = (
+    ("plain_ddp", "healthy", "watch", "launcher"), ("plain_ddp", "kill9", "run", "launcher"),
+    ("elastic_ddp", "healthy", "watch", "launcher"), ("elastic_ddp", "raise_once", "watch", "launcher"),
+    ("elastic_ddp", "raise_once", "run", "launcher"), ("elastic_ddp", "raise_always", "run", "launcher"),
+    ("spawn_tcp", "healthy", "run", "launcher"), ("spawn_tcp", "worker_futex", "watch", "launcher"),
+    ("spawn_tcp", "worker_futex", "watch", "rank"), ("spawn_tcp", "worker_futex", "watch", "worker"),
+    ("spawn_file", "healthy", "watch", "launcher"), ("spawn_file", "stop", "watch", "rank"),
+    ("process_env", "healthy", "run", "launcher"), ("process_env", "kill9", "run", "launcher"),
+    ("per_rank_ddp", "healthy", "watch", "launcher"), ("per_rank_ddp", "worker_futex", "watch", "rank"),
+    ("accelerate_launch", "healthy", "watch", "launcher"), ("accelerate_launch", "kill9", "run", "launcher"),
+    ("lightning_own", "healthy", "watch", "launcher"), ("lightning_own", "worker_futex", "watch", "worker"),
+)
+
+
+def launcher_table(results: list[tuple[tuple, CellResult]]) -> str:
+    """The launcher matrix as a Markdown table: launcher x fault -> verdict, culprit, rule, seconds."""
+    lines = ["| launcher | job | fault | mode | attach | status | verdict | culprits | rules | s to verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for (job, fault, mode, attach), r in results:
+        seconds = r.fault_to_exit_s if r.fault_to_exit_s is not None else r.attach_to_exit_s
+        lines.append(f"| {JOBS[job].launcher} | {job} | {fault} | {mode} | {attach} | {r.status} | {r.verdict} | "
+                     f"{r.culprits} | {', '.join(r.rules) or '-'} | {seconds} |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":      # one cell by hand: python tests/ordinary/matrix.py JOB FAULT MODE [RANK]
+    if sys.argv[1:2] == ["--launchers"]:
+        wanted = sys.argv[2:]
+        done = []
+        for key in LAUNCHER_CELLS:
+            if wanted and key[0] not in wanted:
+                continue
+            cell = run_cell(JOBS[key[0]], FAULTS[key[1]], key[2], attach=key[3])
+            print(cell.describe(), flush=True)
+            done.append((key, cell))
+        print(launcher_table(done))
+        sys.exit(0)
     cell = run_cell(JOBS[sys.argv[1]], FAULTS[sys.argv[2]], sys.argv[3],
-                    rank=int(sys.argv[4]) if len(sys.argv) > 4 else FAULT_RANK)
+                    rank=int(sys.argv[4]) if len(sys.argv) > 4 else FAULT_RANK,
+                    attach=sys.argv[5] if len(sys.argv) > 5 else "launcher")
     print(cell.describe())
     print("\n".join(cell.text))

@@ -49,6 +49,9 @@ Faults in the rank's main process (at step k on rank r):
     rank_slow                 from step k on, compute HANGDOC_FAULT_DELAY s (matmuls) before every
                               optimizer step: a straggler by compute that never stops (slow, not a hang)
     hang_before_init          sleep forever when it calls init_process_group (no step needed)
+    raise                     raise RuntimeError (a transient error); with HANGDOC_FAULT_START=k only in
+                              the start of the ranks whose TORCHELASTIC_RESTART_COUNT is k (torchrun
+                              --max-restarts starts them again), else in every start
 Faults in a DataLoader worker of rank r (at sample k):
     worker_futex              take a threading.Lock twice
     worker_flock              flock(LOCK_EX) a file another process (a `sleep` this worker
@@ -64,7 +67,7 @@ import os
 import sys
 
 STEP_FAULTS = ("stop", "kill9", "segv", "abrt", "oom_kill", "breakpoint", "skip_collective",
-               "extra_collective", "subprocess_hang", "poll_lock", "kill_helper_thread", "rank_slow")
+               "extra_collective", "subprocess_hang", "poll_lock", "kill_helper_thread", "rank_slow", "raise")
 INIT_FAULTS = ("hang_before_init",)
 WORKER_FAULTS = ("worker_futex", "worker_flock", "worker_socket", "worker_kill9", "worker_segv", "worker_slow")
 FAULTS = STEP_FAULTS + INIT_FAULTS + WORKER_FAULTS
@@ -92,6 +95,7 @@ class _Config:
         self.dir = env.get("HANGDOC_FAULT_DIR") or default_dir
         self.count = int(env.get("HANGDOC_FAULT_COUNT", "8"))
         self.delay = float(env.get("HANGDOC_FAULT_DELAY", "0.3" if self.kind == "rank_slow" else "2"))
+        self.start = env.get("HANGDOC_FAULT_START")    # only in this start of the ranks (None: every one)
 
 
 class _State:
@@ -108,11 +112,13 @@ CONFIG: _Config | None = None
 def _my_rank() -> int | None:
     """RANK from the environment (torchrun, srun, mpirun style); where no environment names it
     (torch.multiprocessing.spawn, Lightning's own launcher), the process group's, once it is up
-    (a forked DataLoader worker keeps its rank's)."""
-    try:
-        return int(os.environ["RANK"])
-    except (KeyError, ValueError):
-        pass
+    (a forked DataLoader worker keeps its rank's; a spawned one inherits HANGDOC_FAULT_SELF_RANK, which
+    the rank sets once its process group is up)."""
+    for name in ("RANK", "HANGDOC_FAULT_SELF_RANK"):
+        try:
+            return int(os.environ[name])
+        except (KeyError, ValueError):
+            pass
     dist = sys.modules.get("torch.distributed")
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
@@ -124,6 +130,10 @@ def _my_rank() -> int | None:
 
 def _targeted() -> bool:
     return _my_rank() == CONFIG.rank
+
+
+def _this_start() -> bool:
+    return CONFIG.start is None or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == CONFIG.start
 
 
 def _gate_open() -> bool:
@@ -227,6 +237,8 @@ def _rank_fault() -> None:
         dist.all_reduce(torch.zeros(3))
     elif kind == "kill_helper_thread":
         _helper_thread_dies()
+    elif kind == "raise":
+        raise RuntimeError("the data server dropped the connection (injected)")
     elif kind == "subprocess_hang":
         import subprocess
 
@@ -255,7 +267,7 @@ def _helper_thread_dies() -> None:
 
 def _before_step(optimizer, args, kwargs) -> None:
     if (CONFIG.kind in STEP_FAULTS and not _State.fired and _State.steps >= CONFIG.step
-            and _targeted() and _gate_open()):
+            and _targeted() and _gate_open() and _this_start()):
         _State.fired = True
         _rank_fault()
     elif CONFIG.kind == "rank_slow" and _State.fired:
@@ -300,7 +312,12 @@ def _patch_distributed(module) -> None:
             _write_record()
             while True:
                 time.sleep(3600)
-        return original(*args, **kwargs)
+        done = original(*args, **kwargs)
+        try:    # for DataLoader workers this rank spawns (mp.spawn's ranks spawn theirs): they inherit it
+            os.environ["HANGDOC_FAULT_SELF_RANK"] = str(distributed_c10d.get_rank())
+        except Exception:
+            pass
+        return done
 
     distributed_c10d.init_process_group = init_process_group
     module.init_process_group = init_process_group
