@@ -9,7 +9,7 @@ sample: one report, one clock.
 from __future__ import annotations
 
 
-def held_since(since: float, onset: float | None, first: float) -> float:
+def since_on_clock(since: float, onset: float | None, first: float) -> float:
     """When a state (or a rank's last step) began, on the report's clock: `since` as watched, or the
     onset where the state was held from the first sample and the onset is older (the past told it)."""
     if onset is not None and onset < since <= first:

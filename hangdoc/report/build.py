@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from hangdoc.base.words import rank_ranges
-from hangdoc.analyze.clock import held_since
+from hangdoc.analyze.clock import since_on_clock
 from hangdoc.analyze.diagnose import Diagnosis, RankView, diagnose
 from hangdoc.analyze.past import hang_after as past_hang_after
 from hangdoc.analyze.shares import time_shares
@@ -143,7 +143,7 @@ def _rank_report(bundle: Bundle, diagnosis: Diagnosis, view: RankView) -> RankRe
         pid=view.info.node_pid,
         host=view.info.host or bundle.host.hostname,
         state=view.reading.state,
-        waiting_s=round(diagnosis.decided_at - held_since(view.state_since, diagnosis.onset, bundle.samples[0].time), 1),
+        waiting_s=round(diagnosis.decided_at - since_on_clock(view.state_since, diagnosis.onset, bundle.samples[0].time), 1),
         progress=view.progress,
         gpu=gpu,
         top_frame=_top_frame(view),

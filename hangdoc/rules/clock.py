@@ -2,7 +2,7 @@
 worker has been blocked in its system call. Pure: the bundle's timelines only."""
 from __future__ import annotations
 
-from hangdoc.analyze.clock import held_since, off_cpu_since
+from hangdoc.analyze.clock import since_on_clock, off_cpu_since
 from hangdoc.model import WorkerState
 
 
@@ -10,7 +10,7 @@ def on_clock(ctx, since: float) -> float:
     """`since` on the report's one clock (analyze/clock.py): the onset, where the state was held
     from the first sample and the past dates the stall earlier."""
     first = ctx.bundle.samples[0].time if ctx.bundle.samples else since
-    return held_since(since, ctx.diagnosis.onset, first)
+    return since_on_clock(since, ctx.diagnosis.onset, first)
 
 
 def blocked_for(ctx, pid: int) -> float | None:
