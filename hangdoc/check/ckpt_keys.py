@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from hangdoc.check.ckpt_load import is_tensor
 from hangdoc.check.model import KeyInfo
 
 ROOT = "<root>"
@@ -15,7 +16,7 @@ MAX_CHILDREN = 40
 
 
 def _is_tensor(value: Any) -> bool:
-    return hasattr(value, "shape") and hasattr(value, "dtype") and hasattr(value, "numel")
+    return is_tensor(value)
 
 
 def _is_state_dict(value: Any) -> bool:
@@ -31,8 +32,10 @@ def describe(value: Any) -> tuple[str, str]:
         return "tensor", f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
     if isinstance(value, Mapping):
         if "state" in value and "param_groups" in value:
-            groups = len(value["param_groups"])
-            return "optimizer", f"optimizer state, {groups} param group{'s' if groups != 1 else ''}"
+            groups = value["param_groups"]
+            if not isinstance(groups, (list, tuple)):    # a hand-made or damaged checkpoint
+                return "optimizer", f"optimizer state, param_groups a {type(groups).__name__} (not a list)"
+            return "optimizer", f"optimizer state, {len(groups)} param group{'s' if len(groups) != 1 else ''}"
         return "dict", f"{len(value)} key{'s' if len(value) != 1 else ''}"
     if isinstance(value, (list, tuple)):
         return type(value).__name__, f"{len(value)} items"

@@ -13,17 +13,32 @@ from pathlib import Path
 from typing import Any
 
 from hangdoc.base.errors import HangdocError
+from hangdoc.base.limits import (
+    CHECKPOINT_LOAD_SECONDS, MAX_CHECKPOINT_DEPTH, MAX_CHECKPOINT_OBJECTS, TooLarge, require_regular, time_budget,
+    within_values,
+)
 
 UNSAFE_MARK = "Weights only load failed"
 
 
-def load_checkpoint(path: str | Path) -> Mapping[str, Any]:
+def is_tensor(value: Any) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype") and hasattr(value, "numel")
+
+
+def load_checkpoint(path: str | Path, seconds: float = CHECKPOINT_LOAD_SECONDS) -> Mapping[str, Any]:
+    """The checkpoint's top-level mapping, loaded within the budgets (hangdoc/base/limits.py): a
+    regular file, at most `seconds` to load, MAX_CHECKPOINT_OBJECTS values outside tensors (a shared
+    one counted at each use) nested at most MAX_CHECKPOINT_DEPTH; beyond any, HangdocError (exit 2)."""
     path = Path(path)
     if not path.exists():
         raise HangdocError(f"checkpoint not found: {path}")
     if path.is_dir():
         raise HangdocError(f"{path} is a directory; give the .pt file (torch.distributed.checkpoint "
                            "directories are not read)")
+    try:          # a FIFO would block torch.load for ever, /dev/zero fill the memory
+        require_regular(path)
+    except TooLarge as exc:
+        raise HangdocError(f"checkpoint {path} is refused: {exc}") from None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")     # torch's import and legacy-format chatter
@@ -31,9 +46,12 @@ def load_checkpoint(path: str | Path) -> Mapping[str, Any]:
     except ImportError:
         raise HangdocError("reading a checkpoint needs torch (pip install torch)") from None
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), time_budget(seconds, "loading it"):
             warnings.simplefilter("ignore")
             obj = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+            within_values(obj, MAX_CHECKPOINT_OBJECTS, MAX_CHECKPOINT_DEPTH, leaf=is_tensor)
+    except TooLarge as exc:
+        raise HangdocError(f"checkpoint {path} is beyond a budget: {exc} (docs/check.md, budgets)") from None
     except pickle.UnpicklingError as exc:
         if UNSAFE_MARK in str(exc):
             raise HangdocError(f"{path} needs unsafe unpickling ({_refusal(str(exc))}); hangdoc loads "

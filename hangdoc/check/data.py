@@ -16,6 +16,7 @@ from hangdoc.check.tarscan import scan_shard
 from hangdoc.check.throughput import can_read, choose_sample, measure_shard
 from hangdoc.check.units import raw_units, shard_units
 from hangdoc.base.errors import HangdocError
+from hangdoc.base.limits import MAX_CHECK_WORKERS, MAX_WORLD
 
 DEFAULT_SAMPLE = 4
 
@@ -83,6 +84,10 @@ def _validate(list_paths: Sequence, world_size: int, num_workers: int, sample: i
     if num_workers < 1:
         raise HangdocError(f"--num-workers must be at least 1, got {num_workers} "
                            "(with num_workers=0 the rank reads as one worker: pass 1)")
+    if world_size > MAX_WORLD or world_size * num_workers > MAX_CHECK_WORKERS:
+        raise HangdocError(f"--world-size {world_size:,} x --num-workers {num_workers:,} is beyond a budget: "
+                           f"at most {MAX_WORLD:,} ranks and {MAX_CHECK_WORKERS:,} workers in all are modelled "
+                           "(docs/check.md, budgets)")
     if sample < 0:
         raise HangdocError(f"--sample must be 0 or more, got {sample}")
     if batch_size is not None and batch_size < 1:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from hangdoc.check.model import BadLine, DataList, ListEntry
 from hangdoc.base.errors import HangdocError
+from hangdoc.base.limits import MAX_LIST_BYTES, MAX_LIST_DEPTH, MAX_LIST_ENTRIES, TooLarge, read_regular
 
 SHARD = "shard"
 RAW = "raw"
@@ -30,6 +31,9 @@ def _resolve(path: str, base: str) -> str:
 
 def parse_list(text: str, source: str, base: str) -> DataList:
     """Parse a list's text; the first non-blank line decides shard or raw."""
+    if text.count("\n") > MAX_LIST_ENTRIES and sum(1 for line in text.splitlines() if line.strip()) > MAX_LIST_ENTRIES:
+        raise HangdocError(f"data list {source} is beyond a budget: more than {MAX_LIST_ENTRIES:,} lines "
+                           "(docs/check.md, budgets); check a part of it")
     lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     kind = RAW if lines and lines[0][1].startswith("{") else SHARD
     entries: list[ListEntry] = []
@@ -40,6 +44,9 @@ def parse_list(text: str, source: str, base: str) -> DataList:
                 bad.append(BadLine(source, number, "a JSON line in a shard list"))
             else:
                 entries.append(ListEntry(source, number, _resolve(line, base)))
+            continue
+        if _depth(line) > MAX_LIST_DEPTH:
+            bad.append(BadLine(source, number, f"nested more than {MAX_LIST_DEPTH} deep, not read"))
             continue
         try:
             obj = json.loads(line)
@@ -52,6 +59,30 @@ def parse_list(text: str, source: str, base: str) -> DataList:
             continue
         entries.append(ListEntry(source, number, _resolve(str(obj["wav"]), base), key=str(obj["key"])))
     return DataList(path=source, kind=kind, entries=tuple(entries), bad_lines=tuple(bad))
+
+
+def _depth(line: str) -> int:
+    """How deep a JSON line nests (brackets inside strings not counted); cheap for ordinary lines."""
+    if line.count("[") + line.count("{") <= MAX_LIST_DEPTH:
+        return 0
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in line:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
 
 
 def short_names(paths: Sequence[str]) -> dict[str, str]:
@@ -67,11 +98,13 @@ def short_names(paths: Sequence[str]) -> dict[str, str]:
 def read_list(path: str | Path) -> DataList:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path, MAX_LIST_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise HangdocError(f"data list not found: {path}") from None
-    except IsADirectoryError:
-        raise HangdocError(f"{path} is a directory, not a data list") from None
+    except TooLarge as exc:
+        if path.is_dir():
+            raise HangdocError(f"{path} is a directory, not a data list") from None
+        raise HangdocError(f"data list {path} is refused: {exc} (docs/check.md, budgets)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise HangdocError(f"cannot read data list {path}: {exc}") from None
     data = parse_list(text, str(path), str(path.parent))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import tarfile
 
+from hangdoc.base.limits import TooLarge, open_regular, require_regular
 from hangdoc.check.compression import MAGIC_LEN, NONE, classify
 from hangdoc.check.datalist import is_remote
 from hangdoc.check.model import ShardInfo
@@ -19,8 +20,8 @@ def scan_shard(index: int, path: str, dataset: str) -> ShardInfo:
     if is_remote(path):
         return ShardInfo(index, path, dataset, "remote")
     try:
-        size = os.stat(path).st_size
-        with open(path, "rb") as f:
+        size = require_regular(path).st_size
+        with open_regular(path) as f:
             head = f.read(MAGIC_LEN)
             compression = classify(head)
             if compression != NONE:
@@ -28,8 +29,9 @@ def scan_shard(index: int, path: str, dataset: str) -> ShardInfo:
             return _scan_plain_tar(index, path, dataset, size, f)
     except FileNotFoundError:
         return ShardInfo(index, path, dataset, "missing")
-    except IsADirectoryError:
-        return ShardInfo(index, path, dataset, "unreadable", error="a directory, not a tar file")
+    except TooLarge as exc:        # a FIFO would block for ever, a device read for ever
+        what = "a directory, not a tar file" if os.path.isdir(path) else str(exc)
+        return ShardInfo(index, path, dataset, "unreadable", error=what)
     except OSError as exc:
         return ShardInfo(index, path, dataset, "unreadable", error=exc.strerror or str(exc))
 

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from hangdoc.base.cmdline import data_list
+from hangdoc.base.limits import TooLarge, open_regular
 from hangdoc.base.names import shown
 from hangdoc.base.redact import redact_text
 from hangdoc.model import DataListCopy, Job, Role
@@ -37,10 +38,10 @@ def copy_data_lists(job: Job, proc_root: str | Path = "/proc") -> tuple[DataList
 
 
 def read_copy(path: str) -> DataListCopy | None:
-    try:
-        with open(path, "rb") as f:
+    try:          # a FIFO named as the list would block the watch for ever
+        with open_regular(path) as f:
             data = f.read(MAX_BYTES + 1)
-    except OSError:
+    except (OSError, TooLarge):
         return None
     lines = [line.strip() for line in shown(data[:MAX_BYTES]).splitlines() if line.strip()]
     truncated = len(data) > MAX_BYTES or len(lines) > MAX_ENTRIES

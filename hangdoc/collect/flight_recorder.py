@@ -26,7 +26,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from hangdoc.base.limits import MAX_DUMP_BYTES, MAX_DUMP_DEPTH, MAX_DUMP_OBJECTS, MAX_NUMBER, TooLarge, read_regular
+from hangdoc.base.limits import (
+    MAX_DUMP_BYTES, MAX_DUMP_DEPTH, MAX_DUMP_OBJECTS, MAX_NUMBER, TooLarge, read_regular, within_values,
+)
 from hangdoc.base.outputs import kind_of
 from hangdoc.base.parse import to_int
 from hangdoc.model import FlightRecord, FrConfig, FrEntry, FrFrame, FrGroup, Job, ProcessInfo
@@ -251,27 +253,9 @@ def _too_big(exc: BaseException) -> str:
 
 
 def within_budget(raw: object) -> None:
-    """TooLarge when a decoded dump holds more than MAX_DUMP_OBJECTS values or nests deeper than
-    MAX_DUMP_DEPTH. A value shared by reference (a pickle's memo) counts each time it is used, as
-    the copy into the model would copy it: 400 KB of pickle can name one entry 200,000 times."""
-    seen = 0
-    todo = [(raw, 1)]
-    while todo:
-        value, depth = todo.pop()
-        seen += 1
-        if seen > MAX_DUMP_OBJECTS:
-            raise TooLarge(f"more than {MAX_DUMP_OBJECTS:,} values (shared ones counted at each use)")
-        if isinstance(value, dict):
-            children = [*value.keys(), *value.values()]
-        elif isinstance(value, (list, tuple)):
-            children = value
-        else:
-            continue
-        if depth >= MAX_DUMP_DEPTH and children:
-            raise TooLarge(f"nested more than {MAX_DUMP_DEPTH} deep")
-        if seen + len(todo) + len(children) > MAX_DUMP_OBJECTS:
-            raise TooLarge(f"more than {MAX_DUMP_OBJECTS:,} values (shared ones counted at each use)")
-        todo.extend((child, depth + 1) for child in children)
+    """TooLarge when a decoded dump holds more than MAX_DUMP_OBJECTS values (a shared one counted at
+    each use, as the copy into the model would copy it) or nests deeper than MAX_DUMP_DEPTH."""
+    within_values(raw, MAX_DUMP_OBJECTS, MAX_DUMP_DEPTH)
 
 
 def dump_rank(path: Path) -> int | None:

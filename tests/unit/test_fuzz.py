@@ -1,7 +1,9 @@
 """A property-based fuzzer over what `hangdoc report` reads from strangers: bundles (JSON), node
 digests, Flight Recorder pickles and JSON dumps, and a corpus of crafted inputs (bombs, shared
-references, deep nesting, FIFOs, absurd numbers). Each input is one report or one line and exit 2,
-in a process limited to 1 GiB of address space and 20 s an input.
+references, deep nesting, FIFOs, absurd numbers, names that are not UTF-8, Markdown and credentials
+shaped against the escaping and the redaction), with the lists, shards and checkpoints that broke
+`hangdoc check`. Each input is one report (or check result) or one line and exit 2, in a process
+limited to 1 GiB of address space and 20 s an input.
 
     python -m tests.unit.test_fuzz [--examples N] [--seed S]    # prints the figures as JSON
 """
@@ -83,7 +85,70 @@ def crafted(folder: Path) -> dict[str, list[str]]:
     cases["fifo"] = [str(folder / "fifo.json")]
     if os.path.exists("/dev/zero"):
         cases["dev-zero"] = ["/dev/zero"]
+    # issue 35: names that are not UTF-8 (a lone surrogate, as os hands undecodable bytes over, and
+    # the \xNN hangdoc keeps), credentials in the shapes the redactor missed, Markdown that escaped
+    hostile = "caf\udce9 caf\\xe9 redis://:pw@h Authorization: Basic dXNlcjpwYXNz ghp_" + "K" * 36 + \
+              " x `<img src=x>` \\`<img src=y>` ![i](http://e/x.png) [l](http://e) [r]: http://e"
+    named = json.loads(json.dumps(bundle))
+    for sample in named["samples"]:
+        for proc in sample["processes"]:
+            for thread in (proc.get("stack") or {}).get("threads", []):
+                thread["name"] = hostile
+                for frame in thread.get("frames") or []:
+                    frame["filename"] = "/data/" + hostile + "/train.py"
+            for opened in (proc.get("proc") or {}).get("open_files") or []:
+                opened["path"] = "/data/" + hostile
+    write("names-hostile", json.dumps(named).encode())
     return cases
+
+
+def crafted_check(folder: Path) -> dict[str, list[str]]:
+    """Inputs that broke `hangdoc check` once (issue 35), written from code: name -> its arguments."""
+    import gzip
+    import tarfile
+
+    import torch
+
+    cases: dict[str, list[str]] = {}
+    where = folder / "check"
+    where.mkdir()
+    os.mkfifo(where / "fifo.list")
+    cases["check-fifo-list"] = ["data", str(where / "fifo.list"), "-w", "2", "-k", "2"]
+    os.mkfifo(where / "fifo.tar")
+    (where / "fifo-shard.list").write_text(f"{where / 'fifo.tar'}\n")
+    cases["check-fifo-shard"] = ["data", str(where / "fifo-shard.list"), "-w", "1", "-k", "1"]
+    if os.path.exists("/dev/zero"):
+        cases["check-dev-zero-list"] = ["data", "/dev/zero", "-w", "2", "-k", "2"]
+        cases["check-dev-zero-checkpoint"] = ["checkpoint", "/dev/zero"]
+    (where / "one.list").write_text("/nonexistent/s0.tar\n")
+    cases["check-world-1e8"] = ["data", str(where / "one.list"), "-w", "100000000", "-k", "1"]
+    (where / "deep.list").write_text('{"key": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    cases["check-raw-line-100k-deep"] = ["data", str(where / "deep.list"), "-w", "1", "-k", "1"]
+    with open(where / "million.list", "w") as f:
+        f.writelines(f"/nonexistent/shard_{i:07d}.tar\n" for i in range(1_000_000))
+    cases["check-1m-missing-shards"] = ["data", str(where / "million.list"), "-w", "8", "-k", "4"]
+    info = tarfile.TarInfo("u0.wav")
+    info.size = 1300 << 20
+    with gzip.open(where / "claims.tar.gz", "wb", compresslevel=1) as out:
+        out.write(info.tobuf(format=tarfile.USTAR_FORMAT))
+        for _ in range(1300):
+            out.write(bytes(1 << 20))
+    (where / "claims.list").write_text(f"{where / 'claims.tar.gz'}\n")
+    cases["check-member-claims-1.3gb"] = ["data", str(where / "claims.list"), "-w", "1", "-k", "1"]
+    os.mkfifo(where / "fifo.pt")
+    cases["check-fifo-checkpoint"] = ["checkpoint", str(where / "fifo.pt")]
+    torch.save({"model": {"w": torch.zeros(2)}, "optimizer": {"state": {}, "param_groups": 3}}, where / "groups.pt")
+    cases["check-param-groups-int"] = ["checkpoint", str(where / "groups.pt")]
+    layer: list = [0] * 10
+    for _ in range(40):
+        layer = [layer, layer]
+    torch.save({"model": {"w": torch.zeros(2)}, "extra": layer}, where / "shared.pt")
+    cases["check-shared-references-2^40"] = ["checkpoint", str(where / "shared.pt")]
+    return cases
+
+
+def crafted_paths(folder: Path, name: str) -> list[str]:
+    return [str(folder / name / "bundle.json")]
 
 
 def _digests_of_80_ranks() -> list[dict]:
@@ -193,6 +258,28 @@ class Stats:
         if crash or rc not in (0, 2, 3, 4, 5, 7, 8) or (rc == 2 and not last[0].startswith("hangdoc: error: ")):
             self.failures.append(f"{name}: rc={rc} {crash or last[0][:200]}")
 
+    def check(self, name: str, args: list[str]) -> None:
+        """`hangdoc check ARGS`: a result (exit 0 or 1), or one line and exit 2; never a crash, never over 20 s."""
+        from hangdoc.cli import main
+
+        err = io.StringIO()
+        began = time.monotonic()
+        signal.alarm(SECONDS_PER_INPUT)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+                rc = main(["check", *args, "--format", "json"])
+            crash = None
+        except BaseException:
+            rc, crash = None, traceback.format_exc()[-1500:]
+        finally:
+            signal.alarm(0)
+        took = time.monotonic() - began
+        self.tried += 1
+        self.slowest = max(self.slowest, (took, name))
+        last = err.getvalue().strip().splitlines()[-1:] or [""]
+        if crash or rc not in (0, 1, 2) or (rc == 2 and not last[0].startswith("hangdoc: error: ")):
+            self.failures.append(f"{name}: rc={rc} {crash or last[0][:200]}")
+
     def figures(self, began: float) -> dict:
         return {"inputs": self.tried, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10,
                 "slowest_s": round(self.slowest[0], 2), "slowest": self.slowest[1],
@@ -215,6 +302,10 @@ def fuzz(examples: int, seed: int | None) -> dict:
         folder = Path(tmp)
         for name, paths in crafted(folder).items():
             stats.report(name, paths)
+        for fmt in ("markdown", "json", "html"):
+            stats.report(f"names-hostile --format {fmt}", crafted_paths(folder, "names-hostile"), fmt)
+        for name, args in crafted_check(folder).items():
+            stats.check(name, args)
         seeds = [json.loads((GOLDEN / name / "bundle.json").read_text()) for name in SEEDS]
         digest = _digest_bundle()
 
