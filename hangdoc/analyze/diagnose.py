@@ -21,13 +21,15 @@ from hangdoc.analyze.flight import fr_pending, fr_step_times
 from hangdoc.analyze.logs import failed_worker_rank, killed_workers, says_failure, torchrun_root_cause
 from hangdoc.analyze.past import Before, a_pause, before_attach, confirmed, gone_at
 from hangdoc.analyze.past import hang_after as past_hang_after
-from hangdoc.analyze.progress import PollLoop, Rhythm, blocked_since, poll_loop, progress_word, rank_progress, rhythm
-from hangdoc.analyze.shares import STEP_COLLECTIVES, rank_shares
+from hangdoc.analyze.progress import (
+    PollLoop, Rhythm, blocked_since, held_since, poll_loop, progress_word, rank_progress, rhythm,
+)
+from hangdoc.analyze.shares import is_step_wait, rank_shares
 from hangdoc.analyze.slow import SlowCall, slow_call
 from hangdoc.analyze.rendezvous import joining, joining_since, not_joined, setup_name
+from hangdoc.analyze.restarts import Restarts, restarts_of
 from hangdoc.analyze.timeline import Timeline, raw_points, still, timelines
 from hangdoc.base.parse import to_int
-from hangdoc.analyze.restarts import Restarts, restarts_of
 from hangdoc.model import (
     DIGEST_VERSION, Bundle, DigestWorker, Frame, LogTail, NodeDigest, ProcessInfo, RankDigest, RankState, Role,
     ProcSample, Verdict, Wait, Word, WorkerState,
@@ -118,9 +120,9 @@ class JobFacts:
     hang_after: float | None
     collective_steps: tuple[float, ...] = ()
     fr_pending: tuple[float, int | None, str] | None = None   # the Flight Recorder's oldest pending collective
-
-
     restarts: Restarts | None = None   # the launcher's restarts of the ranks (analyze/restarts.py)
+
+
 @dataclass(frozen=True)
 class Decision:
     verdict: Verdict

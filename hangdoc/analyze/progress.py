@@ -173,6 +173,21 @@ def spins(a: Point, b: Point) -> bool:
     return (b.cpu_s - a.cpu_s) >= SPIN_CPU_SHARE * (b.time - a.time)
 
 
+def dwells(points: list[Point]) -> bool:
+    """Caught computing at one line in every one of `points` (fresh, in a row), burning CPU,
+    whether or not it stepped between them: a fast loop that spends most of each step at one line.
+    On NCCL that line is the host's sync (`.item()`) waiting on the collective queued on the GPU
+    stream, or on its own GPU's work; the native frames and the GPU tell which."""
+    if len(points) < 2 or not all(p.fresh for p in points):
+        return False
+    first, last = points[0], points[-1]
+    if not first.sig or any(p.sig != first.sig or p.reading.state != RankState.COMPUTE for p in points):
+        return False
+    if first.cpu_s is None or last.cpu_s is None or last.time <= first.time:
+        return False
+    return (last.cpu_s - first.cpu_s) >= SPIN_CPU_SHARE * (last.time - first.time)
+
+
 def held(a: Point, b: Point) -> bool:
     """Nothing of its own between two points: no step, no bytes, and either a wait (a collective,
     its DataLoader, asleep) or the same line, frame for frame, with its counters still."""

@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from hangdoc.analyze.progress import WAKEUPS_PER_DUMP
+from hangdoc.analyze.progress import WAKEUPS_PER_DUMP, dwells, spins
 from hangdoc.analyze.restarts import restarts_of
 from hangdoc.analyze.timeline import LiveTimelines
 from hangdoc.base.errors import HangdocError
@@ -41,6 +41,8 @@ from hangdoc.report.judge import RUNNING, End, Judgement, judge
 
 MAX_SAMPLES = 600   # about 20 minutes at the default interval; older samples are dropped
 JITTER = 0.15       # each wait between rounds is the interval +-15 %
+DWELL_SAMPLES = 3   # a stepping rank caught computing at one line this many samples in a row is probed
+DWELL_PROBES = 2    # at most this many times a watch (about 0.2 s of CPU each, a 0.3-0.5 s pause)
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ class Watcher:
     judgement: Judgement | None = None               # the last round's (its report gets its lanes at the end)
     flight_due: bool = False                         # a hang named before the job's own records were asked for
     probed: set = field(default_factory=set)         # (pid, stack) a native probe has read once
+    dwell_probes: dict = field(default_factory=dict)  # pid -> probes of a rank that steps (bounded)
     jitter: random.Random = field(default_factory=random.Random)
 
     def start(self) -> Bundle:
@@ -211,9 +214,9 @@ class Watcher:
         # Workers nobody looks at this round get the cheap /proc read (no open files, no kernel wait).
         light = {p.pid for p in self.job.processes if p.role is Role.WORKER and p.pid not in wanted
                  and p.rank_pid not in waiting_on_data}
-        native = self.options.native or (self._spinning() & wanted)
-        snapshot, self.job = capture(self.job, self.probes, stack_pids=wanted,
-                                     native=native, nonblocking=self._gentle_pids(), light=light)
+        probe = self._spinning() & wanted          # read paused, with native frames, this once
+        snapshot, self.job = capture(self.job, self.probes, stack_pids=wanted, native=self.options.native or probe,
+                                     nonblocking=self._gentle_pids() - probe, light=light)
         self.samples.append(snapshot)
         if self.exit_watcher is not None:
             for proc in self.job.processes:
@@ -238,14 +241,19 @@ class Watcher:
         chosen = set()
         for rank in self.job.by_role(Role.RANK):
             line = self.judgement.lines.get(rank.pid)
-            fresh = [p for p in line.points[-4:] if p.fresh] if line is not None else []
-            if len(fresh) < 2:
+            fresh = [p for p in line.points[-6:] if p.fresh] if line is not None else []
+            if len(fresh) < 2 or (rank.pid, fresh[-1].sig) in self.probed:
                 continue
-            a, b = fresh[-2], fresh[-1]
-            key = (rank.pid, b.sig)
-            if key in self.probed or not spins(a, b):
+            # A rank that steps but spends most of each step at one line (three samples in a row)
+            # is probed too, at most DWELL_PROBES times a watch: a straggler's peers wait there.
+            frozen = spins(fresh[-2], fresh[-1])
+            dwelling = (len(fresh) >= DWELL_SAMPLES and dwells(fresh[-DWELL_SAMPLES:])
+                        and self.dwell_probes.get(rank.pid, 0) < DWELL_PROBES)
+            if not (frozen or dwelling):
                 continue
-            self.probed.add(key)
+            if not frozen:
+                self.dwell_probes[rank.pid] = self.dwell_probes.get(rank.pid, 0) + 1
+            self.probed.add((rank.pid, fresh[-1].sig))
             chosen.add(rank.pid)
         return chosen
 

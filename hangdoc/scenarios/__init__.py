@@ -87,6 +87,9 @@ class Scenario:
     layout: Callable[[Path], list[Path]] = field(default=_plain(8), repr=False, compare=False)
     script: Path = field(default=TRAIN_SCRIPT, repr=False, compare=False)   # the program torchrun runs
     env: tuple[str, ...] = ()           # "NAME=value" for the job ("{workdir}" is replaced), via env(1)
+    # Its ground truth is told only from a GPU reading (a host spinning at .item() waits or works as
+    # its GPU does): on CPU, with no NVML, hangdoc cannot see it, and says so instead of guessing.
+    needs_gpu: bool = False
 
     def prepare(self, workdir: str | Path) -> Path:
         """Write the scenario's shards under `workdir/data` and the list `workdir/data.list`."""
@@ -187,8 +190,8 @@ _ALL = [
              "shard; ranks 0 and 1 spin at their .item() line for ever", "hang", (2,), "dataloader-stall",
              nproc=3, num_workers=1, layout=_plain(2, clips=2), script=SPIN_SCRIPT),
     Scenario("spin-straggler", "NCCL's wait shape: rank 1 computes 0.6 s more a step; rank 0 spins at its "
-             ".item() line: slow, never a hang", "slow", (1,), "slow-rank", num_workers=1, max_steps=60,
-             layout=_plain(2, clips=2), script=SPIN_SCRIPT),
+             ".item() line: slow, never a hang (told by the GPUs' readings)", "slow", (1,), "slow-rank", num_workers=1,
+             max_steps=60, layout=_plain(2, clips=2), script=SPIN_SCRIPT, needs_gpu=True),
     Scenario("spin-healthy", "NCCL's wait shape, every rank alike, each spinning a little at its .item() "
              "line", "healthy", (), None, num_workers=1, max_steps=400, layout=_plain(2, clips=2),
              script=SPIN_SCRIPT),

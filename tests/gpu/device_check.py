@@ -348,7 +348,7 @@ def shape_step(results: Results, mode: str) -> dict:
         out["nvidia_smi_after"] = nvidia_smi_now()
         if mode == "matmul":
             out["nvml_call_ms"] = nvml_call_costs()
-        if mode in ("matmul", "spin", "sleep"):
+        if mode in ("matmul", "spin", "sleep", "spin-cpu", "spin-sync"):
             out["pyspy_s"] = pyspy_costs(proc.pid)
             native = sh(["py-spy", "dump", "--pid", str(proc.pid), "--native", "--locals"], 60)
             results.write(f"{mode}-native.txt", native.get("stdout", "") + native.get("stderr", ""))
@@ -454,7 +454,7 @@ def main() -> int:
     results.step("check", check_step, results)
     shapes = [list(filter(None, a.split("=", 1)[1].split(","))) for a in sys.argv if a.startswith("--shapes=")]
     if not cpu:
-        for mode in (shapes[0] if shapes else ("matmul", "idle", "spin", "sleep")):
+        for mode in (shapes[0] if shapes else ("matmul", "idle", "spin", "sleep", "spin-cpu", "spin-sync")):
             results.step(f"shape-{mode}", shape_step, results, mode)
     if "--no-ddp" not in sys.argv:
         results.step("ddp", ddp_step, results, cpu)

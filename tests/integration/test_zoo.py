@@ -14,6 +14,8 @@ pytestmark = [pytest.mark.integration]
 def test_scenario_is_diagnosed_as_its_ground_truth(name, tmp_path):
     # GIVEN a real torchrun job reproducing one field failure (or a healthy one)
     scenario = SCENARIOS[name]
+    if scenario.needs_gpu:
+        pytest.skip(f"{name}: its ground truth is told by the GPUs' readings (NVML); this machine has no GPU")
     # WHEN it runs under `hangdoc run`: healthy jobs at the product's default (the threshold learned
     # from their steps: a false alarm there ends a healthy training), hangs at a short given threshold
     # (a crash is told before the default threshold: no race between the two verdicts)

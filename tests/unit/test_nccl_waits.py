@@ -14,7 +14,8 @@ from hangdoc.analyze.classify import classify_rank, is_gpu_sync
 from hangdoc.analyze.diagnose import JobFacts, decide
 from hangdoc.analyze.gpu import judged_by_gpu
 from hangdoc.model import (
-    Frame, GpuActivity, GpuDevice, GpuProcess, GpuState, ProcSample, RankDigest, RankState, Stack, StepSummary,
+    Frame, FrameMark, GpuActivity, GpuDevice, GpuProcess, GpuState, LoopMark, ProcSample, RankDigest, RankState,
+    Stack, StepSummary,
     Thread, Verdict,
 )
 from hangdoc.report.judge import judge
@@ -176,3 +177,52 @@ def test_seven_gpus_spinning_and_one_idle_at_the_same_sync_is_no_culprit_of_the_
     assert all(r.state == RankState.COLLECTIVE for r in report.ranks)
     assert all(r.gpu.activity != GpuActivity.BUSY for r in report.ranks if r.gpu is not None)
 
+
+
+def two_ranks_stepping_at_item(gpus, samples: int = 24) -> object:
+    """Two ranks stepping every sample, each caught at loss.item() (probed natively once), on GPUs
+    as `gpus` says: a fast loop whose host waits at its sync most of each step."""
+    bundle = node_bundle(0, 1, 0, T0, samples=samples, workers=0, ranks_per_node=2, interval_s=1.0)
+    ranks = {p.pid: p.rank for p in bundle.job.ranks}
+    snapshots = []
+    for k, snapshot in enumerate(bundle.samples):
+        rows = []
+        for s in snapshot.processes:
+            if s.pid in ranks:
+                probe = k == 4
+                frames = ITEM_NATIVE if probe else ITEM_NATIVE[3:]
+                loop = LoopMark((FrameMark("<module>", 120, "m"), FrameMark("train", 77, f"b{k}", (("step", 20 * k),))))
+                proc = dataclasses.replace(s.proc, state="R", utime_s=100.0 + 1.0 * k, stime_s=0.0)
+                s = dataclasses.replace(s, proc=proc, stack=Stack(
+                    (Thread(s.pid, "MainThread", True, True, frames, loop),), native=probe, probe=probe))
+            rows.append(s)
+        devices = tuple(device(ranks[pid], pid, *gpus(ranks[pid])) for pid in sorted(ranks))
+        snapshots.append(dataclasses.replace(snapshot, processes=tuple(rows),
+                                             gpu=GpuState("ok", None, "580.1", devices)))
+    return dataclasses.replace(bundle, samples=tuple(snapshots),
+                               options=dataclasses.replace(bundle.options, hang_after_s=None))
+
+
+def test_a_gpu_straggler_reads_slow_with_the_busy_rank_named():
+    # GIVEN two ranks at .item() every step: rank 1's GPU busy at full power (its extra forwards),
+    # rank 0's spinning at idle power (NCCL waiting for rank 1's share of the collective)
+    bundle = two_ranks_stepping_at_item(lambda r: (99, 690.0, 23) if r == 1 else (100, 125.0, 0))
+    # WHEN judged
+    report = judge(bundle).report
+    # THEN the job is slow, rank 1 the straggler: rank 0 waits at its sync, rank 1 computes on its GPU
+    assert report.verdict == Verdict.SLOW and report.culprit_ranks == (1,)
+    assert report.slow is not None and report.slow.others_wait > 0.8
+
+
+def test_two_ranks_whose_gpus_both_work_are_balanced():
+    # GIVEN the same job with both GPUs busy (each rank waits on its own work): no straggler
+    bundle = two_ranks_stepping_at_item(lambda r: (99, 690.0, 23))
+    assert judge(bundle).report.verdict == Verdict.HEALTHY
+
+
+def test_without_gpu_readings_a_sync_is_a_wait_on_every_rank_and_names_no_straggler():
+    # GIVEN the same job, its GPUs unread (NVML unavailable): every rank waits at .item() alike
+    bundle = two_ranks_stepping_at_item(lambda r: (None, None, None))
+    report = judge(bundle).report
+    # THEN nothing is made up: not slow
+    assert report.verdict == Verdict.HEALTHY

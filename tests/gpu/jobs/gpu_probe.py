@@ -1,11 +1,13 @@
 """One CUDA process in one of three shapes, to see what NVML reads of each on a real GPU.
 
-    python gpu_probe.py matmul|idle|spin|sleep READY_FILE
+    python gpu_probe.py matmul|idle|spin|sleep|spin-cpu|spin-sync READY_FILE
 
 matmul: a bf16 matrix-product loop (real work); idle: a CUDA context holding memory, no
 kernel; spin: a few steps of work, then one kernel that spins reading a flag in GPU memory
 (the shape of an NCCL wait) while the main thread blocks in `.item()` behind it. The spin
-is bounded (about 90 s of SM clock) so a forgotten process frees the GPU by itself.
+is bounded (about 90 s of SM clock) so a forgotten process frees the GPU by itself. spin-cpu and
+spin-sync: the same spin with the main thread blocked in `.cpu()` or `torch.cuda.synchronize()`
+instead (the native frames of each sync point, for hangdoc's classifier).
 READY_FILE is written once the shape is under way.
 """
 from __future__ import annotations
@@ -68,7 +70,7 @@ def main() -> None:
         ready(ready_path)
         while held.numel():
             time.sleep(1)
-    elif mode in ("spin", "sleep"):
+    elif mode in ("spin", "sleep", "spin-cpu", "spin-sync"):
         x = torch.randn(1024, 1024, device=dev)
         flag = torch.zeros(1, dtype=torch.int32, device=dev)
         total = torch.zeros((), device=dev)
@@ -77,7 +79,7 @@ def main() -> None:
             x = torch.tanh(x @ x)
             torch.cuda.synchronize()
         t0 = time.monotonic()
-        if mode == "spin":
+        if mode != "sleep":
             kind = launch_spin(flag)
         else:
             torch.cuda._sleep(SPIN_CYCLES)
@@ -87,7 +89,13 @@ def main() -> None:
         torch.sum(x, dim=(0, 1), out=total)   # queued behind the spinning kernel, into memory held already
         print(f"gpu_probe: {kind} launched at step {step} in {launched:.3f} s, queued in "
               f"{time.monotonic() - t0:.3f} s", file=sys.stderr, flush=True)
-        value = total.item()             # blocks here while the kernel spins
+        if mode == "spin-cpu":
+            value = float(total.cpu())   # blocks in cudaMemcpy while the kernel spins
+        elif mode == "spin-sync":
+            torch.cuda.synchronize()     # blocks in cudaDeviceSynchronize while the kernel spins
+            value = 0.0
+        else:
+            value = total.item()         # blocks here while the kernel spins
         print(f"gpu_probe: released after {time.monotonic() - t0:.1f} s ({value})", file=sys.stderr)
     else:
         raise SystemExit(f"gpu_probe: unknown mode {mode!r}")
