@@ -9,7 +9,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from hangdoc.analyze.classify import own_frame
+from hangdoc.analyze.classify import is_gpu_sync, own_frame
 from hangdoc.analyze.diagnose import RankView
 from hangdoc.analyze.gpu import gpu_activity
 from hangdoc.analyze.logs import killed_workers
@@ -463,8 +463,10 @@ def gpu_lines(bundle: Bundle, waiting: list[RankView], culprit: RankView) -> lis
     """What the GPUs say of the wait, at the last sample: the waiting ranks' kernels spinning at an
     idle GPU's power (100 % utilisation that is not work), and what the culprit's GPU does."""
     gpu = bundle.last.gpu
+    synced = [r for v in waiting if is_gpu_sync(v.reading.detail) for r in v.ranks]
     if not gpu.available:
-        return []
+        return [f"{rank_set(synced)} wait at a sync on the GPU stream ({waiting[0].reading.detail}); no GPU was "
+                "read, so whether their GPUs work or wait there is unknown: read as a wait"] if synced else []
     lines = []
     spinning = [(v, d) for v in waiting if (d := gpu.device_of(v.info.pid)) and gpu_activity(d) is GpuActivity.SPIN]
     if spinning:

@@ -19,7 +19,7 @@ from hangdoc.model import (
     Thread, Verdict,
 )
 from hangdoc.report.judge import judge
-from tests.factories import node_bundle
+from tests.factories import DATALOADER_WAIT, node_bundle
 
 T0 = 1_700_000_000.0
 JOB = "/home/user/job/train.py"
@@ -226,3 +226,18 @@ def test_without_gpu_readings_a_sync_is_a_wait_on_every_rank_and_names_no_stragg
     report = judge(bundle).report
     # THEN nothing is made up: not slow
     assert report.verdict == Verdict.HEALTHY
+
+
+def test_without_gpu_readings_the_report_says_the_sync_was_read_as_a_wait():
+    # GIVEN eight ranks at .item() with no GPU read (NVML unavailable), rank 5 waiting on its data
+    bundle = eight_ranks_at_item(lambda r: (None, None, None))
+    culprit = next(p.pid for p in bundle.job.ranks if p.rank == 5)
+    samples = tuple(dataclasses.replace(s, gpu=GpuState("unavailable", "NVML not found"), processes=tuple(
+        dataclasses.replace(p, stack=Stack((Thread(p.pid, "MainThread", False, False, DATALOADER_WAIT),)))
+        if p.pid == culprit else p for p in s.processes)) for s in bundle.samples)
+    # WHEN judged
+    report = judge(dataclasses.replace(bundle, samples=samples)).report
+    # THEN rank 5 is the culprit and the evidence says what was read as a wait, and why
+    assert report.verdict == Verdict.HANG and report.culprit_ranks == (5,)
+    straggler = next(f for f in report.findings if f.rule == "collective-straggler")
+    assert any("no GPU was read" in line and "read as a wait" in line for line in straggler.evidence)
