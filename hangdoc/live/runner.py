@@ -90,8 +90,7 @@ def run_command(cmd: list[str], options: WatchOptions, probes, sink: TextIO,
         _hold_signals()                  # a second one must not lose the job's end or the report
         interrupted = getattr(exc, "exit_code", EXIT_SIGINT)
     finally:
-        if popen.poll() is None:
-            stop_job(job)
+        interrupted = _stop(job, popen, interrupted)
         tail.join()
     if interrupted is not None:
         ending = End(Ending.INTERRUPTED, signal_exit=interrupted, returncode=popen.returncode, run=True)
@@ -117,6 +116,19 @@ def _follow(watcher: Watcher | None, popen, job: RunningJob, tail: OutputTail, o
     kind = Ending.TIMED_OUT if outcome.reason is StopReason.TIMEOUT else Ending.RUNNING
     ending = End(kind, timeout_s=options.timeout_s, returncode=popen.poll(), run=True, fail_on_slow=fail_on_slow)
     return dataclasses.replace(outcome, judgement=watcher.judge(outcome.bundle, ending))
+
+
+def _stop(job: RunningJob, popen, interrupted: int | None) -> int | None:
+    """End the job if it still runs. A Ctrl-C or SIGTERM that came while it was being ended waits
+    for the end (stop_job), then stops the run: its report is the one of what was seen so far."""
+    if popen.poll() is not None:
+        return interrupted
+    try:
+        stop_job(job)
+    except KeyboardInterrupt as exc:
+        _hold_signals()
+        return interrupted if interrupted is not None else getattr(exc, "exit_code", EXIT_SIGINT)
+    return interrupted
 
 
 def _hold_signals() -> None:
