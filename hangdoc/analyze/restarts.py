@@ -8,10 +8,11 @@ judged by its newest generation (`Job.ranks`), and the failures of the earlier o
 """
 from __future__ import annotations
 
+import re
 import signal as signals
 from dataclasses import dataclass
 
-from hangdoc.analyze.logs import rank_exception
+from hangdoc.analyze.logs import all_lines, rank_exception
 from hangdoc.base.parse import to_int
 from hangdoc.model import Bundle, ProcessInfo
 
@@ -103,19 +104,39 @@ def restarts_of(bundle: Bundle) -> Restarts | None:
 
 def _first_failure(bundle: Bundle, generation: int, procs: list[ProcessInfo]) -> Failure | None:
     """The generation's first rank to fail: the earliest failed exit, a fatal signal or an error
-    before the launcher's SIGTERM when read at one instant."""
+    before the launcher's SIGTERM when read at one instant. A rank whose status the watch could not
+    read (its launcher reaped it first) counts with what torchrun's log says of it, or as unknown."""
+    logged = _logged_exits(bundle)
     failed = []
     for proc in procs:
         record = bundle.exit_of(proc.pid)
-        if record is not None and record.failed:
-            order = 2 if record.signal == signals.SIGTERM else (0 if record.signal is not None else 1)
-            failed.append((record.time, order, proc, record))
+        if record is None:
+            continue
+        code, sig = record.code, record.signal
+        if not record.told:
+            said = logged.get(proc.node_pid)
+            code, sig = (None, -said) if said is not None and said < 0 else (said, None)
+        if sig is not None or code != 0:
+            order = 2 if sig == signals.SIGTERM else (0 if sig is not None else 1 if code is not None else 3)
+            failed.append((record.time, order, proc, code, sig))
     if not failed:
         return None
-    _, _, proc, record = min(failed, key=lambda f: (f[0], f[1], f[2].rank if f[2].rank is not None else -1))
-    raised = rank_exception(bundle.logs, proc.rank) if record.code not in (None, 0) else None
+    when, _, proc, code, sig = min(failed, key=lambda f: (f[0], f[1], f[2].rank if f[2].rank is not None else -1))
+    raised = rank_exception(bundle.logs, proc.rank) if code != 0 and sig is None else None
     said = raised.messages[-1] if raised is not None and raised.messages else None
-    return Failure(generation, proc.rank, proc.node_pid, record.time, record.code, record.signal, said)
+    return Failure(generation, proc.rank, proc.node_pid, when, code, sig, said)
+
+
+_TORCHRUN_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: \d+ \(pid: (\d+)\)")
+
+
+def _logged_exits(bundle: Bundle) -> dict[int, int]:
+    """pid -> exit code from torchrun's "failed (exitcode: N) local_rank: L (pid: P)" lines (negative: a signal)."""
+    found: dict[int, int] = {}
+    for _, line in all_lines(bundle.logs):
+        for match in _TORCHRUN_FAILED.finditer(line):
+            found[int(match.group(2))] = int(match.group(1))
+    return found
 
 
 def _signal_name(number: int) -> str:

@@ -175,7 +175,7 @@ def find_job(pid: int, procfs: ProcFS | None = None, single: bool = False,
         launcher, rank_pids = None, [root] + [r for r in rank_pids if r != root]
         size = rank_identity(table.env(rank_pids[-1]))[1]
         clues[root] = RankClue(0, size, "Lightning's launcher: the script's own process is rank 0")
-    if not rank_pids and not single:
+    if not rank_pids:           # even with --single: mp.spawn's ranks may show their ranks late
         launcher, clues = _spawned(table, pid, known, stack_ranks or StackRanks())
         rank_pids = sorted(clues)
     if not rank_pids:

@@ -18,8 +18,9 @@ from typing import Callable, TextIO
 
 from hangdoc.base.errors import EXIT_SIGINT, HangdocError, NotDistributed
 from hangdoc.base.redact import LineRedactor
-from hangdoc.collect.discover import find_job, is_python, looks_like_launcher
+from hangdoc.collect.discover import find_job, is_python, looks_like_launcher, spawns_children
 from hangdoc.collect.procfs import ProcFS
+from hangdoc.collect.spawned import StackRanks
 from hangdoc.live.capture import make_bundle
 from hangdoc.live.options import WatchOptions
 from hangdoc.live.proc import RunningJob, stop_job
@@ -29,9 +30,11 @@ from hangdoc.report.judge import End, judge
 
 TAIL_LINES = 2000
 # A command with no ranks after this long is watched as a single process: soon for a plain
-# script, later for a launcher (torchrun, deepspeed...) whose ranks take a while to appear.
+# script, later for a launcher (torchrun, deepspeed, a script whose mp.spawn ranks are starting)
+# whose ranks take a while to appear: torchrun's elastic rendezvous (--nnodes=MIN:MAX) waits 30 s
+# for more nodes before it starts any rank, and torch's import on a busy node adds to that.
 SINGLE_AFTER_S = 2.0
-LAUNCHER_SINGLE_AFTER_S = 30.0
+LAUNCHER_SINGLE_AFTER_S = 120.0
 
 
 class OutputTail:
@@ -142,12 +145,15 @@ def _hold_signals() -> None:
 def _attach(popen, job: RunningJob, options: WatchOptions, probes, tail: OutputTail, began: float,
             sleep) -> Watcher | None:
     """Wait until the command's ranks exist (or it ends, or it is a lone Python process)."""
-    patience = LAUNCHER_SINGLE_AFTER_S if looks_like_launcher(probes.procfs, popen.pid) else SINGLE_AFTER_S
+    launcher = looks_like_launcher(probes.procfs, popen.pid)
+    stacks = StackRanks()           # each child's stack is read for its rank once it says one
     while popen.poll() is None:
         job.refresh_tree()
-        single = time.monotonic() - began >= patience
+        # A script whose multiprocessing children are ranks still starting (mp.spawn) waits as a launcher does.
+        spawner = launcher or spawns_children(popen.pid, probes.procfs)
+        single = time.monotonic() - began >= (LAUNCHER_SINGLE_AFTER_S if spawner else SINGLE_AFTER_S)
         try:
-            find_job(popen.pid, probes.procfs, single=single)
+            find_job(popen.pid, probes.procfs, single=single, stack_ranks=stacks)
         except NotDistributed:
             pass
         except HangdocError:

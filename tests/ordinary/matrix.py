@@ -364,7 +364,7 @@ def torchrun(job: Job, out: Path) -> list[str]:
 
 # How each launcher starts the job's ranks (the watch attaches to the process this starts):
 #   torchrun     torchrun --standalone
-#   elastic      torchrun's elastic agent: --nnodes=1:2, the c10d rendezvous, --max-restarts=1
+#   elastic      torchrun's elastic agent: --nnodes=1:2, the c10d rendezvous, --max-restarts=2
 #   spawn        the script itself, whose torch.multiprocessing.spawn / multiprocessing.Process starts the ranks
 #   per-rank     one process per rank with RANK / WORLD_SIZE in its environment, as srun and mpirun start them
 #   accelerate   accelerate launch (CPU, one machine, N processes)
@@ -380,8 +380,11 @@ def launch(job: Job, out: Path) -> list[str]:
     if job.launcher == "elastic":
         head = torchrun(job, out)[:1] if Path(sys.executable).with_name("torchrun").exists() else \
             [sys.executable, "-m", "torch.distributed.run"]
+        # last_call_timeout: how long the rendezvous waits for a second node (30 s by default, every
+        # start). Two restarts: on a loaded machine gloo's connect can time out in a new start.
         return [*head, f"--nproc_per_node={job.nproc}", "--nnodes=1:2", "--rdzv-backend=c10d",
-                f"--rdzv-endpoint=127.0.0.1:{_free_port()}", "--max-restarts=1", *script]
+                f"--rdzv-endpoint=127.0.0.1:{_free_port()}", "--rdzv-conf=last_call_timeout=2",
+                "--max-restarts=2", *script]
     if job.launcher in ("spawn", "lightning"):
         return [sys.executable, *script]
     if job.launcher == "per-rank":
