@@ -76,15 +76,24 @@ def check_output(path: str | Path, option: str = "--out") -> Path:
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise BadOutput(f"cannot write {option} {path}: the directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise BadOutput(f"cannot write {option} {path}: no write permission on {parent}")
-    try:     # what access() cannot tell: /proc, a read-only mount, root on a root-squashed share
-        fd, probe = tempfile.mkstemp(prefix=".hangdoc-", suffix=".probe", dir=parent)
+    why = unwritable(parent)
+    if why is not None:
+        raise BadOutput(f"cannot write {option} {path}: {why} in {parent}")
+    return path
+
+
+def unwritable(directory: Path) -> str | None:
+    """Why no new file can be made in `directory`, in a few words ("no write permission",
+    "Read-only file system"); None when one can."""
+    if not os.access(directory, os.W_OK):
+        return "no write permission"
+    try:     # what access() cannot tell: /proc, a read-only mount, root on a root-squashed share, a removed directory
+        fd, probe = tempfile.mkstemp(prefix=".hangdoc-", suffix=".probe", dir=directory)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise BadOutput(f"cannot write {option} {path}: {exc.strerror or exc} in {parent}") from None
-    return path
+        return exc.strerror or str(exc)
+    return None
 
 
 @contextmanager

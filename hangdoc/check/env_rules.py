@@ -73,7 +73,7 @@ def shm_too_small(facts: EnvFacts) -> list[Finding]:
     if not launch.num_workers or not launch.batch_bytes:
         return []
     need = launch.nproc_per_node * launch.num_workers * launch.prefetch_factor * launch.batch_bytes
-    evidence = [f"{launch.nproc_per_node} ranks x {launch.num_workers} workers x prefetch_factor "
+    evidence = [f"{plural(launch.nproc_per_node, 'rank')} x {plural(launch.num_workers, 'worker')} x prefetch_factor "
                 f"{launch.prefetch_factor} x {size(launch.batch_bytes)} per batch = {size(need)}"]
     if shm.total_bytes is None:
         return [finding(SHM_TOO_SMALL, (), f"{shm.path} is not mounted: workers cannot "

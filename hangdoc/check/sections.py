@@ -69,7 +69,7 @@ def _summary(findings: tuple[Finding, ...]) -> str:
 def _data(facts: DataFacts) -> tuple[str, list[Table]]:
     word = "shard" if facts.kind == "shard" else "raw-list line"
     heading = (f"{plural(facts.items, word)} in {plural(len(facts.lists), 'list')}, "
-               f"{facts.world_size} ranks x {facts.num_workers} workers")
+               f"{plural(facts.world_size, 'rank')} x {plural(facts.num_workers, 'worker')}")
     tables = [_lists(facts)]
     if facts.shards:
         tables.append(_shards(facts))
@@ -182,8 +182,8 @@ def _workers(part: Partition, kind: str) -> Table:
 
 def _env(f: EnvFacts) -> tuple[str, list[Table]]:
     launch = f.launch
-    workers = "?" if launch.num_workers is None else str(launch.num_workers)
-    heading = f"{f.arch}, {plural(f.cpu.usable, 'usable CPU')}, {launch.nproc_per_node} ranks x {workers} workers"
+    workers = "" if launch.num_workers is None else f" x {plural(launch.num_workers, 'worker')}"
+    heading = f"{f.arch}, {plural(f.cpu.usable, 'usable CPU')}, {plural(launch.nproc_per_node, 'rank')}{workers}"
     quota = f", cgroup quota {f.cpu.quota:g}" if f.cpu.quota else ""
     spy = f"{f.py_spy.path} ({f.py_spy.version})" if f.py_spy.version else (f.py_spy.error or "not found")
     shm = ("not mounted" if f.shm.total_bytes is None

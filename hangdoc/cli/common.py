@@ -150,7 +150,21 @@ def write_html(report: Report, path: Path | None) -> None:
 
 
 def default_out() -> Path:
-    return Path(f"hangdoc-{time.strftime('%Y%m%d-%H%M%S')}.json.zst")
+    """The bundle's name when no --out is given: in the current directory, or where no file can be
+    made there (a read-only checkout, another user's directory) in the system's temporary
+    directory, said in one line. An --out the user gives is theirs: its failure stays an error."""
+    import tempfile
+
+    from hangdoc.base.outputs import unwritable
+
+    name = f"hangdoc-{time.strftime('%Y%m%d-%H%M%S')}.json.zst"
+    why = unwritable(Path("."))
+    if why is None:
+        return Path(name)
+    out = Path(tempfile.gettempdir()) / name
+    print(f"hangdoc: the current directory cannot be written ({why}); the bundle will be saved to {out}",
+          file=sys.stderr)
+    return out
 
 
 def save_or_say(bundle: Bundle, out: Path, digest: NodeDigest | None) -> bool:

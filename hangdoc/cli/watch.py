@@ -27,7 +27,9 @@ def watch(
     job: bool = typer.Option(False, "--job", help="Find the job on this node, no pid needed (what a cluster's "
                              "launcher runs on every node); with several jobs here, name one: --job RUN_ID."),
     once: bool = typer.Option(False, "--once", help="Capture one snapshot, write the bundle and exit."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to save the bundle (default ./hangdoc-<time>.json.zst; a name ending in .json writes plain JSON)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to save the bundle (default ./hangdoc-<time>.json.zst, "
+                                       "or in the temporary directory where . cannot be written; a name ending in .json "
+                                       "writes plain JSON)."),
     interval: float = interval_option(),
     hang_after: Optional[float] = hang_after_option(),
     timeout: Optional[float] = timeout_option("Stop watching after this many seconds (exit 0 if nothing was found)."),

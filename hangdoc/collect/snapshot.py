@@ -160,15 +160,17 @@ def _read_proc(procfs: ProcFS, pid: int, full: bool = True, links: tuple[int, ..
 
 
 def refine_job(job: Job, dumps: dict[int, Dump | StackError]) -> Job:
-    """Confirm DataLoader workers from their stacks; other Python children become CHILD."""
+    """Confirm DataLoader workers from their stacks; other Python children become CHILD. A child
+    still starting (its target not yet called) stays a WORKER, to be read again next round."""
     changed = False
     infos: list[ProcessInfo] = []
     for info in job.processes:
         dump = dumps.get(info.pid)
         if info.role is Role.WORKER and isinstance(dump, Dump):
             main = dump.stack.main
-            names = {f.name for f in main.frames} if main else set()
-            if "_worker_loop" not in names:
+            frames = main.frames if main else ()
+            names = {f.name for f in frames}
+            if "_worker_loop" not in names and not still_starting(frames):
                 info = dataclasses.replace(info, role=Role.CHILD)
                 changed = True
             elif dump.worker_id is not None and info.worker_index is None:
@@ -177,3 +179,17 @@ def refine_job(job: Job, dumps: dict[int, Dump | StackError]) -> Job:
                 changed = True
         infos.append(info)
     return dataclasses.replace(job, processes=tuple(infos)) if changed else job
+
+
+# Where multiprocessing starts a child: a forked one holds a copy of its parent's frames down to
+# `Popen._launch` until it calls its target; a spawned one imports the job's modules first.
+_START_FILES = frozenset({"multiprocessing/popen_fork.py", "multiprocessing/spawn.py",
+                          "multiprocessing/forkserver.py", "multiprocessing/process.py"})
+
+
+def still_starting(frames) -> bool:
+    """A multiprocessing child that has not called its target yet (no `BaseProcess.run` on its
+    stack): what it is cannot be told from its stack until it does."""
+    mp = [f for f in frames if f.short_filename in _START_FILES]
+    return bool(mp) and not any(f.short_filename == "multiprocessing/process.py"
+                                and f.name.rsplit(".", 1)[-1] == "run" for f in mp)

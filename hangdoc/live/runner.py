@@ -37,24 +37,61 @@ SINGLE_AFTER_S = 2.0
 LAUNCHER_SINGLE_AFTER_S = 120.0
 
 
+# What torchrun's launcher raises when it is sent SIGTERM: the last line of the traceback it prints
+# as hangdoc ends the job, which is the teardown, not the job's failure.
+SIGNAL_EXCEPTION = "SignalException: Process "
+
+
 class OutputTail:
-    """Copies the job's output to `sink` line by line and keeps the last lines, redacted."""
+    """Copies the job's output to `sink` line by line and keeps the last lines, redacted.
+
+    Once hangdoc ends the job (`ending`), a traceback that ends in the launcher's SignalException
+    is held back from both: it says hangdoc's SIGTERM arrived, and a CI log would read it as the
+    job's failure. Any other traceback is shown when it ends (or the output does)."""
 
     def __init__(self, stream, sink: TextIO, max_lines: int = TAIL_LINES):
         self.lines: deque[str] = deque(maxlen=max_lines)
+        self.left_out = 0                 # lines of the launcher's teardown traceback held back
+        self._sink = sink
         self._redact = LineRedactor()
-        self._thread = threading.Thread(target=self._pump, args=(stream, sink), daemon=True)
+        self._ending = False
+        self._held: list[str] = []
+        self._thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
         self._thread.start()
 
-    def _pump(self, stream, sink: TextIO) -> None:
+    def ending(self) -> None:
+        """hangdoc is about to end the job: what its launcher prints of the SIGTERM is teardown."""
+        self._ending = True
+
+    def say_ended(self) -> None:
+        """The one line that takes the teardown traceback's place."""
+        gone = f"; its launcher's SignalException traceback ({self.left_out} lines) is left out" if self.left_out else ""
+        self._write(f"hangdoc: the job was ended by hangdoc, not by a failure of its own{gone}\n")
+
+    def _pump(self, stream) -> None:
         for raw in iter(stream.readline, b""):
             text = raw.decode("utf-8", "replace")
-            try:
-                sink.write(text)
-                sink.flush()
-            except (OSError, ValueError):
-                pass
-            self.lines.append(self._redact(text.rstrip("\n")))
+            if self._ending and (self._held or text.startswith("Traceback (most recent call last):")):
+                self._held.append(text)
+                if SIGNAL_EXCEPTION in text:
+                    self.left_out += len(self._held)
+                    self._held = []
+                continue
+            self._keep(text)
+        held, self._held = self._held, []
+        for text in held:          # a traceback of something else, cut short by the end of the output
+            self._keep(text)
+
+    def _keep(self, text: str) -> None:
+        self._write(text)
+        self.lines.append(self._redact(text.rstrip("\n")))
+
+    def _write(self, text: str) -> None:
+        try:
+            self._sink.write(text)
+            self._sink.flush()
+        except (OSError, ValueError):
+            pass
 
     def logs(self) -> tuple[LogTail, ...]:
         return (LogTail(source="<output of the command>", lines=tuple(self.lines)),) if self.lines else ()
@@ -93,8 +130,13 @@ def run_command(cmd: list[str], options: WatchOptions, probes, sink: TextIO,
         _hold_signals()                  # a second one must not lose the job's end or the report
         interrupted = getattr(exc, "exit_code", EXIT_SIGINT)
     finally:
+        ended_here = popen.poll() is None
+        if ended_here:
+            tail.ending()
         interrupted = _stop(job, popen, interrupted)
         tail.join()
+        if ended_here:
+            tail.say_ended()
     if interrupted is not None:
         ending = End(Ending.INTERRUPTED, signal_exit=interrupted, returncode=popen.returncode, run=True)
         outcome = (watcher.stopped(interrupted, ending) if watcher is not None else None) or \

@@ -189,7 +189,12 @@ class Lane:
     rank_set: str | None = None    # a class's ranks, as RankReport.rank_set
     rank_count: int = 1
     worker: int | None = None      # a lane in `workers`: the worker's DataLoader index, when known
-    workers: tuple[Lane, ...] = ()   # a rank's workers' lanes
+    workers: tuple[Lane, ...] = ()   # a rank's live and dead workers' lanes
+    # Its retired workers' lanes (ended with their epoch, their loader or their rank), the latest
+    # few, and how many there were: drawn folded, apart from the workers that matter now.
+    retired: tuple[Lane, ...] = ()
+    retired_count: int = 0
+    retired_earlier: bool = True   # every retired worker is of an earlier generation than the newest
     # The start of the ranks it belongs to, in a job its launcher restarted (0: the first start);
     # None: the job was never restarted. The earlier starts' lanes follow the newest one's.
     generation: int | None = None

@@ -21,11 +21,15 @@ _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud
 # Outside code, Markdown prose escapes only what could make markup of a job's text: a `<` that
 # could open an HTML tag, comment, declaration or autolink (`<-` stays), a `]` that could close a
 # link, an image or a link definition (`](`, `][`, `]:`: `[judged from frames]` stays), a backslash
-# that would escape what follows it, and a backtick that opens no code span of ours.
+# that would escape what follows it, and a backtick that opens no code span of ours. Emphasis too:
+# every `*` and `~`, and an `_` run unless letters or digits stand on both sides of it (`__next__`
+# after a dot is bold on GitHub; `try_get_data` never is).
 _TAG_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
 _LINK_CLOSE = re.compile(r"\](?=[(\[:])")
 _ESCAPING = re.compile(r"\\(?=[!-/:-@\[-`{-~]|$)")
 _TICKS = re.compile(r"`+")
+_EMPHASIS = re.compile(r"[*~]|_+")
+_WORDLIKE = re.compile(r"[^\W_]")
 
 
 def _visible(match: re.Match) -> str:
@@ -79,8 +83,17 @@ def md_text(text: str | None) -> str:
 
 def _prose(text: str) -> str:
     text = _ESCAPING.sub(r"\\\\", text)
+    text = _EMPHASIS.sub(_no_emphasis, text)
     text = _TAG_OPEN.sub("&lt;", text)
     return _LINK_CLOSE.sub(r"\\]", text).replace("`", "\\`")
+
+
+def _no_emphasis(match: re.Match) -> str:
+    run, text = match.group(0), match.string
+    start, end = match.span()
+    if run[0] == "_" and _WORDLIKE.match(text[start - 1:start] or " ") and _WORDLIKE.match(text[end:end + 1] or " "):
+        return run
+    return "".join("\\" + c for c in run)
 
 
 def md_span(code: str) -> str:

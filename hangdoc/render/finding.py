@@ -28,7 +28,7 @@ class Look:
     `heading`: a heading line with the ranks and the title under it, the whole heading in the
     severity's colour (check); else one line, severity, slug and title, only the severity word in
     colour (the report). In Markdown the heading is a `###` section saying "rank 3" / "ranks 0-3";
-    the one-line form says "ranks" whatever the count and trims its evidence lines.
+    the one-line form names them the same way, in brackets, and trims its evidence lines.
     """
 
     heading: bool
@@ -75,7 +75,7 @@ def finding_markdown(f: Finding, look: Look = REPORT, snippet: str | None = None
         lines = [f"### {f.severity.value.upper()} `{md_code(f.rule)}`{ranks}", "", md_text(f.title)]
         evidence = [f"- {md_text(e)}" for e in shown_evidence(f, look.max_evidence)]
     else:
-        ranks = f" (ranks {rank_ranges(f.ranks)})" if f.ranks else ""
+        ranks = f" ({shown_ranks(f.ranks)})" if f.ranks else ""
         lines = [f"**{f.severity.value}** `{md_code(f.rule)}`{ranks}: {md_text(f.title)}"]
         evidence = [f"- {md_text(e).strip()}" for e in shown_evidence(f, look.max_evidence)]
     lines += ["", *evidence, "", f"**Fix:** {md_text(f.fix)}"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hangdoc.base.words import cut, rank_label
+from hangdoc.base.words import cut, plural, rank_label
 from hangdoc.model import Lane, Report, Span, Verdict
 from hangdoc.render.escape import html_text as h
 from hangdoc.render.template import fill, template_text
@@ -77,7 +77,7 @@ class Scale:
 
 def watch_end(lanes: tuple[Lane, ...]) -> float:
     """Seconds from the first sample to the last any lane was read at."""
-    ends = [s.end_s for lane in lanes for each in (lane, *lane.workers) for s in each.spans[-1:]]
+    ends = [s.end_s for lane in lanes for each in (lane, *lane.workers, *lane.retired) for s in each.spans[-1:]]
     return max(ends, default=0.0)
 
 
@@ -91,10 +91,10 @@ def timeline_html(report: Report) -> str:
         onset = end - report.detected_after_s
         onset = max(0.0, onset) if onset > -0.1 else onset    # detected_after_s is rounded to 0.1 s
     scale = Scale(end, onset, tuple(mark.at_s for mark in report.restarts))
-    states = {s.state for lane in report.lanes for each in (lane, *lane.workers) for s in each.spans}
+    states = {s.state for lane in report.lanes for each in (lane, *lane.workers, *lane.retired) for s in each.spans}
     watched = (f"over the {end:.1f} s hangdoc watched (0 s: its first sample)" if end > 0
                else "at the one sample hangdoc read")
-    gone = any(scale.at_verdict(each) for lane in report.lanes for each in (lane, *lane.workers))
+    gone = any(scale.at_verdict(each) for lane in report.lanes for each in (lane, *lane.workers, *lane.retired))
     out = ["<section id=\"timeline\">", "<h2>Timeline</h2>",
            f"<p class=\"caption\">Each rank's main thread {watched}, its DataLoader workers folded under it. "
            "Ticks above a lane: the rank's loop stepped."
@@ -185,6 +185,15 @@ def _rank_block(lane: Lane, scale: Scale, earlier: bool = False) -> str:
         out.append(f"<details class=\"workers\"{' open' if lane.culprit else ''}><summary>{count} DataLoader "
                    f"worker{'s' if count != 1 else ''} of rank {h(rank_label(lane.rank))}</summary>")
         out += [_lane_row(w, scale, worker=True) for w in lane.workers]
+        out.append("</details>")
+    if lane.retired_count:
+        # Workers of ended epochs matter less than the ones a rank has now: one folded row, closed.
+        rank = h(rank_label(lane.rank))
+        whose = f"of rank {rank}'s earlier epochs" if lane.retired_earlier else f"of rank {rank}, ended with their loader or rank"
+        drawn = "" if len(lane.retired) == lane.retired_count else f" (the latest {len(lane.retired)} drawn)"
+        out.append(f"<details class=\"workers retired\"><summary>{plural(lane.retired_count, 'retired worker')} "
+                   f"{whose}{drawn}</summary>")
+        out += [_lane_row(w, scale, worker=True) for w in lane.retired]
         out.append("</details>")
     out.append("</div>")
     return "\n".join(out)

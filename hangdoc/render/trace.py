@@ -27,7 +27,7 @@ def trace_events(report: Report) -> list[dict]:
     events: list[dict] = []
     for index, lane in enumerate(report.lanes):
         events += _lane_events(lane, index + 1, index)
-    end = max((s.end_s for lane in report.lanes for each in (lane, *lane.workers) for s in each.spans[-1:]),
+    end = max((s.end_s for lane in report.lanes for each in (lane, *lane.workers, *lane.retired) for s in each.spans[-1:]),
               default=0.0)
     first_pid = 1 if report.lanes else 0
     if report.detected_after_s is not None:
@@ -58,14 +58,20 @@ def _lane_events(lane: Lane, pid: int, order: int) -> list[dict]:
     events += _counter("main thread CPU %", "cpu", lane.cpu_pct, pid)
     events += _counter("GPU utilization %", "util", lane.gpu_util_pct, pid)
     events += _counter("GPU power W", "power", lane.gpu_power_w, pid)
-    for n, worker in enumerate(lane.workers):
+    for n, worker in enumerate(worker_lanes(lane)):
         tid = MAIN_TID + 1 + n
         index = worker.worker if worker.worker is not None else "?"
-        events += [_meta("thread_name", pid, tid, name=f"DataLoader worker {index}, pid {worker.pid}"),
+        retired = " (retired)" if worker in lane.retired else ""
+        events += [_meta("thread_name", pid, tid, name=f"DataLoader worker {index}{retired}, pid {worker.pid}"),
                    _meta("thread_sort_index", pid, tid, sort_index=1 + n)]
         events += _slices(worker, pid, tid, "worker")
         events += _counter(f"worker {index} (pid {worker.pid}) CPU %", "cpu", worker.cpu_pct, pid)
     return events
+
+
+def worker_lanes(lane: Lane) -> list[Lane]:
+    """The rank's workers, live, dead and retired alike, in the order they were first seen."""
+    return sorted((*lane.workers, *lane.retired), key=lambda w: (w.spans[0].start_s if w.spans else 0.0, w.worker or 0))
 
 
 def _meta(kind: str, pid: int, tid: int, **args) -> dict:

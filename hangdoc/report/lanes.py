@@ -11,14 +11,15 @@ import dataclasses
 from collections.abc import Sequence
 
 from hangdoc.analyze.diagnose import Diagnosis, RankView
+from hangdoc.analyze.workers import Fate, workers_of_rank
 from hangdoc.analyze.progress import step_times
 from hangdoc.analyze.restarts import restarts_of
 from hangdoc.analyze.timeline import Point, Timeline, timelines
 from hangdoc.base.words import rank_ranges
-from hangdoc.model import Bundle, Lane, RankState, RestartMark, Role, Span, WorkerState
+from hangdoc.model import Bundle, Lane, RankState, RestartMark, Span, WorkerState
 
 MAX_LANES = 64          # as the ranks table: past it, the culprits and the first others
-MAX_WORKERS = 16        # per rank: the latest to start (a new epoch forks new ones)
+MAX_WORKERS = 16        # per rank, live and dead, and again retired: the latest to start (a new epoch forks new ones)
 MAX_SPANS = 200         # per lane: past it, the lane is read in MAX_SPANS equal slots
 MAX_POINTS = 300        # per series, and step ticks per lane
 MAX_DETAILS = 3         # functions named in a span's detail
@@ -79,8 +80,17 @@ def restart_marks(bundle: Bundle) -> tuple[RestartMark, ...]:
 
 def _rank_lane(bundle: Bundle, view: RankView, lines: dict[int, Timeline], first: float, culprit: bool) -> Lane:
     line = lines[view.info.pid]
-    workers = [w for w in bundle.job.children_of(view.info.pid) if w.role is Role.WORKER and w.pid in lines]
-    workers = sorted(workers, key=lambda w: (lines[w.pid].points[0].time, w.worker_index or 0))[-MAX_WORKERS:]
+    fates = workers_of_rank(bundle, view.info.pid, lines).workers
+    newest = max((f.generation for f in fates), default=0)
+
+    def latest(chosen) -> list:
+        return sorted(chosen, key=lambda f: (lines[f.pid].points[0].time, f.info.worker_index or 0))[-MAX_WORKERS:]
+
+    def worker_lane(w) -> Lane:
+        return Lane(rank=view.info.rank, pid=w.info.node_pid, spans=spans(lines[w.pid].points, first),
+                    cpu_pct=_downsampled(_cpu(lines[w.pid].points, first, main=False)), worker=w.info.worker_index)
+
+    retired = [f for f in fates if f.fate is Fate.RETIRED]
     util, power = _gpu(bundle, view.info.pid, first)
     return Lane(
         rank=view.info.rank, pid=view.info.node_pid, spans=spans(line.points, first),
@@ -90,10 +100,10 @@ def _rank_lane(bundle: Bundle, view: RankView, lines: dict[int, Timeline], first
         culprit=culprit,
         rank_set=rank_ranges(view.members) if len(view.members) > 1 else None,
         rank_count=view.count,
-        workers=tuple(Lane(rank=view.info.rank, pid=w.node_pid, spans=spans(lines[w.pid].points, first),
-                           cpu_pct=_downsampled(_cpu(lines[w.pid].points, first, main=False)),
-                           worker=w.worker_index)
-                      for w in workers),
+        workers=tuple(worker_lane(w) for w in latest(f for f in fates if f.fate is not Fate.RETIRED)),
+        retired=tuple(worker_lane(w) for w in latest(retired)),
+        retired_count=len(retired),
+        retired_earlier=all(f.generation < newest for f in retired),
     )
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from hangdoc.base.words import plural
 from hangdoc.model import Finding, RankState, Severity, SlowKind, Verdict
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import live_workers, worker_habit
@@ -75,8 +76,8 @@ def check(ctx: Context) -> list[Finding]:
     workers = max(per_rank, default=0)
     cores = ctx.bundle.host.cpu_count
     if len(set(per_rank)) <= 1:
-        evidence.append(f"{workers} DataLoader worker(s) per rank x {nranks} rank(s) = {sum(per_rank)} workers "
-                        f"on a {cores}-core host")
+        evidence.append(f"{plural(workers, 'DataLoader worker')} per rank x {plural(nranks, 'rank')} = "
+                        f"{plural(sum(per_rank), 'worker')} on a {cores}-core host")
     else:
         counts = ", ".join(f"rank {r.rank} {n}" for r, n in zip(ctx.bundle.job.ranks, per_rank))
         evidence.append(f"DataLoader workers: {counts} = {sum(per_rank)} workers on a {cores}-core host")
@@ -96,9 +97,10 @@ def check(ctx: Context) -> list[Finding]:
                 "past the core count too); packing the small files into tar shards read in order, or "
                 "caching them on a local disk, removes a wait per file.")
     elif room > workers:
-        here = f" Here: {workers} worker(s) per rank and {room} cores per rank: try num_workers={room}."
+        here = f" Here: {plural(workers, 'worker')} per rank and {room} cores per rank: try num_workers={room}."
     else:
-        here = (f" Here: {workers} worker(s) per rank already use the {cores} cores; more workers will "
+        here = (f" Here: {plural(workers, 'worker')} per rank {'already uses' if workers == 1 else 'already use'} "
+                f"the {cores} cores; more workers will "
                 "not help: make each sample cheaper (cache features, pack short clips into shards).")
     ranks = [rank for rank, _, _ in starved]
     low, high = min(w / a for _, w, a in starved), max(w / a for _, w, a in starved)

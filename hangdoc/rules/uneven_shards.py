@@ -7,7 +7,7 @@ from hangdoc.model import DataListCopy, Finding, OpenFile, Role, Severity, Verdi
 from hangdoc.rules.snippets import JOIN_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import basename, frames_line, latest_frames, live_workers, samples_of
-from hangdoc.base.words import mb
+from hangdoc.base.words import mb, plural
 
 # Where a rank that left its data loop waits: the end-of-epoch sync, Join, the next epoch's start.
 LEFT_LOOP = ("barrier", "monitored_barrier", "Join.__exit__", "join hook", "DDP join hook",
@@ -85,7 +85,7 @@ def _partition_lines(copy: DataListCopy, world: int, workers: int) -> list[str]:
     n, readers = len(copy.entries), world * workers
     split = classic_split(n, world, workers)
     more = " (first entries only)" if copy.truncated else ""
-    lines = [f"{copy.path} lists {n} {copy.kind} entries{more} for {world} ranks x {workers} workers = "
+    lines = [f"{copy.path} lists {n} {copy.kind} entries{more} for {plural(world, 'rank')} x {plural(workers, 'worker')} = "
              f"{readers} readers: " + ("a multiple, equal counts" if n % readers == 0
                                        else f"{n} % {readers} = {n % readers}, so some readers get one less")]
     for rank, shares in enumerate(split):
@@ -134,7 +134,8 @@ def check(ctx: Context) -> list[Finding]:
             if theirs:
                 evidence.append(f"rank {other.info.rank}'s workers hold open: {', '.join(theirs)}")
         listing = data_list(view.info.cmdline)
-        split = f"{world} ranks x {workers} workers = {world * workers}" if workers else f"{world} ranks"
+        split = (f"{plural(world, 'rank')} x {plural(workers, 'worker')} = {world * workers}" if workers
+                 else plural(world, "rank"))
         copy = _copy_of(ctx, listing)
         if copy is not None and workers:
             evidence.extend(_partition_lines(copy, world, workers))

@@ -161,14 +161,15 @@ def test_the_page_has_a_lane_per_rank_the_culprit_marked(name):
     lanes = rank_lanes(doc)
     newest = max((lane.generation for lane in report.lanes if lane.generation is not None), default=None)
     assert [a["data-rank"] for a in lanes] == [str(lane.rank) for lane in report.lanes if lane.generation == newest]
-    assert len(rank_lanes(doc, "worker")) == sum(len(lane.workers) for lane in report.lanes)
+    assert len(rank_lanes(doc, "worker")) == sum(len(lane.workers) + len(lane.retired) for lane in report.lanes)
     # AND the culprit's lane is marked, in a class and in words
     marked = {a["data-rank"] for a in lanes if "culprit" in a["class"].split()}
     assert marked == {str(lane.rank) for lane in report.lanes if lane.culprit}
     assert all(a["data-culprit"] == ("true" if a["data-rank"] in marked else "false") for a in lanes)
     assert doc.all_text.count("CULPRIT") == len(marked)
     # AND every span is drawn
-    assert len(doc.with_class("span")) == sum(len(e.spans) for lane in report.lanes for e in (lane, *lane.workers))
+    assert len(doc.with_class("span")) == sum(len(e.spans) for lane in report.lanes
+                                              for e in (lane, *lane.workers, *lane.retired))
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hangdoc.bundle.files import load_bundle
-from hangdoc.render.trace import report_trace, us
+from hangdoc.render.trace import report_trace, us, worker_lanes
 from hangdoc.render.words import headline
 from hangdoc.report import build_report
 
@@ -48,15 +48,15 @@ def test_a_process_per_rank_with_its_states_steps_and_counters(name):
         # AND each span is a complete slice on the main thread or its worker's thread, in microseconds
         slices = of(events, "X", pid)
         assert [(e["name"], e["ts"], e["ts"] + e["dur"]) for e in slices] == [
-            (s.state, us(s.start_s), us(s.end_s)) for each in (lane, *lane.workers) for s in each.spans]
+            (s.state, us(s.start_s), us(s.end_s)) for each in (lane, *worker_lanes(lane)) for s in each.spans]
         assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in slices)
         threads = {e["tid"] for e in of(events, "M", pid) if e["name"] == "thread_name"}
-        assert {e["tid"] for e in slices} <= threads and len(threads) == 1 + len(lane.workers)
+        assert {e["tid"] for e in slices} <= threads and len(threads) == 1 + len(worker_lanes(lane))
         # AND each step an instant, each CPU or GPU reading a counter
         assert [e["ts"] for e in of(events, "i", pid) if e["name"] == "step"] == [us(t) for t in lane.steps]
         counters = of(events, "C", pid)
         assert len(counters) == (len(lane.cpu_pct) + len(lane.gpu_util_pct) + len(lane.gpu_power_w)
-                                 + sum(len(w.cpu_pct) for w in lane.workers))
+                                 + sum(len(w.cpu_pct) for w in worker_lanes(lane)))
     # AND the verdict is a global instant, the report's headline beside the events
     verdicts = [e for e in of(events, "i") if e["s"] == "g" and e["name"].startswith("verdict")]
     assert len(verdicts) == 1 and verdicts[0]["args"]["culprit_ranks"] == list(report.culprit_ranks)

@@ -129,9 +129,9 @@ def test_gpu_starved_counts_the_workers_each_rank_has_now():
     # GIVEN the same job (its ranks wait on data in every sample: starved)
     [starved] = rules(epochs_job())["gpu-starved"]
     # THEN it counts the 2 live workers per rank, not the 20 each rank forked over 10 epochs
-    assert "2 DataLoader worker(s) per rank x 2 rank(s) = 4 workers on a 2-core host" in starved.evidence
+    assert "2 DataLoader workers per rank x 2 ranks = 4 workers on a 2-core host" in starved.evidence
     assert sum("% of a core busy" in e for e in starved.evidence) == 4
-    assert "2 worker(s) per rank" in starved.fix
+    assert "2 workers per rank" in starved.fix
 
 
 def test_a_validation_loaders_workers_end_with_their_pass():
