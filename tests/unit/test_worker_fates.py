@@ -222,14 +222,15 @@ def test_the_live_view_of_2_ranks_after_10_epochs_fits_an_80x24_terminal(monkeyp
     make_console(out, 80, terminal=True).print(live_table(report, 80, now="12:00:00"))
     lines = [line.rstrip() for line in out.getvalue().splitlines()]
     # THEN both ranks show with their 2 live workers each, and nothing else; every sample finds
-    # them waiting on their data, so the job is slow, data-bound, and each row says how much
+    # them waiting on their data, so the job is slow, data-bound, and each row says how much; the
+    # header gives up the clock before the pace, a frame the middle of its name before file:line
     assert lines == [
-        "hangdoc watching 2 ranks · sample 30 · 12:00:00 · steps up to 2.0 s · quiet 0 s…",
+        "hangdoc · 2 ranks · sample 30 · steps up to 2.0 s · quiet 0 s of 10 s (learned)",
         "RANK  STATE            FOR  PROGRESS   TOP FRAME",
-        "0     dataloader-wait  58s  data 100%  _MultiProcessingDataLoaderIter._try_get_…",
+        "0     dataloader-wait  58s  data 100%  _MultiPr…_get_data (…/dataloader.py:1251)",
         " w0   idle                             Queue.get (multiprocessing/queues.py:113)",
         " w1   idle                             Queue.get (multiprocessing/queues.py:113)",
-        "1     dataloader-wait  58s  data 100%  _MultiProcessingDataLoaderIter._try_get_…",
+        "1     dataloader-wait  58s  data 100%  _MultiPr…_get_data (…/dataloader.py:1251)",
         " w0   idle                             Queue.get (multiprocessing/queues.py:113)",
         " w1   idle                             Queue.get (multiprocessing/queues.py:113)",
     ]
