@@ -241,3 +241,60 @@ def test_without_gpu_readings_the_report_says_the_sync_was_read_as_a_wait():
     assert report.verdict == Verdict.HANG and report.culprit_ranks == (5,)
     straggler = next(f for f in report.findings if f.rule == "collective-straggler")
     assert any("no GPU was read" in line and "read as a wait" in line for line in straggler.evidence)
+
+
+# --- the same through the real NVML bindings, against the fake libnvidia-ml (one GPU per rank) -----
+
+@pytest.fixture
+def nvml_of(fake_nvml_lib, tmp_path, monkeypatch):
+    """GPU states read by hangdoc's NVML sampler from the fake library, one device per line given;
+    pynvml's module globals are restored afterwards."""
+    import pynvml
+
+    from hangdoc.collect.gpu import sample_gpus
+
+    saved = (pynvml.nvmlLib, dict(pynvml._nvmlGetFunctionPointer_cache), pynvml._nvmlLib_refcount)
+    pynvml.nvmlLib, pynvml._nvmlLib_refcount = None, 0
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+
+    def read(devices: list[str]) -> GpuState:
+        path = tmp_path / "fake_nvml.conf"
+        path.write_text("driver=580.1\n" + "\n".join(devices) + "\n")
+        monkeypatch.setenv("FAKE_NVML_CONFIG", str(path))
+        return sample_gpus(library_path=str(fake_nvml_lib))
+
+    yield read
+    pynvml.nvmlLib, pynvml._nvmlLib_refcount = saved[0], saved[2]
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    pynvml._nvmlGetFunctionPointer_cache.update(saved[1])
+
+
+def nvml_line(index: int, pid: int, util: int, mem_util: int, power_w: int) -> str:
+    return (f"device name=NVIDIA-H100 uuid=GPU-{index} util={util} mem_util={mem_util} mem_total=85520809984 "
+            f"mem_used=32212254720 power_mw={power_w * 1000} power_limit_mw=700000 sm_clock=1980 "
+            f"sm_clock_max=1980 pids={pid}:32212254720")
+
+
+@pytest.mark.parametrize("busy, idle", [(5, None), (None, 3)])
+def test_eight_gpus_read_through_nvml_tell_the_rank_that_works(nvml_of, busy, idle):
+    # GIVEN eight ranks at .item(), their GPUs read through the real bindings: seven spinning at
+    # 100 % and 125 W, and either one busy at full power (a kernel that never ends) or one idle
+    bundle = eight_ranks_at_item(lambda r: (100, 125.0, 0))
+    pids = {p.rank: p.pid for p in bundle.job.ranks}
+
+    def reading(rank: int) -> tuple[int, int, int]:
+        return (99, 23, 690) if rank == busy else (0, 0, 70) if rank == idle else (100, 0, 125)
+
+    state = nvml_of([nvml_line(r, pids[r], *reading(r)) for r in range(8)])
+    assert state.available and len(state.devices) == 8
+    bundle = dataclasses.replace(bundle, samples=tuple(dataclasses.replace(s, gpu=state) for s in bundle.samples))
+    # WHEN judged
+    report = judge(bundle).report
+    # THEN the busy rank computes on its GPU and is the culprit; an idle GPU at the same sync is no work
+    assert report.verdict == Verdict.HANG
+    if busy is not None:
+        assert report.culprit_ranks == (busy,)
+        assert next(r for r in report.ranks if r.rank == busy).state == RankState.COMPUTE
+    else:
+        assert all(r.state == RankState.COLLECTIVE for r in report.ranks)
+        assert next(r for r in report.ranks if r.rank == idle).gpu.activity == GpuActivity.IDLE
