@@ -255,6 +255,7 @@ def _spawned(table: "_Table", pid: int, known: dict[int, ProcessInfo],
             break
         launcher = parent
     clues: dict[int, RankClue] = {}
+    unread: list[int] = []
     for child in sorted(table.children.get(launcher, ())):
         if not _mp_child(table, child, launcher):
             continue
@@ -269,6 +270,15 @@ def _spawned(table: "_Table", pid: int, known: dict[int, ProcessInfo],
         clue = stack_ranks(child, started)
         if isinstance(clue, RankClue) and not is_worker(clue):
             clues[child] = clue
+        elif clue is None:
+            unread.append(child)
+    # One child whose stack said nothing (stopped, or a stack py-spy could not read) beside ranks that
+    # leave one rank of the world size unclaimed: that rank is it (a stopped rank is a culprit to name).
+    size = max((c.world_size for c in clues.values() if c.world_size), default=None)
+    missing = sorted(set(range(size)) - {c.rank for c in clues.values()}) if size else []
+    if len(unread) == 1 and len(missing) == 1:
+        clues[unread[0]] = RankClue(missing[0], size, f"the one rank of {size} its siblings' stacks leave unclaimed "
+                                                      "(its own stack could not be read)")
     return (launcher if clues else None), clues
 
 

@@ -79,6 +79,16 @@ def test_an_mp_spawn_job_is_found_from_any_of_its_pids(spawn_job, pid):
     assert 101 not in {p.pid for p in job.processes}
 
 
+def test_a_spawned_rank_whose_stack_cannot_be_read_takes_the_rank_its_siblings_leave(spawn_job):
+    # GIVEN the mp.spawn job whose rank 1 is stopped (SIGSTOP): its stack cannot be read
+    procfs, stacks = spawn_job
+    # WHEN the job is looked for from the stopped rank's pid
+    job = find_job(120, procfs, stack_ranks=lambda pid, start=None: None if pid == 120 else stacks(pid))
+    # THEN it is rank 1, the rank rank 0's world size of 2 leaves, and the report can say so
+    assert [(r.pid, r.rank) for r in job.ranks] == [(110, 0), (120, 1)]
+    assert "unclaimed" in job.ranks[1].rank_source
+
+
 def test_a_python_process_with_dataloader_workers_alone_is_no_job(tmp_path):
     # GIVEN a single-process training whose DataLoader workers are its multiprocessing children
     proc = FakeProc(tmp_path)
