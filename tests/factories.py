@@ -206,3 +206,64 @@ def save_node(bundle: Bundle, path: str | Path) -> Path:
     from hangdoc.bundle.files import save_bundle
 
     return save_bundle(bundle, path, node_digest(bundle) if bundle.samples else None)
+
+
+# --- crafted but legal bundles that once cost minutes or gigabytes (issue 35, item 9) ----------------
+
+
+def _golden(name: str = "barrier-mismatch") -> dict:
+    return json.loads((Path(__file__).resolve().parent / "golden" / name / "bundle.json").read_text())
+
+
+def crowded_v1_bundle(ranks: int = 200_000) -> bytes:
+    """A v1 bundle of `ranks` rank processes, one sample each, zstd-compressed (200,000: 1 MB, 226 MB
+    of JSON; `report` took 77 s and 1.66 GB)."""
+    import msgspec
+    import zstandard
+
+    bundle = _golden()
+    rank = next(p for p in bundle["job"]["processes"] if p["role"] == "rank")
+    sample = next(s for s in bundle["samples"][-1]["processes"] if s["pid"] == rank["pid"])
+    main = next(t for t in sample["stack"]["threads"] if t["name"] == "MainThread")
+    lean = {k: v for k, v in rank.items() if k not in ("env", "libs")}
+    stack = dict(sample["stack"], threads=[main])
+    procs = [dict(lean, pid=10_000 + r, ppid=1, rank=r, local_rank=0, group_rank=r, world_size=ranks, cmdline=["python"])
+             for r in range(ranks)]
+    samples = [{"pid": p["pid"], "alive": True, "proc": None, "stack": stack} for p in procs]
+    crowded = dict(bundle, job=dict(bundle["job"], world_size=ranks, processes=procs),
+                   samples=[dict(bundle["samples"][-1], processes=samples)], logs=[])
+    return zstandard.ZstdCompressor(level=3).compress(msgspec.json.encode(crowded))
+
+
+def deep_stack_bundle(frames: int = 200_000, ranks: int = 2_000) -> bytes:
+    """A v2 bundle whose one stack, `frames` deep, is named by `ranks` ranks in two samples, zstd-
+    compressed (200,000 x 2,000: 18 KB; `report` ran past 90 s)."""
+    import zstandard
+
+    from hangdoc.bundle import codec
+    from hangdoc.bundle.files import bundle_from_json
+
+    bundle = bundle_from_json(json.dumps(_golden()))
+    doc = json.loads(codec.encode(bundle))
+    body = doc["bundle"]
+    rank = next(p for p in body["job"]["processes"] if p["role"] == "rank")
+    sample = next(s for s in body["samples"][-1]["processes"] if s["pid"] == rank["pid"])
+    doc["frames"] = doc["frames"][:1]
+    doc["stacks"] = [{"threads": [{"tid": 1, "name": "MainThread", "active": True, "owns_gil": True,
+                                   "frames": [0] * frames}], "native": False, "took_s": 0.01}]
+    procs = [dict(rank, pid=10_000 + r, ppid=1, rank=r, local_rank=r % 8, group_rank=r // 8, world_size=ranks, env={})
+             for r in range(ranks)]
+    body["job"] = dict(body["job"], world_size=ranks, processes=procs)
+    body["samples"] = [dict(s, processes=[dict(sample, pid=p["pid"], stack=0) for p in procs])
+                       for s in body["samples"][-2:]]
+    return zstandard.ZstdCompressor(level=19).compress(json.dumps(doc, separators=(",", ":")).encode())
+
+
+def far_apart_bundle(span: float = 1e11) -> bytes:
+    """A v1 bundle whose samples run from -`span` to +`span` s, each within the time budget
+    (`--format html` drew a tick every 7,200 s of it: past 1.1 GB)."""
+    bundle = _golden()
+    last = len(bundle["samples"]) - 1
+    for i, sample in enumerate(bundle["samples"]):
+        sample["time"] = -span + 2 * span * i / last
+    return json.dumps(bundle).encode()

@@ -35,18 +35,22 @@ def stack_classes(bundle: Bundle, members: Mapping[int, Sequence[int]] | None = 
 
     `members`: for a job diagnosed by class, the ranks each loaded rank stands for (rank ->
     ranks); the bundle's other ranks are then left out, as their classes hold them."""
-    groups: dict[tuple, list[tuple[int, tuple[Frame, ...]]]] = {}
+    groups: dict[tuple, tuple[list[int], list]] = {}      # key -> (ranks, [lowest rank, its frames])
     for rank in bundle.job.by_role(Role.RANK):
         number = rank.rank if rank.rank is not None else -1
         if members is not None and number not in members:
             continue
+        ranks = members[number] if members is not None else (number,)
+        if not ranks:
+            continue
         sample = bundle.last.sample_of(rank.pid)
         main = sample.stack.main if sample and sample.stack else None
         frames = main.frames if main else ()
-        for r in (members[number] if members is not None else (number,)):
-            groups.setdefault(_key(frames), []).append((r, frames))
-    classes = [StackClass(tuple(sorted(r for r, _ in group)), min(group, key=lambda m: m[0])[1])
-               for group in groups.values()]
+        group, lowest = groups.setdefault(_key(frames), ([], [None, ()]))   # keyed once a loaded rank
+        group.extend(ranks)
+        if lowest[0] is None or min(ranks) < lowest[0]:
+            lowest[:] = [min(ranks), frames]
+    classes = [StackClass(tuple(sorted(group)), lowest[1]) for group, lowest in groups.values()]
     return sorted(classes, key=lambda c: (-len(c.ranks), c.ranks))
 
 

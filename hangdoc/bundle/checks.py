@@ -7,10 +7,15 @@ and what the analysis takes for granted (at least one sample) is said to be miss
 from __future__ import annotations
 
 import math
+import operator
 from contextlib import contextmanager
 
 from hangdoc.base.errors import BadBundle
-from hangdoc.base.limits import MAX_BUNDLE_VALUES, MAX_LOG_LINES, MAX_SECONDS, MAX_TIME, MAX_WORLD
+import msgspec
+
+from hangdoc.base.limits import (
+    MAX_BUNDLE_PROCESSES, MAX_BUNDLE_VALUES, MAX_LOG_LINES, MAX_SECONDS, MAX_STACK_FRAMES, MAX_TIME, MAX_WORLD,
+)
 from hangdoc.model import Bundle, NodeDigest
 
 
@@ -47,11 +52,48 @@ def check_values(data: bytes, source: str) -> None:
 
     Every value but a container's first follows a comma, so commas and openings bound the count
     (commas inside strings only raise it); counting bytes costs milliseconds, decoding millions
-    of values gigabytes (20 M log lines are 40 MB of JSON)."""
+    of values gigabytes (20 M log lines are 40 MB of JSON). Each value takes two bytes at least
+    (a one-byte number and its comma, a container's brackets), so JSON of fewer than twice
+    MAX_BUNDLE_VALUES bytes is not counted at all: a node's head is read in microseconds."""
+    if len(data) < 2 * MAX_BUNDLE_VALUES:
+        return
     values = data.count(b",") + data.count(b"[") + data.count(b"{")
     if values > MAX_BUNDLE_VALUES:
         raise BadBundle(f"{source} is refused: it holds up to {values:,} JSON values, more than the "
                         f"{MAX_BUNDLE_VALUES:,} hangdoc reads")
+
+
+class _Anything(msgspec.Struct):
+    """Any JSON object, its fields skipped."""
+
+
+class _Job(msgspec.Struct):
+    processes: list[_Anything] = []
+
+
+class _V2Body(msgspec.Struct):
+    job: _Job | None = None
+
+
+class _Processes(msgspec.Struct):
+    job: _Job | None = None          # v1
+    bundle: _V2Body | None = None    # v2
+
+
+def check_processes(data: bytes, source: str) -> None:
+    """Refuse a bundle of more than MAX_BUNDLE_PROCESSES processes before decoding it: a bundle is
+    one node's, and every process costs the analysis its share whether or not it is a rank (a
+    200,000-rank bundle of 820 KB took 77 s and 1.66 GB). Counted without building them; a
+    document of another shape is left to the decoding, which names what is wrong."""
+    try:
+        found = msgspec.json.decode(data, type=_Processes)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return
+    job = found.job or (found.bundle.job if found.bundle else None)
+    count = len(job.processes) if job else 0
+    if count > MAX_BUNDLE_PROCESSES:
+        raise BadBundle(f"{source} is refused: it holds {count:,} processes, more than the "
+                        f"{MAX_BUNDLE_PROCESSES:,} of one node hangdoc reads in a bundle")
 
 
 def check_logs(logs, source: str) -> None:
@@ -72,6 +114,24 @@ def check_head(head, source: str):
     return head
 
 
+_RANK_TIMES = ("state_since", "blocked_since", "exited_at", "unmoved_since", "started", "exit_time", "last_ran",
+               "first_seen")
+_RANK_COUNTS = ("rank", "group_rank", "world_size", "local_rank", "local_world_size")
+
+
+def _ranks_within(ranks) -> bool:
+    """Every rank's numbers within bounds, in one pass that builds no message: a job's digests hold
+    a hundred thousand ranks. The decoder has typed them already (an int is no bool, a number is finite)."""
+    times = operator.attrgetter(*_RANK_TIMES)
+    counts = operator.attrgetter(*_RANK_COUNTS)
+    at = [v for r in ranks for v in (*times(r), r.rhythm.last_sign) if v is not None]
+    sizes = [v for r in ranks for v in counts(r) if v is not None]
+    gaps = [r.rhythm.longest_gap_s for r in ranks if r.rhythm.longest_gap_s is not None]
+    return ((not at or -MAX_TIME <= min(at) <= max(at) <= MAX_TIME)
+            and (not sizes or 0 <= min(sizes) <= max(sizes) <= MAX_WORLD)
+            and (not gaps or -MAX_SECONDS <= min(gaps) <= max(gaps) <= MAX_SECONDS))
+
+
 def check_digest(digest: NodeDigest | None, source: str) -> None:
     """A node's digest, checked as its bundle would be: it decides a job of thousands of nodes alone."""
     if digest is None:
@@ -82,15 +142,16 @@ def check_digest(digest: NodeDigest | None, source: str) -> None:
     _number(digest.last, "digest.last", source)
     for t in digest.collective_steps:
         _number(t, "a collective step's time", source)
-    for rank in digest.ranks:
+    if _ranks_within(digest.ranks):
+        return
+    for rank in digest.ranks:          # one is not: name it
         what = f"the digest of pid {rank.pid}"
         _count(rank.rank, f"{what}: rank", source)
         _count(rank.group_rank, f"{what}: group rank", source)
         _count(rank.world_size, f"{what}: world size", source)
         _count(rank.local_rank, f"{what}: local rank", source)
         _count(rank.local_world_size, f"{what}: local world size", source)
-        for name in ("state_since", "blocked_since", "exited_at", "unmoved_since", "started", "exit_time",
-                     "last_ran", "first_seen"):
+        for name in _RANK_TIMES:
             _number(getattr(rank, name), f"{what}: {name}", source)
         _number(rank.rhythm.longest_gap_s, f"{what}: longest gap", source, MAX_SECONDS)
         _number(rank.rhythm.last_sign, f"{what}: last sign", source)
@@ -120,6 +181,13 @@ def check_bundle(bundle: Bundle, source: str = "bundle") -> Bundle:
     _number(options.hang_after_s, "options.hang_after_s", source, MAX_SECONDS)
     if options.hang_after_s is not None and options.hang_after_s < 0:
         raise BadBundle(f"{source} is damaged: options.hang_after_s is negative")
+    frames = sum(len(thread.frames) for snapshot in bundle.samples for sample in snapshot.processes
+                 if sample.stack is not None for thread in sample.stack.threads)
+    if frames > MAX_STACK_FRAMES:
+        # A v2 stack is stored once and named by every process and sample standing in it, and the
+        # analysis reads it at each: one 200,000-frame stack named by 2,000 ranks ran for minutes.
+        raise BadBundle(f"{source} is refused: its samples name {frames:,} stack frames in all, more than "
+                        f"the {MAX_STACK_FRAMES:,} hangdoc reads")
     for snapshot in bundle.samples:
         _number(snapshot.time, "a sample's time", source)
         _number(snapshot.took_s, "a sample's duration", source, MAX_SECONDS)

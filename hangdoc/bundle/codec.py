@@ -6,15 +6,19 @@ whose threads name their frames by id, and samples that name their stack by id; 
 then zstd-compressed. Everything else is v1's JSON as it is, so a field added to the model
 flows through both without a change here: only Frame and Stack interning is special.
 
-    {"schema": "hangdoc/bundle-v2",
-     "frames": [{"name": ..., "filename": ..., ...}, ...],
-     "stacks": [{"threads": [{"tid": ..., "frames": [0, 1, 2]}, ...], ...}, ...],
+    {"schema": "hangdoc/bundle-v2", "order": "head-first",
+     "digest": {... optional: the node's own reading of its ranks, see NodeDigest ...},
      "bundle": {... v1 fields, each sample's process "stack": a stack id or null ...},
-     "digest": {... optional: the node's own reading of its ranks, see NodeDigest ...}}
+     "frames": [{"name": ..., "filename": ..., ...}, ...],
+     "stacks": [{"threads": [{"tid": ..., "frames": [0, 1, 2]}, ...], ...}, ...]}
 
-`read_head` decodes the digest and the few bundle fields a merge of thousands of nodes needs
+`decode_head` decodes the digest and the few bundle fields a merge of thousands of nodes needs
 (host, job identity, logs, exit code) and skips the samples: a node is then a few hundred
-bytes of Python objects instead of tens of thousands.
+bytes of Python objects instead of tens of thousands. `encode` writes those first ("order":
+"head-first": the digest, the bundle's small fields, the job's identity; then the job's
+processes, the samples and the tables), so a node's head is a prefix of its JSON, read without
+decompressing or parsing the rest (`head_of_prefix`); a document without that order (an older
+hangdoc's) is read whole, as before. The keys' order is all that changed: every reader reads both.
 
 Decoding shares one `Interner` across a job's node bundles, so a merge of thousands of
 nodes holds each distinct frame and frame tuple once.
@@ -73,8 +77,19 @@ class _Tables:
         return found
 
 
+# What a merge reads of each node comes first; what only a whole read needs comes after.
+_BUNDLE_LATE = ("job", "samples", "data_lists", "flight_records", "flight_config", "flight_errors", "ras", "exits")
+HEAD_FIRST = "head-first"          # the document's "order": its head comes first, up to HEAD_END
+_HEAD_CLOSE = b"}}}"              # closes the head: the job, the bundle, the document
+HEAD_END = b',"processes":'      # what follows the head (no JSON string can hold these bytes unescaped)
+
+
 def encode(bundle: Bundle, digest: NodeDigest | None = None) -> bytes:
-    """The v2 JSON of a bundle (not yet compressed), with its node's digest when given."""
+    """The v2 JSON of a bundle (not yet compressed), with its node's digest when given.
+
+    The head comes first: the schema, the digest, the bundle's fields but the late ones, the job's
+    but its processes; then the processes, the samples and the tables. A merge of thousands of
+    nodes decompresses and parses a node's head alone (`head_of_prefix`)."""
     tables = _Tables()
     body = to_dict(dataclasses.replace(bundle, samples=()))
     samples = []
@@ -90,10 +105,17 @@ def encode(bundle: Bundle, digest: NodeDigest | None = None) -> bytes:
         row["processes"] = procs
         samples.append(row)
     body["samples"] = samples
-    head = {"schema": SCHEMA}
+    job = body.pop("job")
+    processes = job.pop("processes")
+    head = {"schema": SCHEMA, "order": HEAD_FIRST}
     if digest is not None:
         head["digest"] = msgspec.to_builtins(digest)
-    return _encoder.encode({**head, "frames": list(tables.frames), "stacks": tables.stack_rows, "bundle": body})
+    head["bundle"] = {**{k: v for k, v in body.items() if k not in _BUNDLE_LATE}, "job": job}
+    late = {k: body[k] for k in _BUNDLE_LATE if k in body}
+    # Each piece is encoded whole and its outer braces cut: no JSON is assembled by hand.
+    first = _encoder.encode(head)
+    return (first[:-len(_HEAD_CLOSE)] + HEAD_END + _encoder.encode(processes) + b"}," + _encoder.encode(late)[1:]
+            + b"," + _encoder.encode({"frames": list(tables.frames), "stacks": tables.stack_rows})[1:])
 
 
 # --- reading -------------------------------------------------------------------------------
@@ -298,3 +320,19 @@ def decode_head(data: bytes) -> Head:
         return _head_decoder.decode(data)
     except msgspec.ValidationError as exc:
         raise ValueError(str(exc)) from None
+
+
+_HEAD_START = b'{"schema":"' + SCHEMA.encode() + b'","order":"' + HEAD_FIRST.encode() + b'",'
+
+
+def head_of_prefix(data: bytes) -> Head | None:
+    """The head from the JSON up to HEAD_END alone, when the document says it was written head
+    first; None otherwise (an older writer's order): the caller then decodes the whole document."""
+    end = data.find(HEAD_END) if data.startswith(_HEAD_START) else -1
+    if end < 0:
+        return None
+    try:
+        head = _head_decoder.decode(data[:end] + _HEAD_CLOSE)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return head if head.bundle is not None else None

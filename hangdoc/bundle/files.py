@@ -9,7 +9,7 @@ import msgspec
 import zstandard
 
 from hangdoc.bundle import codec as bundle_v2
-from hangdoc.bundle.checks import check_bundle, check_head, check_values, hostile_input
+from hangdoc.bundle.checks import check_bundle, check_head, check_processes, check_values, hostile_input
 from hangdoc.base.errors import BadBundle
 from hangdoc.base.outputs import check_output, write_output
 from hangdoc.base.limits import MAX_BUNDLE_FILE_BYTES, MAX_BUNDLE_JSON_BYTES, TooLarge, read_regular
@@ -40,7 +40,11 @@ def save_bundle(bundle: Bundle, path: str | Path, digest: NodeDigest | None = No
     if path.name.endswith(".json"):
         data += b"\n"
     else:
-        data = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(data)
+        # One frame, its head in blocks of their own: a merge decompresses those alone.
+        cut = data.find(bundle_v2.HEAD_END) + len(bundle_v2.HEAD_END)
+        packer = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compressobj(size=len(data))
+        data = (packer.compress(data[:cut]) + packer.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+                + packer.compress(data[cut:]) + packer.flush())
     write_output(path, data)    # 0600: the job's command lines, logs and paths are its owner's to share
     return path
 
@@ -64,6 +68,7 @@ def bundle_from_json(text: str | bytes, source: str = "bundle", interner: bundle
             raise BadBundle(f"{source} has schema {schema}; this hangdoc reads {', '.join(READABLE)}: "
                             "upgrade hangdoc")
         raise BadBundle(f"{source} is not a hangdoc bundle (schema {schema!r})")
+    check_processes(text, source)
     try:
         if schema == bundle_v2.SCHEMA:
             return bundle_v2.decode(text, interner)
@@ -79,14 +84,21 @@ def read_bundle_bytes(path: Path) -> bytes:
     regular file, at most MAX_BUNDLE_FILE_BYTES of it; a zstd frame that declares more than
     MAX_BUNDLE_JSON_BYTES is refused from its header, and one that declares no size (the `zstd`
     command reading a pipe) is streamed and stopped at that many bytes."""
+    return _json_of(path, _read_file(path))
+
+
+def _read_file(path: Path) -> bytes:
     try:
-        data = read_regular(path, MAX_BUNDLE_FILE_BYTES)
+        return read_regular(path, MAX_BUNDLE_FILE_BYTES)
     except FileNotFoundError:
         raise BadBundle(f"no such bundle: {path}") from None
     except TooLarge as exc:
         raise BadBundle(f"{path} is refused: {exc}") from None
     except OSError as exc:
         raise BadBundle(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _json_of(path: Path, data: bytes) -> bytes:
     if data[:4] == ZSTD_MAGIC:
         try:
             data = _decompress(data, MAX_BUNDLE_JSON_BYTES)
@@ -105,10 +117,17 @@ def read_bundle_bytes(path: Path) -> bytes:
 def _decompress(data: bytes, limit: int) -> bytes:
     """zstd data (one frame or several), decompressed never past `limit` bytes: TooLarge beyond.
 
-    Fed 1 KB at a time: a zstd block expands at most 32,768-fold, so no step yields more than 32 MB."""
+    One frame that declares its size is decompressed in one call, into a buffer of that size (zstd
+    writes no further). Otherwise fed 1 KB at a time: a zstd block expands at most 32,768-fold,
+    so no step yields more than 32 MB."""
     declared = zstandard.get_frame_parameters(data).content_size
     if declared != zstandard.CONTENTSIZE_UNKNOWN and declared > limit:
         raise TooLarge(f"{declared:,} bytes (its header says), more than the {limit:,} hangdoc reads")
+    if declared not in (zstandard.CONTENTSIZE_UNKNOWN, 0):
+        try:
+            return zstandard.ZstdDecompressor().decompress(data, allow_extra_data=False)
+        except zstandard.ZstdError:
+            pass              # several frames, or a damaged one: read below, which tells which
     out = bytearray()
     view, at = memoryview(data), 0
     while at < len(data):
@@ -125,11 +144,74 @@ def _decompress(data: bytes, limit: int) -> bytes:
     return bytes(out)
 
 
+WALK_BLOCKS = 4096     # zstd blocks a head read walks at most (512 MB of content as zstd writes it)
+
+
+def _head_bytes(path: Path, data: bytes) -> bytes | None:
+    """The start of a zstd bundle's JSON up to its head's end (`codec.HEAD_END`), the rest left
+    compressed: what `save_bundle` writes. None for anything else (JSON, several frames, no size
+    declared, no head, more blocks than WALK_BLOCKS): the caller reads the whole. The blocks are
+    walked to the frame's end, so a truncated copy is still refused."""
+    if data[:4] != ZSTD_MAGIC:
+        return None
+    try:
+        declared = zstandard.get_frame_parameters(data).content_size
+        if declared == zstandard.CONTENTSIZE_UNKNOWN or declared > MAX_BUNDLE_JSON_BYTES or _frame_end(data) != len(data):
+            return None
+        out = bytearray()
+        view, at = memoryview(data), 0
+        reader = zstandard.ZstdDecompressor().decompressobj()
+        while at < len(data) and not reader.eof:
+            searched = max(0, len(out) - len(bundle_v2.HEAD_END))
+            out += reader.decompress(view[at:at + 1024])     # at most 32 MB a step
+            at += 1024
+            if len(out) > declared:
+                return None
+            if out.find(bundle_v2.HEAD_END, searched) >= 0:
+                return bytes(out)
+    except zstandard.ZstdError as exc:
+        raise BadBundle(f"{path} is a corrupt or truncated zstd file ({exc}); copy it again "
+                        "from the node") from None
+    return None
+
+
+def _frame_end(data: bytes) -> int | None:
+    """Where the first zstd frame of `data` ends, from its header and block headers (nothing is
+    decompressed); None past WALK_BLOCKS blocks; ZstdError when the data ends first."""
+    checksum = data[4] & 0x04 if len(data) > 4 else 0
+    end = zstandard.frame_header_size(data[:18])
+    for _ in range(WALK_BLOCKS):
+        if end + 3 > len(data):
+            raise zstandard.ZstdError("the last frame ends early")
+        block = int.from_bytes(data[end:end + 3], "little")
+        kind = (block >> 1) & 3
+        if kind == 3:
+            raise zstandard.ZstdError("a block of the reserved type")
+        end += 3 + (1 if kind == 1 else block >> 3)      # an RLE block stores one byte
+        if block & 1:
+            end += 4 if checksum else 0
+            if end > len(data):
+                raise zstandard.ZstdError("the last frame ends early")
+            return end
+    return None
+
+
 def load_head(path: str | Path) -> bundle_v2.Head | None:
-    """A node's digest and identity without its samples; None for a v1 bundle (it has no head)."""
+    """A node's digest and identity without its samples; None for a v1 bundle (it has no head).
+    A head written first (`codec.encode`) is decompressed and parsed alone: 15 KB of a node's 180."""
     path = Path(path)
-    data = read_bundle_bytes(path)
+    raw = _read_file(path)
+    start = _head_bytes(path, raw)
     with hostile_input(str(path)):
+        if start is not None:
+            check_values(start, str(path))
+            head = bundle_v2.head_of_prefix(start)
+            if head is not None:
+                return check_head(head, str(path))
+        data = _json_of(path, raw)
+        head = bundle_v2.head_of_prefix(data)
+        if head is not None:
+            return check_head(head, str(path))
         try:
             head = bundle_v2.decode_head(data)
         except msgspec.DecodeError as exc:

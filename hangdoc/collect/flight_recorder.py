@@ -266,6 +266,8 @@ def dump_rank(path: Path) -> int | None:
 def looks_like_dump(path: Path) -> bool:
     """A regular file named <prefix><rank> that starts like a pickle, or like FR's JSON (its keys, no
     hangdoc bundle's schema)."""
+    if dump_rank(path) is None:
+        return False           # by its name alone: a directory of 16,384 node bundles is not opened twice
     try:
         if not path.is_file() or path.suffix == ".pipe":
             return False
@@ -274,10 +276,9 @@ def looks_like_dump(path: Path) -> bool:
     except OSError:
         return False
     if head[:1] == b"\x80":
-        return dump_rank(path) is not None
+        return True
     text = head.lstrip()
-    return (text[:1] == b"{" and b'"schema"' not in text and any(key in text for key in _FR_KEYS)
-            and dump_rank(path) is not None)
+    return text[:1] == b"{" and b'"schema"' not in text and any(key in text for key in _FR_KEYS)
 
 
 def load_dumps(paths) -> tuple[tuple[FlightRecord, ...], tuple[str, ...]]:

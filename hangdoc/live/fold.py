@@ -14,6 +14,7 @@ whole and its digest computed here: slower, never wrong.
 from __future__ import annotations
 
 import dataclasses
+import gc
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,8 +54,13 @@ def read_node(path: Path) -> NodeRead:
         check_distributed(b.job, str(path))
         ranks = tuple((r.rank, r.started) for r in head.digest.ranks)
         job = JobId(b.job.run_id, b.job.master_addr, b.job.master_port, b.job.world_size, ranks)
-        return NodeRead(path, b.host.hostname, job, b.logs, b.exit_code, b.options.hang_after_s,
+        node = NodeRead(path, b.host.hostname, job, b.logs, b.exit_code, b.options.hang_after_s,
                         b.options.interval_s, head.digest)
+        # Thousands of nodes are read one after another and kept: the cyclic collector would walk
+        # the pile again and again as it grows (a fifth of a 65,536-rank report). Frozen, it is
+        # skipped; it holds no cycles, and reference counting still frees it (as load_bundles does).
+        gc.freeze()
+        return node
     bundle = load_bundle(path)
     if not bundle.samples:
         raise BadBundle(f"{path} holds no sample")
@@ -66,7 +72,7 @@ def read_node(path: Path) -> NodeRead:
 def class_key(rank: RankDigest) -> tuple:
     """Ranks that read alike: the same state, stack, progress and workers (not times, pids, hosts)."""
     return (rank.state, rank.detail, rank.top_frame, rank.stack_key, rank.progress, rank.exited_at is None,
-            tuple((w.state, w.top_frame, w.alive) for w in rank.workers))
+            tuple([(w.state, w.top_frame, w.alive) for w in rank.workers]))
 
 
 def diagnose_by_class(nodes: Sequence[NodeRead], hang_after: float | None = None,

@@ -31,6 +31,7 @@ SEEDS = ("barrier-mismatch", "healthy-finished", "fr-straggler")
 MEMORY_BYTES = 1 << 30
 SECONDS_PER_INPUT = 20
 UNIT_EXAMPLES = 12          # per strategy in `make test`; `make bench` runs more
+HTML_CASES = {"times-2e11-apart"}     # crafted inputs whose break was in `--format html`
 
 
 # --- the crafted corpus -------------------------------------------------------------------------
@@ -81,6 +82,11 @@ def crafted(folder: Path) -> dict[str, list[str]]:
     (folder / "fr-frame-name-redos" / "trace_1").write_bytes(pickle.dumps({"version": "2.10", "entries": [done],
         "pg_status": {"0": {"last_enqueued_collective": 1, "last_completed_collective": 1}}}))
     cases["fr-frame-name-redos"] = [str(folder / "fr-frame-name-redos")]
+    from tests.factories import crowded_v1_bundle, deep_stack_bundle, far_apart_bundle
+
+    write("ranks-200k-v1", crowded_v1_bundle(200_000), "b.json.zst")
+    write("stack-200k-frames-2000-ranks", deep_stack_bundle(200_000, 2_000), "b.json.zst")
+    write("times-2e11-apart", far_apart_bundle(1e11))       # read as --format html (HTML_CASES)
     os.mkfifo(folder / "fifo.json")
     cases["fifo"] = [str(folder / "fifo.json")]
     if os.path.exists("/dev/zero"):
@@ -301,7 +307,7 @@ def fuzz(examples: int, seed: int | None) -> dict:
     with tempfile.TemporaryDirectory(prefix="hangdoc-fuzz-") as tmp:
         folder = Path(tmp)
         for name, paths in crafted(folder).items():
-            stats.report(name, paths)
+            stats.report(name, paths, "html" if name in HTML_CASES else "text")
         for fmt in ("markdown", "json", "html"):
             stats.report(f"names-hostile --format {fmt}", crafted_paths(folder, "names-hostile"), fmt)
         for name, args in crafted_check(folder).items():
