@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install browser test unit demo bench bench-scale dist clean
+.PHONY: install browser test unit demo bench bench-headline bench-scale dist clean
 
 install: $(STAMP) browser
 
@@ -32,8 +32,13 @@ unit: install
 demo: install
 	$(PY) -m hangdoc demo
 
+# Every section; exits 1 when a headline figure is more than 25 % worse than benchmarks/baseline.json.
 bench: install
 	$(PY) -m benchmarks.bench
+
+# The headline figures alone, held against the baseline (docs/benchmarks.md says how to change it).
+bench-headline: install
+	$(PY) -m benchmarks.bench --only headline
 
 # A wheel in dist/, to install hangdoc as a tool of its own (README, "Install it for your jobs"):
 # `pipx install dist/hangdoc-0.1.0-py3-none-any.whl`. Built in a small venv of its own: no torch.

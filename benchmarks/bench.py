@@ -1,6 +1,10 @@
 """`make bench`: the speed, overhead and accuracy figures, as tables and as JSON.
 
-    python -m benchmarks.bench [--only snapshot,latency,engines,overhead,zoo,check,merge,matrix,late,slow,fuzz] [--out DIR]
+    python -m benchmarks.bench [--only headline,snapshot,latency,engines,overhead,zoo,check,merge,matrix,late,slow,fuzz] [--out DIR]
+
+`headline` measures the figures benchmarks/baseline.json holds (report DIR at 65,536 and 131,072
+ranks, the default watch's share of a core, `watch --once` CPU) and compares them as ratios: one
+more than 25 % worse than its baseline ends the bench with exit 1, naming it (benchmarks/headline.py).
 
 `matrix` runs the quick ordinary-jobs matrix; the whole of it: python -m benchmarks.bench_matrix.
 `late` attaches to the zoo's hung jobs 5, 30 and 120 s after the fault, and to healthy ones at random;
@@ -28,7 +32,7 @@ from pathlib import Path
 from hangdoc.scenarios import SCENARIOS
 from hangdoc.scenarios.launch import start_job, stop_job, wait_for
 
-SECTIONS = ("snapshot", "locals", "latency", "engines", "analysis", "overhead", "false-alarms", "detection", "zoo",
+SECTIONS = ("headline", "snapshot", "locals", "latency", "engines", "analysis", "overhead", "false-alarms", "detection", "zoo",
             "check", "merge", "matrix", "late", "slow", "fuzz")
 
 
@@ -206,6 +210,15 @@ def main(argv=None) -> int:
     wanted = [s for s in args.only.split(",") if s]
     results: dict = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M")}
     print(f"hangdoc bench on {results['machine']}\n")
+    code = 0
+    if "headline" in wanted:
+        from benchmarks import headline
+
+        figures = results["headline"] = headline.measure()
+        code, lines = headline.check(figures, headline.load_baseline())
+        print("The headline figures against benchmarks/baseline.json (ratios: now / baseline)")
+        print(headline.table(figures, headline.load_baseline()))
+        print("\n".join(lines) + "\n")
     if "fuzz" in wanted:
         from benchmarks.bench_fuzz import bench_fuzz
 
@@ -323,7 +336,9 @@ def main(argv=None) -> int:
     path = out / "bench.json"
     path.write_text(json.dumps(results, indent=2, default=str))
     print(f"written to {path}")
-    return 0
+    if code:
+        print("make bench: a headline figure is more than 25 % worse than benchmarks/baseline.json (above)")
+    return code
 
 
 if __name__ == "__main__":
