@@ -192,7 +192,7 @@ JOBS: dict[str, Job] = {j.name: j for j in [
         duration_s=20),
     Job("process_env", file="spawn_ddp", launcher="spawn", args=("--start", "process", "--init", "env"),
         duration_s=20),
-    Job("per_rank_ddp", file="plain_ddp", launcher="per-rank", duration_s=20),
+    Job("per_rank_ddp", file="plain_ddp", launcher="per-rank", duration_s=24),
     Job("accelerate_launch", file="accelerate_loop", launcher="accelerate", needs=("accelerate",), duration_s=26),
     Job("lightning_own", file="lightning_ddp", launcher="lightning", needs=("pytorch_lightning",), duration_s=22),
     Job("iterable_ddp", nproc=3, duration_s=24),
@@ -390,7 +390,9 @@ def launch(job: Job, out: Path) -> list[str]:
     if job.launcher == "per-rank":
         return [sys.executable, str(JOB_SCRIPTS / "per_rank_launcher.py"), "--nproc", str(job.nproc), *script]
     if job.launcher == "accelerate":
-        return [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--multi_gpu", "--num_machines", "1",
+        # --multi_gpu is accelerate's torchrun-style launcher (on CPU, --cpu alone starts one process);
+        # the script's Accelerator(cpu=True) makes it gloo on CPU.
+        return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "1",
                 "--num_processes", str(job.nproc), "--main_process_port", str(_free_port()), "--mixed_precision",
                 "no", "--dynamo_backend", "no", *script]
     raise ValueError(f"launcher {job.launcher!r}: one of {LAUNCHERS}")
