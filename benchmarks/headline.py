@@ -61,8 +61,10 @@ def machine() -> dict:
 def _cpu_of(args: list[str], stop_after: float | None = None) -> tuple[float, float]:
     """(CPU seconds of a `hangdoc` process and its children, its wall seconds); Ctrl-C after `stop_after`."""
     started = time.perf_counter()
+    # A bench started in the background ignores SIGINT, and its children would inherit that.
     child = subprocess.Popen([sys.executable, "-m", "hangdoc", *args], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, env=dict(os.environ, NO_COLOR="1"))
+                             stderr=subprocess.DEVNULL, env=dict(os.environ, NO_COLOR="1"),
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     if stop_after is not None:
         time.sleep(stop_after)
         child.send_signal(signal.SIGINT)
