@@ -32,6 +32,7 @@ from hangdoc.collect.discover import find_job
 from hangdoc.collect.exits import ExitWatcher
 from hangdoc.collect.logs import log_sources, read_tails
 from hangdoc.collect.snapshot import Probes, capture
+from hangdoc.collect.spawned import StackRanks
 from hangdoc.collect.stacks import PySpy
 from hangdoc.live.capture import make_bundle
 from hangdoc.live.options import WatchOptions
@@ -91,6 +92,7 @@ class Watcher:
     probed: set = field(default_factory=set)         # (pid, stack) a native probe has read once
     dwell_probes: dict = field(default_factory=dict)  # pid -> probes of a rank that steps (bounded)
     jitter: random.Random = field(default_factory=random.Random)
+    stack_ranks: StackRanks | None = None            # reads ranks no environment names, once a process
 
     def start(self) -> Bundle:
         """Find the job and take the first full capture; attach errors surface here."""
@@ -319,12 +321,18 @@ class Watcher:
     def _rediscover(self) -> None:
         """Merge what runs now into the job: new workers join, the dead stay on record."""
         assert self.job is not None
+        lone = self.job.single_process      # it may yet start ranks: mp.spawn's script, slow to import torch
         for anchor in self._anchors():
             try:
-                known = {p.pid: p for p in self.job.processes}
-                fresh = find_job(anchor, self.probes.procfs, single=self.options.single, known=known)
+                known = {} if lone else {p.pid: p for p in self.job.processes}
+                self.stack_ranks = self.stack_ranks or StackRanks()
+                fresh = find_job(anchor, self.probes.procfs, single=self.options.single, known=known,
+                                 stack_ranks=self.stack_ranks)
             except HangdocError:
                 continue
+            if lone and not fresh.single_process:
+                self.job = fresh            # it did: the job is its ranks', the lone process their launcher
+                return
             merged = list(self.job.processes)
             for proc in fresh.processes:
                 if proc.pid not in known:
