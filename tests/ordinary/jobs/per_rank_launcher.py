@@ -25,6 +25,7 @@ def main() -> int:
                    LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                    SLURM_PROCID=str(rank), SLURM_NTASKS=str(nproc), OMPI_COMM_WORLD_RANK=str(rank),
                    OMPI_COMM_WORLD_SIZE=str(nproc))
+        env.setdefault("OMP_NUM_THREADS", "1")     # as torchrun sets it: N ranks on a few cores
         ranks.append(subprocess.Popen([sys.executable, *args], env=env))
     signal.signal(signal.SIGTERM, lambda *_: [p.terminate() for p in ranks])
     codes = [p.wait() for p in ranks]
