@@ -121,6 +121,7 @@ class JobFacts:
     collective_steps: tuple[float, ...] = ()
     fr_pending: tuple[float, int | None, str] | None = None   # the Flight Recorder's oldest pending collective
     restarts: Restarts | None = None   # the launcher's restarts of the ranks (analyze/restarts.py)
+    launcher_code: int | None = None   # the launcher's exit code, read as it died (None: not read)
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,12 @@ def job_facts(bundle: Bundle, digest: NodeDigest, hang_after: float | None) -> J
     first = max(bundle.samples[0].time, began) if began is not None else bundle.samples[0].time
     return JobFacts(first, bundle.last.time, bundle.logs, bundle.exit_code,
                     hang_after if hang_after is not None else bundle.options.hang_after_s,
-                    digest.collective_steps, digest.fr_pending, restarts)
+                    digest.collective_steps, digest.fr_pending, restarts, _launcher_code(bundle))
+
+
+def _launcher_code(bundle: Bundle) -> int | None:
+    record = bundle.exit_of(bundle.job.launcher_pid) if bundle.job.launcher_pid is not None else None
+    return record.code if record is not None and record.signal is None else None
 
 
 def rank_views(bundle: Bundle, lines: dict[int, Timeline]) -> list[RankView]:
@@ -364,6 +370,10 @@ def _told_by_exits(ranks: Sequence[RankDigest], facts: JobFacts) -> _Exits | Non
     failed = [r for r in gone if r.exit_failed]
     unread = [r for r in gone if not r.exit_told]
     if not failed:
+        if unread and len(gone) == len(ranks) and facts.launcher_code == 0 and facts.exit_code in (None, 0):
+            # The launcher reaped its ranks before their statuses could be read (srun, mpirun and a
+            # script's own Popen.wait do at once) and itself exited 0: the job ended well.
+            return _Exits(None, ended_well=True)
         if unread or facts.exit_code not in (None, 0):
             return None
         return _Exits(None, ended_well=len(gone) == len(ranks))

@@ -42,6 +42,7 @@ from hangdoc.report.judge import RUNNING, End, Judgement, judge
 
 MAX_SAMPLES = 600   # about 20 minutes at the default interval; older samples are dropped
 JITTER = 0.15       # each wait between rounds is the interval +-15 %
+LAUNCHER_EXIT_WAIT_S = 10.0   # ranks gone with their statuses unread: how long the launcher's exit is awaited
 DWELL_SAMPLES = 3   # a stepping rank caught computing at one line this many samples in a row is probed
 DWELL_PROBES = 2    # at most this many times a watch (about 0.2 s of CPU each, a 0.3-0.5 s pause)
 
@@ -353,7 +354,23 @@ class Watcher:
         if not all(s is None or not s.alive for s in ranks):
             return False
         restarts = restarts_of(bundle)
-        return restarts is None or not restarts.pending
+        if restarts is not None and restarts.pending:
+            return False
+        return not self._launcher_tells(bundle)
+
+    def _launcher_tells(self, bundle: Bundle) -> bool:
+        """The ranks' exit statuses went unread (their launcher reaped them at once) and the launcher
+        still lives: its own exit, a moment later, tells how the job ended (waited for up to
+        LAUNCHER_EXIT_WAIT_S after the last rank)."""
+        launcher = bundle.job.launcher_pid
+        sample = bundle.last.sample_of(launcher) if launcher is not None else None
+        if sample is None or not sample.alive:
+            return False
+        records = [bundle.exit_of(p.pid) for p in bundle.job.ranks]
+        if all(r is not None and r.told for r in records):
+            return False
+        last = max((r.time for r in records if r is not None), default=bundle.last.time)
+        return bundle.last.time - last < LAUNCHER_EXIT_WAIT_S
 
     def _next_delay(self, bundle: Bundle) -> float:
         # A rank just exited: look again soon, so a crash is told from a clean end quickly.
