@@ -441,12 +441,13 @@ HELD_SHARE = 2 / 3   # of the threshold: how long every rank must have been held
 
 
 def _all_held(ranks: Sequence[RankDigest], now: float, beat: Rhythm) -> bool:
-    """Every live rank held (`progress.held`: in a wait, or standing at one line with its counters
-    still, its workers still) for most of the threshold."""
-    live = [r for r in ranks if gone_at(r) is None]
-    if not live or any(r.held_since is None for r in live):
+    """Every rank held (`progress.held`: in a wait, or standing at one line with its counters
+    still, its workers still) for most of the threshold. A rank gone keeps it from the call, as it
+    keeps `_all_frozen` from it: a ragged end (one rank done, the other lingering in teardown) is
+    judged by the exits, and a crash was told before."""
+    if not ranks or any(gone_at(r) is not None or r.held_since is None for r in ranks):
         return False
-    return now - max(r.held_since for r in live) >= HELD_SHARE * beat.threshold_s
+    return now - max(r.held_since for r in ranks) >= HELD_SHARE * beat.threshold_s
 
 
 def _outliers(ranks: Sequence[RankDigest]) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -33,6 +33,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from rhythm import busy_for     # torchrun runs this file as a script: its siblings import by name
+
 RANK = int(os.environ.get("RANK", "0"))
 STALL_STEP = 25
 
@@ -60,14 +62,6 @@ class Shards(IterableDataset):
             with open(self.files[i % len(self.files)], "rb") as shard:
                 shard.read(4096)
             yield torch.randn(8, 32, generator=generator), torch.randint(0, 4, (8,), generator=generator)
-
-
-def busy_for(seconds: float, size: int = 96) -> None:
-    """Real CPU work (matmuls) for a fixed wall time: what a longer forward costs on one rank."""
-    x = torch.randn(size, size)
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        x = torch.tanh(x @ x / size)
 
 
 def host_value(tensor: torch.Tensor, pending: list) -> float:

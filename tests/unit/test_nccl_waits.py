@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import msgspec
 import pytest
 
 from hangdoc.analyze.classify import classify_rank, is_gpu_sync
@@ -59,6 +60,16 @@ def test_a_rank_that_computes_keeps_it_a_long_step():
              digest(2, "dataloader-wait", "_try_get_data (dataloader.py:1291)", stall + 0.2, stall)]
     # WHEN decided THEN no hang: what makes a pause a pause stays one
     assert decide(ranks, facts(now)).verdict != Verdict.HANG
+
+
+def test_a_ragged_end_is_left_to_the_exits():
+    # GIVEN rank 1 gone (it exited) while rank 0 lingers, held at one line past the threshold
+    now, stall = T0 + 100, T0 + 88
+    gone = msgspec.structs.replace(digest(1, "exited", None, None, stall), exited_at=stall + 1, exit_time=stall + 1,
+                               exit_code=0)
+    ranks = [digest(0, "idle", "destroy_process_group (train.py:90)", stall, stall), gone]
+    # WHEN decided THEN no rank gone counts as held: the end is the exits' to judge, not a hang
+    assert not decide(ranks, facts(now)).held
 
 
 def test_held_for_less_than_two_thirds_of_the_threshold_is_not_yet_a_hang():
@@ -134,25 +145,32 @@ def device(index: int, pid: int, util: int, power: float, memory: int) -> GpuDev
                      1980, 1980, (GpuProcess(pid, 30 << 30),))
 
 
-def eight_ranks_at_item(gpus) -> object:
-    """Eight ranks blocked at loss.item() (probed natively, counters still for 20 s) on GPUs as `gpus` says."""
-    bundle = node_bundle(0, 1, 0, T0, samples=12, workers=0, ranks_per_node=8, interval_s=2.0)
-    ranks = {p.pid: p.rank for p in bundle.job.ranks}
+def ranks_at_item(gpus, ranks: int, samples: int, interval_s: float, probe, loop, hang_after_s) -> object:
+    """`ranks` ranks caught at loss.item() in every sample, burning a CPU: their stacks read with
+    native frames at the samples `probe(k)` names, their loop position `loop(k)` (None: no locals),
+    on GPUs as `gpus(rank)` says (utilisation %, power W, memory utilisation %)."""
+    bundle = node_bundle(0, 1, 0, T0, samples=samples, workers=0, ranks_per_node=ranks, interval_s=interval_s)
+    rank_of = {p.pid: p.rank for p in bundle.job.ranks}
     snapshots = []
     for k, snapshot in enumerate(bundle.samples):
         rows = []
         for s in snapshot.processes:
-            if s.pid in ranks:
-                frames = ITEM_NATIVE if k % 4 == 0 else ITEM_NATIVE[3:]
-                proc = dataclasses.replace(s.proc, state="R", utime_s=100.0 + 2.0 * k, stime_s=0.0)   # 100 % of a CPU
+            if s.pid in rank_of:
+                frames = ITEM_NATIVE if probe(k) else ITEM_NATIVE[3:]
+                proc = dataclasses.replace(s.proc, state="R", utime_s=100.0 + interval_s * k, stime_s=0.0)
                 s = dataclasses.replace(s, proc=proc, stack=Stack(
-                    (Thread(s.pid, "MainThread", True, True, frames),), native=k % 4 == 0, probe=k % 4 == 0))
+                    (Thread(s.pid, "MainThread", True, True, frames, loop(k)),), native=probe(k), probe=probe(k)))
             rows.append(s)
-        devices = tuple(device(ranks[pid], pid, *gpus(ranks[pid])) for pid in sorted(ranks))
+        devices = tuple(device(rank_of[pid], pid, *gpus(rank_of[pid])) for pid in sorted(rank_of))
         snapshots.append(dataclasses.replace(snapshot, processes=tuple(rows),
                                              gpu=GpuState("ok", None, "580.1", devices)))
-    return dataclasses.replace(bundle, samples=tuple(snapshots), options=dataclasses.replace(bundle.options,
-                                                                                              hang_after_s=15.0))
+    return dataclasses.replace(bundle, samples=tuple(snapshots),
+                               options=dataclasses.replace(bundle.options, hang_after_s=hang_after_s))
+
+
+def eight_ranks_at_item(gpus) -> object:
+    """Eight ranks blocked at loss.item() (probed natively, counters still for 20 s) on GPUs as `gpus` says."""
+    return ranks_at_item(gpus, 8, 12, 2.0, probe=lambda k: k % 4 == 0, loop=lambda k: None, hang_after_s=15.0)
 
 
 def test_seven_gpus_spinning_and_one_busy_name_the_busy_one():
@@ -182,25 +200,10 @@ def test_seven_gpus_spinning_and_one_idle_at_the_same_sync_is_no_culprit_of_the_
 def two_ranks_stepping_at_item(gpus, samples: int = 24) -> object:
     """Two ranks stepping every sample, each caught at loss.item() (probed natively once), on GPUs
     as `gpus` says: a fast loop whose host waits at its sync most of each step."""
-    bundle = node_bundle(0, 1, 0, T0, samples=samples, workers=0, ranks_per_node=2, interval_s=1.0)
-    ranks = {p.pid: p.rank for p in bundle.job.ranks}
-    snapshots = []
-    for k, snapshot in enumerate(bundle.samples):
-        rows = []
-        for s in snapshot.processes:
-            if s.pid in ranks:
-                probe = k == 4
-                frames = ITEM_NATIVE if probe else ITEM_NATIVE[3:]
-                loop = LoopMark((FrameMark("<module>", 120, "m"), FrameMark("train", 77, f"b{k}", (("step", 20 * k),))))
-                proc = dataclasses.replace(s.proc, state="R", utime_s=100.0 + 1.0 * k, stime_s=0.0)
-                s = dataclasses.replace(s, proc=proc, stack=Stack(
-                    (Thread(s.pid, "MainThread", True, True, frames, loop),), native=probe, probe=probe))
-            rows.append(s)
-        devices = tuple(device(ranks[pid], pid, *gpus(ranks[pid])) for pid in sorted(ranks))
-        snapshots.append(dataclasses.replace(snapshot, processes=tuple(rows),
-                                             gpu=GpuState("ok", None, "580.1", devices)))
-    return dataclasses.replace(bundle, samples=tuple(snapshots),
-                               options=dataclasses.replace(bundle.options, hang_after_s=None))
+    def loop(k: int) -> LoopMark:
+        return LoopMark((FrameMark("<module>", 120, "m"), FrameMark("train", 77, f"b{k}", (("step", 20 * k),))))
+
+    return ranks_at_item(gpus, 2, samples, 1.0, probe=lambda k: k == 4, loop=loop, hang_after_s=None)
 
 
 def test_a_gpu_straggler_reads_slow_with_the_busy_rank_named():
