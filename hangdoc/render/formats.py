@@ -24,6 +24,10 @@ class OutputFormat(str, enum.Enum):
     html = "html"
     trace = "trace"
 
+    def __str__(self) -> str:
+        # Its value, as the CLI's option parser reads a value an option's callback hands back.
+        return self.value
+
     @property
     def document(self) -> bool:
         """A document on stdout, nothing else there: a command's own output goes to stderr."""
