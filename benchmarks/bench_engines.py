@@ -75,7 +75,7 @@ def _watch_rounds(pid: int, reader, parallel, rounds: int, pause_s: float) -> li
         before = cpu_s()
         if i:
             bundle = watcher.step()
-        bundle, _, _ = watcher.assess(bundle)
+        bundle, _ = watcher.judge_round(bundle)
         if i:
             costs.append(cpu_s() - before)
         time.sleep(pause_s)

@@ -14,7 +14,7 @@ from hangdoc.collect.procfs import ProcFS
 from hangdoc.collect.snapshot import Probes, capture
 from hangdoc.live.options import WatchOptions
 from hangdoc.live.probes import engine_name, require_stacks
-from hangdoc.model import BUNDLE_SCHEMA, Bundle, Job, NodeDigest, Options, Snapshot
+from hangdoc.model import BUNDLE_SCHEMA, Bundle, Host, Job, NodeDigest, Options, Snapshot
 
 
 def snapshot_once(pid: int, probes: Probes, options: WatchOptions = WatchOptions()) -> Bundle:
@@ -29,13 +29,14 @@ def snapshot_once(pid: int, probes: Probes, options: WatchOptions = WatchOptions
 
 
 def make_bundle(job: Job, samples: tuple[Snapshot, ...], procfs: ProcFS, options: Options,
-                logs: tuple = (), exit_code: int | None = None) -> Bundle:
-    """The one place a bundle is built from a capture: `watch --once`, `watch`, `run`."""
+                logs: tuple = (), exit_code: int | None = None, host: Host | None = None) -> Bundle:
+    """The one place a bundle is built from a capture: `watch --once`, `watch`, `run`.
+    `host`: the facts read already (a watch reads them once, not every round)."""
     return Bundle(
         schema=BUNDLE_SCHEMA,
         hangdoc_version=__version__,
         created=time.time(),
-        host=host_facts(job, procfs),
+        host=host or host_facts(job, procfs),
         job=job,
         samples=samples,
         logs=logs,

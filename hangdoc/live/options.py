@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from hangdoc.base.defaults import INTERVAL_S
 from hangdoc.model import Engine, Options
 
-# Every py-spy dump costs ~8 ms of CPU (a process start, reading the interpreter's symbols):
-# the workers of ranks that do not wait on their data, and the launcher, are read every
-# WORKER_EVERY-th round only (30 s at the default interval).
+# Every py-spy dump costs 12-16 ms of CPU (a process start, reading the interpreter's symbols,
+# the threads' frames and locals): the workers of ranks that do not wait on their data, and the
+# launcher, are read every WORKER_EVERY-th round only (30 s at the default interval), and of a
+# rank that steps only one worker then, in turn (live/watcher.py).
 WORKER_EVERY = 15
 
 

@@ -1,10 +1,12 @@
 """The watch loop: sample the job every interval until it hangs, crashes, ends or time runs out.
 
-Each round re-discovers the job (new DataLoader workers appear every epoch), captures
-it, and updates the (pure) analysis with the new sample. Workers' stacks are taken where
-they matter: at the first round, every `worker_every` rounds, and every round for the
-workers of a rank that waits on its DataLoader (two samples running), unless a worker's main
-thread has not run since its last stack. The launcher's stack is read on the full rounds only.
+Each round re-discovers the job (new DataLoader workers appear every epoch; left out while no
+process has started on the node), captures it, and updates the (pure) analysis with the new
+sample. Workers' stacks are taken where they matter: all at the first round; every round for
+the workers of a rank that waits on its DataLoader (two samples running); every `worker_every`
+rounds those of a rank that did not step, and one of each rank that steps, in turn; never a
+worker whose main thread has not run since its last stack. The launcher's stack is read on the
+full rounds only.
 
 Sampling is gentle: a rank that stepped at the last sample (and its workers) is read with
 `py-spy --nonblocking`, which does not pause its threads; a rank that looks stuck, and
@@ -30,6 +32,7 @@ from hangdoc.base.errors import HangdocError
 from hangdoc.collect.datalists import copy_data_lists
 from hangdoc.collect.discover import find_job
 from hangdoc.collect.exits import ExitWatcher
+from hangdoc.collect.host import host_facts
 from hangdoc.collect.logs import log_sources, read_tails
 from hangdoc.collect.snapshot import Probes, capture
 from hangdoc.collect.spawned import StackRanks
@@ -37,13 +40,14 @@ from hangdoc.collect.stacks import PySpy
 from hangdoc.live.capture import make_bundle
 from hangdoc.live.options import WatchOptions
 from hangdoc.live.probes import engine_name, require_stacks
-from hangdoc.model import Bundle, Ending, Job, NodeDigest, Progress, RankState, Report, Role, Snapshot, StopReason, Verdict
+from hangdoc.model import Bundle, Ending, Host, Job, NodeDigest, Progress, RankState, Report, Role, Snapshot, StopReason, Verdict
 from hangdoc.report.judge import RUNNING, End, Judgement, judge
 
 MAX_SAMPLES = 600   # about 20 minutes at the default interval; older samples are dropped
 JITTER = 0.15       # each wait between rounds is the interval +-15 %
 LAUNCHER_EXIT_WAIT_S = 10.0   # ranks gone with their statuses unread: how long the launcher's exit is awaited
 DWELL_SAMPLES = 3   # a stepping rank caught computing at one line this many samples in a row is probed
+REDISCOVER_EVERY = 5   # at least every this many rounds the job is discovered again, new pids or not
 DWELL_PROBES = 2    # at most this many times a watch (about 0.2 s of CPU each, a 0.3-0.5 s pause)
 
 
@@ -94,9 +98,13 @@ class Watcher:
     dwell_probes: dict = field(default_factory=dict)  # pid -> probes of a rank that steps (bounded)
     jitter: random.Random = field(default_factory=random.Random)
     stack_ranks: StackRanks | None = None            # reads ranks no environment names, once a process
+    host: tuple | None = None                        # (first rank's pid, its Host facts)
+    discovered: set = field(default_factory=set)     # the node's pids when the job was last discovered
+    undiscovered: int = 0                            # rounds since, none of them discovering
 
     def start(self) -> Bundle:
         """Find the job and take the first full capture; attach errors surface here."""
+        self.discovered = set(self.probes.procfs.pids())
         self.job = find_job(self.pid, self.probes.procfs, single=self.options.single)
         if self.exit_watcher is None:
             self.exit_watcher = ExitWatcher(proc_root=str(self.probes.procfs.root), sleep=self.sleep)
@@ -115,7 +123,7 @@ class Watcher:
         return dataclasses.replace(
             make_bundle(self.job, tuple(self.samples), self.probes.procfs,
                         self.options.record(engine_name(self.probes.pyspy)),
-                        logs=logs),
+                        logs=logs, host=self._host()),
             exit_code=self.exit_code(),
             data_lists=self.data_lists,
             exits=self.exit_watcher.exits if self.exit_watcher is not None else (),
@@ -184,6 +192,16 @@ class Watcher:
         return Outcome(self.judge(bundle, ending), bundle, StopReason.INTERRUPTED)
 
     # -- internals -------------------------------------------------------------------
+    def _host(self) -> Host:
+        """The machine's and the job's Python and torch: read from the first rank's memory map
+        once, again only when that rank changes (a restart) or a version was not found yet."""
+        first = next(iter(self.job.by_role(Role.RANK)), None)
+        key = first.pid if first is not None else None
+        if self.host is None or self.host[0] != key or self.host[1].python_version is None \
+                or self.host[1].torch_version is None:
+            self.host = (key, host_facts(self.job, self.probes.procfs))
+        return self.host[1]
+
     def _wait(self, delay: float) -> None:
         """Until the next round: `delay` seconds, or less when a rank or the launcher exits."""
         if self.exit_watcher is None:
@@ -268,20 +286,40 @@ class Watcher:
                 if p.pid in self.stepping or (p.role is not Role.RANK and p.rank_pid in self.stepping)}
 
     def _stack_pids(self, all_workers: bool, waiting_on_data: set[int]) -> set[int]:
-        """Whose stacks this round: every rank; the launcher and every worker on the full rounds;
-        new workers, and the workers of a rank waiting on its data, every round, except a worker
-        whose main thread has not run since its last stack (its stack is where it was)."""
+        """Whose stacks this round: every rank; new workers, and the workers of a rank waiting on
+        its data, every round; on the full rounds the launcher, every worker of a rank that did not
+        step, and one worker of each rank that steps (in turn: its workers do the same work, and
+        the rank's own progress says they keep up). Never a worker whose main thread has not run
+        since its last stack (its stack is where it was)."""
         assert self.job is not None
         alive = self._alive_pids()
         wanted = {p.pid for p in self.job.processes
                   if p.role is Role.RANK or (all_workers and p.role is Role.LAUNCHER)}
+        sampled = self._sampled_workers(alive) if all_workers else set()
         for proc in self.job.processes:
             if proc.role is not Role.WORKER:
                 continue
-            if proc.worker_index is None or ((all_workers or proc.rank_pid in waiting_on_data)
+            if proc.worker_index is None or ((proc.pid in sampled or proc.rank_pid in waiting_on_data)
                                              and not self._parked(proc.pid)):
                 wanted.add(proc.pid)
         return wanted & alive
+
+    def _sampled_workers(self, alive: set[int]) -> set[int]:
+        """A full round's workers: all of a rank that did not step at the last sample; of a rank
+        that did, the one whose turn it is (round-robin over full rounds, by worker index)."""
+        by_rank: dict[int | None, list] = {}
+        for proc in self.job.processes:
+            if proc.role is Role.WORKER and proc.pid in alive:
+                by_rank.setdefault(proc.rank_pid, []).append(proc)
+        turn = self.rounds // max(1, self.options.worker_every)
+        chosen = set()
+        for rank_pid, workers in by_rank.items():
+            if rank_pid not in self.stepping:
+                chosen.update(w.pid for w in workers)
+                continue
+            workers.sort(key=lambda w: (w.worker_index is None, w.worker_index or 0, w.pid))
+            chosen.add(workers[turn % len(workers)].pid)
+        return chosen
 
     def _parked(self, pid: int) -> bool:
         """The process's main thread has not run since its stack was last read: no CPU, no
@@ -320,8 +358,20 @@ class Watcher:
                 if waits(last.sample_of(r.pid)) and waits(before.sample_of(r.pid))}
 
     def _rediscover(self) -> None:
-        """Merge what runs now into the job: new workers join, the dead stay on record."""
+        """Merge what runs now into the job: new workers join, the dead stay on record.
+
+        A discovery reads every process on the node (its parent, an environment or two): it is
+        left out while the node runs no process it did not run at the last one, up to
+        REDISCOVER_EVERY rounds in a row (a process that execs into a rank starts no new one)."""
         assert self.job is not None
+        try:
+            running = set(self.probes.procfs.pids())
+        except OSError:
+            running = None
+        if running is not None and running <= self.discovered and self.undiscovered < REDISCOVER_EVERY - 1:
+            self.undiscovered += 1
+            return
+        self.discovered, self.undiscovered = running or set(), 0
         lone = self.job.single_process      # it may yet start ranks: mp.spawn's script, slow to import torch
         for anchor in self._anchors():
             try:

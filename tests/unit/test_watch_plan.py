@@ -54,3 +54,53 @@ def test_a_full_round_reads_the_launcher_and_every_worker():
     wanted = plan(watcher, full=True)
     # THEN everyone is read
     assert wanted == {p.pid for p in watcher.job.processes}
+
+
+def test_a_full_round_reads_one_worker_of_a_stepping_rank_in_turn():
+    # GIVEN a job whose rank 0 stepped at the last sample and whose rank 1 did not
+    watcher, workers = watcher_after(-1, -1)
+    rank0 = next(p.pid for p in watcher.job.ranks if p.rank == 0)
+    watcher.stepping = {rank0}
+    # WHEN two successive full rounds are planned
+    first = plan(watcher, full=True)
+    watcher.rounds += watcher.options.worker_every
+    second = plan(watcher, full=True)
+    # THEN each reads the launcher, every rank and every worker of rank 1, and one worker of rank 0,
+    # another one the next time
+    everyone_else = {p.pid for p in watcher.job.processes} - workers[0]
+    for wanted in (first, second):
+        assert everyone_else <= wanted and len(wanted & workers[0]) == 1, (wanted, workers)
+    assert first & workers[0] != second & workers[0]
+
+
+class _Pids:
+    """A /proc whose process list the test sets."""
+
+    def __init__(self, pids):
+        self.now = set(pids)
+
+    def pids(self):
+        return list(self.now)
+
+
+def test_the_job_is_discovered_again_when_a_process_starts_and_at_least_every_few_rounds(monkeypatch):
+    # GIVEN a watch whose last discovery saw the node's processes 1, 2 and 3
+    from hangdoc.live import watcher as module
+
+    found = []
+    monkeypatch.setattr(module, "find_job", lambda *a, **k: found.append(1) or watcher.job)
+    watcher, _ = watcher_after(-1)
+    watcher.probes = Probes(procfs=_Pids({1, 2, 3}))
+    watcher.discovered = {1, 2, 3}
+    # WHEN rounds pass with the same processes, one exiting meanwhile
+    watcher.probes.procfs.now = {1, 2}
+    for _ in range(module.REDISCOVER_EVERY - 1):
+        watcher._rediscover()
+    # THEN nothing is discovered until the REDISCOVER_EVERY-th round, which is
+    assert found == []
+    watcher._rediscover()
+    assert len(found) == 1
+    # AND a process that starts is looked for at the next round
+    watcher.probes.procfs.now = {1, 2, 4}
+    watcher._rediscover()
+    assert len(found) == 2
