@@ -1,13 +1,15 @@
 """The headline figures, held against a stored baseline (`make bench`, section "headline").
 
-Four costs a user pays, each measured here the way the user pays it:
+Five costs a user pays, each measured here the way the user pays it:
 
 - `hangdoc report DIR` over the node bundles of a 65,536- and a 131,072-rank job (8 ranks and 64
   DataLoader workers a node, written as `hangdoc watch` saves them; benchmarks/bench_merge.py):
   wall seconds and peak memory of the whole process;
 - a default `hangdoc watch` of a healthy 2-rank x 4-worker job for 40 s, then Ctrl-C: its CPU
   (with its py-spy children) as a share of one core over its wall time;
-- `hangdoc watch --once` on that job: CPU seconds, median of 5.
+- `hangdoc watch --once` on that job: CPU seconds, median of 5;
+- a steady watch round of that job (the watcher in this process): CPU milliseconds with its
+  py-spy children, mean over two whole cycles of 15 rounds, the full round of each counted.
 
 `benchmarks/baseline.json` holds them as measured on one machine (arch, cores, CPU model). Each
 figure is compared as a ratio, current / baseline; one more than 25 % worse fails the bench (exit 1)
@@ -44,6 +46,7 @@ FIGURES = {
     "report_131072_peak_mib": ("MiB", "hangdoc report DIR, 131,072 ranks: peak RSS"),
     "watch_2x4_core_pct": ("%", "default watch of a healthy 2 x 4 job for 40 s: CPU as % of one core"),
     "watch_once_cpu_s": ("s", "watch --once on that job: CPU, median of 5"),
+    "watch_2x4_round_ms": ("ms", "a watch round of that job, steady: CPU with py-spy, mean of two 15-round cycles"),
 }
 
 
@@ -73,16 +76,55 @@ def _cpu_of(args: list[str], stop_after: float | None = None) -> tuple[float, fl
     return usage.ru_utime + usage.ru_stime, time.perf_counter() - started
 
 
+def compiled() -> None:
+    """hangdoc's bytecode, compiled as pip compiles an installed wheel's: with it stale or missing
+    (a checkout just edited, PYTHONDONTWRITEBYTECODE set), every start compiles the sources anew
+    and the watch figures count that (0.1-0.2 s a start)."""
+    import compileall
+
+    import hangdoc
+
+    compileall.compile_dir(str(Path(hangdoc.__file__).parent), quiet=1)
+
+
 def watch_costs(seconds: float = WATCH_S, once_runs: int = 5) -> dict:
     """The default watch's share of a core over `seconds`, and `watch --once` CPU, on a healthy 2 x 4 job."""
     from benchmarks.bench import Job
 
+    compiled()
     with Job("healthy", nproc=2, num_workers=4) as j, tempfile.TemporaryDirectory() as tmp:
         pid = str(j.job.pid)
         cpu, wall = _cpu_of(["watch", pid, "--out", str(Path(tmp) / "w.json.zst")], stop_after=seconds)
         once = [_cpu_of(["watch", pid, "--once", "--out", str(Path(tmp) / f"o{i}.json.zst")])[0]
                 for i in range(once_runs)]
-    return {"watch_2x4_core_pct": round(100 * cpu / wall, 2), "watch_once_cpu_s": round(statistics.median(once), 3)}
+        round_ms = _round_cost(j.job.pid)
+    return {"watch_2x4_core_pct": round(100 * cpu / wall, 2), "watch_once_cpu_s": round(statistics.median(once), 3),
+            "watch_2x4_round_ms": round_ms}
+
+
+def _round_cost(pid: int, cycles: int = 2, pause_s: float = 0.5) -> float:
+    """CPU milliseconds of a watch round, this process and its py-spy children, mean over whole
+    cycles of WORKER_EVERY rounds after the first (the full round of each cycle counted): what a
+    long watch pays per interval, which the 40 s figure mixes with the start's fixed cost."""
+    import resource
+
+    from hangdoc.live.options import WORKER_EVERY, WatchOptions
+    from hangdoc.live.probes import make_probes
+    from hangdoc.live.watcher import Watcher
+
+    def cpu() -> float:
+        own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+    options = WatchOptions(gpu=False)
+    watcher = Watcher(pid, make_probes(options), options)
+    bundle, _ = watcher.judge_round(watcher.start())
+    rounds = cycles * WORKER_EVERY
+    before = cpu()
+    for _ in range(rounds):
+        time.sleep(pause_s)
+        bundle, _ = watcher.judge_round(watcher.step())
+    return round(1000 * (cpu() - before) / rounds, 1)
 
 
 def report_costs(sizes=SCALES) -> dict:
