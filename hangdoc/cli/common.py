@@ -18,8 +18,6 @@ from hangdoc.model import Bundle, Engine, NodeDigest, Report
 from hangdoc.render.formats import CHECK_FORMATS, OutputFormat, help_of, render_report
 
 
-# The one registry of output formats (render/formats.py); `ReportFormat` is its enum.
-ReportFormat = OutputFormat
 
 
 def engine_option():

@@ -7,9 +7,10 @@ from typing import Optional
 import typer
 
 from hangdoc.cli import app
-from hangdoc.cli.common import ReportFormat, emit_report, hang_after_option, interval_option, report_format_option
+from hangdoc.cli.common import emit_report, hang_after_option, interval_option, report_format_option
 from hangdoc.base.defaults import DEMO_INTERVAL_S
 from hangdoc.base.errors import EXIT_FINDINGS, EXIT_OK, HangdocError
+from hangdoc.render.formats import OutputFormat
 
 
 @app.command()
@@ -18,7 +19,7 @@ def demo(
     list_: bool = typer.Option(False, "--list", help="List the scenarios and exit."),
     hang_after: Optional[float] = hang_after_option(),
     interval: float = interval_option(DEMO_INTERVAL_S),
-    fmt: ReportFormat = report_format_option(),
+    fmt: OutputFormat = report_format_option(),
 ) -> None:
     """Run a scenario under watch with a short hang-after, show the live view, then the report.
 

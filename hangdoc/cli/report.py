@@ -9,9 +9,10 @@ import typer
 
 from hangdoc.cli import app
 from hangdoc.cli.common import (
-    ReportFormat, emit_report, hang_after_option, quiet_broken_pipe, report_format_option,
+    emit_report, hang_after_option, quiet_broken_pipe, report_format_option,
 )
 from hangdoc.base.errors import EXIT_OK, EXIT_USAGE, BadOutput, HangdocError
+from hangdoc.render.formats import OutputFormat
 
 
 
@@ -19,7 +20,7 @@ from hangdoc.base.errors import EXIT_OK, EXIT_USAGE, BadOutput, HangdocError
 def report(
     bundles: List[Path] = typer.Argument(..., help="Bundle files (or a directory of them) of one job, and/or "
                                          "its ranks' Flight Recorder dumps (files or directories)."),
-    fmt: ReportFormat = report_format_option(),
+    fmt: OutputFormat = report_format_option(),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of stdout."),
     hang_after: Optional[float] = hang_after_option("Override the threshold the bundle was taken with."),
 ) -> None:

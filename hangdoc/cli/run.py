@@ -13,10 +13,11 @@ from hangdoc.base.errors import HangdocError
 from hangdoc.bundle.files import check_writable
 from hangdoc.cli import app
 from hangdoc.cli.common import (
-    Engine, ReportFormat, default_out, delivered, emit_report, engine_option, hang_after_option, html_option,
+    Engine, default_out, delivered, emit_report, engine_option, hang_after_option, html_option,
     html_target, interval_option, report_format_option, save_or_say, signals_held, timeout_option, write_html,
 )
 from hangdoc.model import Verdict
+from hangdoc.render.formats import OutputFormat
 
 
 class FailOn(str, Enum):
@@ -30,7 +31,7 @@ def run(
     timeout: Optional[float] = timeout_option("Fail (exit 3) if the whole run takes longer."),
     hang_after: Optional[float] = hang_after_option(),
     interval: float = interval_option(),
-    fmt: ReportFormat = report_format_option(),
+    fmt: OutputFormat = report_format_option(),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to save the bundle on a hang or crash."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML result here."),
     html: Optional[Path] = html_option(),
@@ -79,7 +80,7 @@ def run(
         if stopped:
             print(f"hangdoc: interrupted; the job was ended; the report of the {outcome.report.samples} samples so far:",
                   file=sys.stderr)
-        if failed or slow or stopped or fmt is not ReportFormat.text:
+        if failed or slow or stopped or fmt is not OutputFormat.text:
             emit_report(outcome.report, fmt)
         else:
             print(f"hangdoc: the run finished (exit code {result.job_exit_code}), no hang", file=sys.stderr)

@@ -12,10 +12,11 @@ from hangdoc.base.errors import EXIT_NOT_SAVED, EXIT_OK, EXIT_SIGINT, BundleNotS
 from hangdoc.bundle.files import check_writable
 from hangdoc.cli import app
 from hangdoc.cli.common import (
-    Engine, ReportFormat, default_out, delivered, emit_report, engine_option, hang_after_option, html_option,
+    Engine, default_out, delivered, emit_report, engine_option, hang_after_option, html_option,
     html_target, interval_option, report_format_option, save_or_say, signals_held, timeout_option, write_html,
 )
 from hangdoc.model import Role, StopReason, Verdict
+from hangdoc.render.formats import OutputFormat
 
 
 @app.command()
@@ -33,7 +34,7 @@ def watch(
     interval: float = interval_option(),
     hang_after: Optional[float] = hang_after_option(),
     timeout: Optional[float] = timeout_option("Stop watching after this many seconds (exit 0 if nothing was found)."),
-    fmt: ReportFormat = report_format_option(),
+    fmt: OutputFormat = report_format_option(),
     html: Optional[Path] = html_option(),
     no_live: bool = typer.Option(False, "--no-live", help="No live table; a status line on stderr every few samples."),
     native: bool = typer.Option(False, "--native", help="Also capture native (C/C++) frames; about 1 s a process."),
@@ -120,7 +121,7 @@ def require_some_stack(bundle) -> None:
                            "see `hangdoc explain no-stack`")
 
 
-def interrupted(outcome, out: Path, fmt: ReportFormat, html: Path | None = None) -> int:
+def interrupted(outcome, out: Path, fmt: OutputFormat, html: Path | None = None) -> int:
     """Stopped by Ctrl-C or SIGTERM: the report of what was seen so far, and the bundle, kept."""
     if outcome is None:
         print("hangdoc: interrupted before the first sample; nothing to save", file=sys.stderr)
@@ -132,7 +133,7 @@ def interrupted(outcome, out: Path, fmt: ReportFormat, html: Path | None = None)
     return outcome.exit_code if saved else EXIT_NOT_SAVED
 
 
-def finish(outcome, out: Path, fmt: ReportFormat, html: Path | None = None) -> int:
+def finish(outcome, out: Path, fmt: OutputFormat, html: Path | None = None) -> int:
     """Print the report, then save the bundle when there is something to show; the judgement's exit code."""
     if outcome.reason is StopReason.TIMEOUT:
         found = "the job is slow" if outcome.report.verdict == Verdict.SLOW else "no hang found"

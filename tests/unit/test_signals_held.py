@@ -10,7 +10,7 @@ import pytest
 
 from hangdoc.bundle.files import load_bundle
 from hangdoc.cli import watch as watch_cli
-from hangdoc.cli.common import ReportFormat
+from hangdoc.render.formats import OutputFormat
 from hangdoc.live.watcher import Outcome
 from hangdoc.model import StopReason
 from hangdoc.report import judge
@@ -32,7 +32,7 @@ def test_a_signal_during_the_save_waits_for_it_and_then_leaves_with_its_code(tmp
     monkeypatch.setattr(watch_cli, "save_or_say", save_while_signalled)
     out = tmp_path / "b.hangdoc"
     # WHEN the watch finishes
-    got = watch_cli.finish(outcome, out, ReportFormat.text)
+    got = watch_cli.finish(outcome, out, OutputFormat.text)
     # THEN the report was printed, the bundle saved, and the exit code is the signal's
     assert got == code
     said = capsys.readouterr()
