@@ -180,6 +180,10 @@ def check(current: dict, baseline: dict | None) -> tuple[int, list[str]]:
     if baseline.get("machine") != here:
         lines.append(f"note: the baseline was measured on {baseline.get('machine')}, this is {here}: "
                      "the ratios compare two machines")
+    missing = [name for name in FIGURES if name in current and not baseline["figures"].get(name)]
+    if missing:
+        lines.append(f"note: not in the baseline, so not compared: {', '.join(missing)} "
+                     "(a figure added to the bench is added to the baseline, on purpose: --write)")
     worse = compare(current, baseline)
     lines += [f"REGRESSION {line}" for line in worse]
     if not worse:
