@@ -202,7 +202,19 @@ def bench_zoo(hang_after: float | None = 10.0) -> dict:
             "goal": "100 % right, 0 false alarms, every diagnosis <= 15 s after the fault marker"}
 
 
+def ended_by_sigterm() -> None:
+    """SIGTERM (a `timeout`, a CI's cancel) ends the bench as Ctrl-C would: every job it started is
+    stopped on the way out (the `with Job(...)` blocks run their exits), none is left running."""
+    import signal
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def main(argv=None) -> int:
+    ended_by_sigterm()
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench")
     parser.add_argument("--only", default=",".join(SECTIONS))
     parser.add_argument("--out", default="bench-results")

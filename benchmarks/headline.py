@@ -192,6 +192,9 @@ def check(current: dict, baseline: dict | None) -> tuple[int, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from benchmarks.bench import ended_by_sigterm
+
+    ended_by_sigterm()
     parser = argparse.ArgumentParser(prog="python -m benchmarks.headline")
     parser.add_argument("--write", action="store_true", help="write the figures as the new baseline")
     parser.add_argument("--why", default="", help="with --write: why the baseline changes (kept in the file)")
