@@ -3,7 +3,7 @@
     python -m benchmarks.bench [--only headline,snapshot,latency,engines,overhead,zoo,check,merge,matrix,late,slow,fuzz] [--out DIR]
 
 `headline` measures the figures benchmarks/baseline.json holds (report DIR at 65,536 and 131,072
-ranks, the default watch's share of a core, `watch --once` CPU) and compares them as ratios: one
+ranks, the default watch's share of a core, `watch --once` CPU, a steady watch round) and compares them as ratios: one
 more than 25 % worse than its baseline ends the bench with exit 1, naming it (benchmarks/headline.py).
 
 `matrix` runs the quick ordinary-jobs matrix; the whole of it: python -m benchmarks.bench_matrix.
@@ -227,9 +227,10 @@ def main(argv=None) -> int:
         from benchmarks import headline
 
         figures = results["headline"] = headline.measure()
-        code, lines = headline.check(figures, headline.load_baseline())
+        baseline = headline.load_baseline()
+        code, lines = headline.check(figures, baseline)
         print("The headline figures against benchmarks/baseline.json (ratios: now / baseline)")
-        print(headline.table(figures, headline.load_baseline()))
+        print(headline.table(figures, baseline))
         print("\n".join(lines) + "\n")
     if "fuzz" in wanted:
         from benchmarks.bench_fuzz import bench_fuzz

@@ -79,7 +79,7 @@ def _cpu_of(args: list[str], stop_after: float | None = None) -> tuple[float, fl
 def compiled() -> None:
     """hangdoc's bytecode, compiled as pip compiles an installed wheel's: with it stale or missing
     (a checkout just edited, PYTHONDONTWRITEBYTECODE set), every start compiles the sources anew
-    and the watch figures count that (0.1-0.2 s a start)."""
+    and every figure of a `hangdoc` process counts that (0.1-0.2 s a start)."""
     import compileall
 
     import hangdoc
@@ -91,7 +91,6 @@ def watch_costs(seconds: float = WATCH_S, once_runs: int = 5) -> dict:
     """The default watch's share of a core over `seconds`, and `watch --once` CPU, on a healthy 2 x 4 job."""
     from benchmarks.bench import Job
 
-    compiled()
     with Job("healthy", nproc=2, num_workers=4) as j, tempfile.TemporaryDirectory() as tmp:
         pid = str(j.job.pid)
         cpu, wall = _cpu_of(["watch", pid, "--out", str(Path(tmp) / "w.json.zst")], stop_after=seconds)
@@ -105,26 +104,14 @@ def watch_costs(seconds: float = WATCH_S, once_runs: int = 5) -> dict:
 def _round_cost(pid: int, cycles: int = 2, pause_s: float = 0.5) -> float:
     """CPU milliseconds of a watch round, this process and its py-spy children, mean over whole
     cycles of WORKER_EVERY rounds after the first (the full round of each cycle counted): what a
-    long watch pays per interval, which the 40 s figure mixes with the start's fixed cost."""
-    import resource
+    long watch pays per interval, which the 40 s figure mixes with the start's fixed cost. The
+    rounds are section `engines`' (benchmarks/bench_engines.py), with the default engine."""
+    from benchmarks.bench_engines import _watch_rounds
+    from hangdoc.collect.stacks import PySpy, find_py_spy
+    from hangdoc.live.options import WORKER_EVERY
 
-    from hangdoc.live.options import WORKER_EVERY, WatchOptions
-    from hangdoc.live.probes import make_probes
-    from hangdoc.live.watcher import Watcher
-
-    def cpu() -> float:
-        own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
-
-    options = WatchOptions(gpu=False)
-    watcher = Watcher(pid, make_probes(options), options)
-    bundle, _ = watcher.judge_round(watcher.start())
-    rounds = cycles * WORKER_EVERY
-    before = cpu()
-    for _ in range(rounds):
-        time.sleep(pause_s)
-        bundle, _ = watcher.judge_round(watcher.step())
-    return round(1000 * (cpu() - before) / rounds, 1)
+    costs = _watch_rounds(pid, PySpy(find_py_spy()), None, cycles * WORKER_EVERY, pause_s)
+    return round(1000 * statistics.fmean(costs), 1)
 
 
 def report_costs(sizes=SCALES) -> dict:
@@ -139,6 +126,7 @@ def report_costs(sizes=SCALES) -> dict:
 
 
 def measure() -> dict:
+    compiled()
     return {**report_costs(), **watch_costs()}
 
 
