@@ -36,7 +36,6 @@ from hangdoc.model import (
 )
 
 
-
 @dataclass(frozen=True)
 class RankView:
     info: ProcessInfo

@@ -18,8 +18,6 @@ from hangdoc.model import Bundle, Engine, NodeDigest, Report
 from hangdoc.render.formats import CHECK_FORMATS, OutputFormat, help_of, render_report
 
 
-
-
 def engine_option():
     return typer.Option(Engine.AUTO, "--engine", case_sensitive=False,
                         help="How stacks are read: py-spy (one `py-spy dump` per process, the default) or "
