@@ -6,6 +6,7 @@ frame that decided it, so a report can cite the evidence.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -334,6 +335,21 @@ def signature(sample: ProcSample | None) -> tuple:
     if sample.stack.probe:       # a native probe's Python frames stand for its stack
         return tuple(f for f in main.frames if not f.native)
     return main.frames
+
+
+# A frame of code written inside an expression: it runs on its caller's line.
+NESTED_EXPRESSION = re.compile(r"<(?:genexpr|lambda|listcomp|dictcomp|setcomp)>$")
+
+
+def place(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
+    """The stack (innermost first) with a generator expression, lambda or comprehension that runs
+    on its caller's line folded into the caller: two samples of one spin line are one place
+    whichever of its frames they caught."""
+    i = 0
+    while i + 1 < len(frames) and frames[i].is_job_code and NESTED_EXPRESSION.search(frames[i].name) \
+            and frames[i].line == frames[i + 1].line and frames[i].filename == frames[i + 1].filename:
+        i += 1
+    return frames[i:] if i else frames
 
 
 # What a parked main thread sleeps in, for a poll loop's reading: its Python frames first (a wait

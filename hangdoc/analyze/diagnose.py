@@ -16,9 +16,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hangdoc.analyze.classify import Reading, parked_in, signature
+from hangdoc.analyze.classify import Reading, parked_in, place, signature
 from hangdoc.analyze.ending import crash_of, ended_readably, told_by_exits
 from hangdoc.analyze.flight import fr_pending, fr_step_times
+from hangdoc.analyze.gpu import GPU_WORK
 from hangdoc.analyze.past import Before, a_pause, before_attach, confirmed, gone_at
 from hangdoc.analyze.past import hang_after as past_hang_after
 from hangdoc.analyze.progress import (
@@ -241,7 +242,8 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
     before = before_attach(ranks, beat.quiet_since, facts.first, facts.fr_pending) if waiting else None
     since = min(beat.quiet_since, before.since) if before is not None else beat.quiet_since
     if quiet >= beat.threshold_s and waiting:
-        return Decision(Verdict.HANG, culprits, since, mismatch, rhythm=beat, before=before)
+        return Decision(Verdict.HANG, culprits, since, mismatch, rhythm=beat, before=before,
+                        spinning=_spinning_at_waits(ranks))
     if (before is not None and confirmed(ranks) and not a_pause(ranks, before)
             and now - before.since >= past_hang_after(beat.source, beat.threshold_s, before.others_asleep)):
         return Decision(Verdict.HANG, culprits, before.since, mismatch, rhythm=beat, before=before, from_past=True)
@@ -305,11 +307,20 @@ def digest_of(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView])
                           for w, r, alive in view.workers),
             started=view.info.start_time, last_ran=_last_ran(first), first_seen=first.time, still=quiet,
             shares=rank_shares(line), held_since=held_since(line, [lines[pid] for pid in live if pid in lines]),
-            **_exit_fields(bundle, view.info.pid)))
+            place=_place_label(view, sample), **_exit_fields(bundle, view.info.pid)))
     nodes = max((n for p in bundle.job.ranks if (n := to_int(p.env.get("GROUP_WORLD_SIZE")))), default=None)
     return NodeDigest(DIGEST_VERSION, bundle.samples[0].time, bundle.last.time, tuple(ranks),
                       tuple(fr_step_times(bundle.flight_records)), group_world_size=nodes,
                       fr_pending=fr_pending(bundle.flight_records))
+
+
+def _place_label(view: RankView, sample: ProcSample | None) -> str | None:
+    """Where the rank stands: its top frame, a generator expression or lambda on its caller's line
+    folded into the caller (the frame the reading names where it named one of another place)."""
+    frames = place(signature(sample))
+    if not frames:
+        return view.reading.frame.label if view.reading.frame else None
+    return frames[0].label
 
 
 def _last_ran(point) -> float | None:
@@ -364,8 +375,8 @@ def _outliers(ranks: Sequence[RankDigest]) -> tuple[tuple[int, ...], tuple[int, 
     classes: dict[tuple, list[RankDigest]] = defaultdict(list)
     for rank in ranks:
         if gone_at(rank) is None:
-            classes[(rank.state, rank.top_frame)].append(rank)
-    standing = [key for key in classes if key[0] in (RankState.COMPUTE, RankState.COLLECTIVE)]
+            classes[_class_key(rank)].append(rank)
+    standing = [key for key in classes if key[0] == _STANDING]
     if not standing:
         return (), ()
     common = max(standing, key=lambda key: len(classes[key]))
@@ -376,6 +387,31 @@ def _outliers(ranks: Sequence[RankDigest]) -> tuple[tuple[int, ...], tuple[int, 
                         for r in members if r.rank is not None)), spinning
 
 
+_STANDING = "standing"
+
+
+def _class_key(rank: RankDigest) -> tuple:
+    """Ranks computing or waiting at one place are one class, whether a native probe taught hangdoc
+    what one of them waits on or not, and whichever frame of a spin line their samples caught."""
+    if rank.state in (RankState.COMPUTE, RankState.COLLECTIVE):
+        return _STANDING, rank.place or rank.top_frame
+    return rank.state, rank.top_frame
+
+
+def _wait_spots(ranks: Sequence[RankDigest]) -> dict[str, str | None]:
+    """The places where ranks wait in a collective, and the wait each names."""
+    return {r.place: r.detail for r in ranks if r.state == RankState.COLLECTIVE and r.place and r.exited_at is None}
+
+
+def _spinning_at_waits(ranks: Sequence[RankDigest], spots: dict[str, str | None] | None = None) -> tuple[int, ...]:
+    """Ranks computing, held, at a place where another rank waits in a collective: a spin line a
+    native probe explained for one of them waits there for all of them."""
+    spots = _wait_spots(ranks) if spots is None else spots
+    return tuple(sorted(r.rank for r in ranks if r.state == RankState.COMPUTE and r.rank is not None
+                        and r.place in spots and r.held_since is not None and r.exited_at is None
+                        and not str(r.detail or "").startswith(GPU_WORK)))
+
+
 def _culprits(ranks: Sequence[RankDigest]) -> tuple[tuple[int, ...], dict[str, tuple[int, ...]]]:
     # Ranks in process-group setup wait for every rank to join: the ones that have not are the
     # culprits, present or not. Beside ranks in a collective (a new_group), setup is one more
@@ -384,13 +420,20 @@ def _culprits(ranks: Sequence[RankDigest]) -> tuple[tuple[int, ...], dict[str, t
         late = not_joined(ranks)
         if late:
             return late, {}
-    waiting = [r for r in ranks if r.state == RankState.COLLECTIVE or r.joining]
-    others = [r for r in ranks if not (r.state == RankState.COLLECTIVE or r.joining)]
+    spots = _wait_spots(ranks)
+    spun = set(_spinning_at_waits(ranks, spots))
+
+    def waits(r: RankDigest) -> bool:
+        return r.state == RankState.COLLECTIVE or bool(r.joining) or r.rank in spun
+
+    waiting = [r for r in ranks if waits(r)]
+    others = [r for r in ranks if not waits(r)]
     if others and waiting:
         return tuple(sorted(r.rank for r in others if r.rank is not None)), {}
     groups: dict[str, list[int]] = defaultdict(list)
     for rank in waiting:
-        groups[rank.joining or rank.detail or "?"].append(rank.rank)
+        wait = rank.detail if rank.state == RankState.COLLECTIVE else spots.get(rank.place)
+        groups[rank.joining or wait or "?"].append(rank.rank)
     if len(groups) < 2:
         return (), {}
     mismatch = {name: tuple(sorted(r)) for name, r in groups.items()}

@@ -33,6 +33,9 @@ def gpu_activity(device: GpuDevice | None) -> GpuActivity | None:
     return GpuActivity.BUSY
 
 
+GPU_WORK = "GPU work"     # a rank at a sync whose GPU computes: its reading's detail begins so
+
+
 def judged_by_gpu(reading: Reading, activity: GpuActivity | None) -> Reading:
     """A host thread at a sync on its own GPU stream (`.item()`, `.cpu()`, `torch.cuda.synchronize`),
     judged by what that GPU does: busy, the rank computes there (a GPU straggler, or a kernel that
@@ -40,5 +43,5 @@ def judged_by_gpu(reading: Reading, activity: GpuActivity | None) -> Reading:
     GPU reading it stays a wait, as the report says (what the GPU did is unknown)."""
     if activity == GpuActivity.BUSY and reading.state == RankState.COLLECTIVE and is_gpu_sync(reading.detail):
         where = str(reading.detail).partition("(")[2].rstrip(")") or "a GPU sync"
-        return Reading(RankState.COMPUTE, f"GPU work (host at {where})", reading.frame)
+        return Reading(RankState.COMPUTE, f"{GPU_WORK} (host at {where})", reading.frame)
     return reading

@@ -17,13 +17,22 @@ count tries there, not steps (`polling`). A training loop that waits at one plac
 still steps: its outer frames move (control came back to the loop that called the wait), or
 its innermost frame takes a new object (a new `batch` from a queue).
 
-Without locals (py-spy could not read them) the frames of the job and the main thread's
-kernel counters stand in, and the report says so.
+Where the loop's counters cannot be read (a loop at module level: py-spy reads no locals of a
+`<module>` frame; counters held in objects), the other witnesses stand in, and the report says so:
+- the stack going round the loop: the job's own position (`region`) differs between two samples
+  and one of them found the rank in the step's own wait (a collective, its DataLoader): it left
+  that wait, or reached it from elsewhere;
+- a waiting rank woke up (its main thread's CPU and voluntary context switches, beyond what a
+  blocking stack read costs) or moved bytes (gloo's sockets, its workers' pipes).
+A rank blocked for good shows none of them: its frames stand, its main thread sleeps, its
+sockets are quiet. "No step seen" is never read as "no step": the hang needs a witness that
+saw nothing move.
 
 The threshold: with a `--hang-after` it is that. Otherwise hangdoc learns the longest gap
-between steps it has seen (any rank) and calls a hang when no rank has stepped for
-STEP_MULTIPLE times that, never less than HANG_FLOOR_S; before any step has been seen it
-waits DEFAULT_HANG_AFTER_S.
+between steady steps it has seen (any rank; a rank's first STARTUP_GAPS gaps are its start-up:
+workers starting, a first batch, a compile, a checkpoint load) and calls a hang when no rank has
+stepped for STEP_MULTIPLE times that, never less than HANG_FLOOR_S; before any steady step has
+been seen it waits DEFAULT_HANG_AFTER_S.
 """
 from __future__ import annotations
 
@@ -31,6 +40,7 @@ import bisect
 import itertools
 from dataclasses import dataclass
 
+from hangdoc.analyze.classify import NESTED_EXPRESSION, place
 from hangdoc.analyze.timeline import Point, Timeline, moved, moved_bytes
 from hangdoc.model import Frame, FrameMark, LoopMark, Progress, RankState, StepSummary
 
@@ -38,7 +48,11 @@ STEP_MULTIPLE = 3.0
 HANG_FLOOR_S = 10.0
 DEFAULT_HANG_AFTER_S = 60.0
 WAKEUPS_PER_DUMP = 2     # voluntary context switches one blocking py-spy dump adds to a parked thread
+STARTUP_GAPS = 1         # a rank's first gaps between steps seen that are its start-up, not its rhythm
 WAIT_STATES = frozenset({RankState.COLLECTIVE, RankState.DATALOADER, RankState.IDLE})
+# The waits a training step goes through every step: a rank seen in one of them at one sample and
+# elsewhere in its own code at the other went round its loop.
+STEP_WAITS = frozenset({RankState.COLLECTIVE, RankState.DATALOADER})
 # Where a rank is not parked: it runs, or waits as a training step does, or is gone.
 _NOT_PARKED = frozenset({RankState.COMPUTE, RankState.IO, RankState.COLLECTIVE, RankState.DATALOADER,
                          RankState.EXITED, RankState.UNKNOWN})
@@ -85,19 +99,69 @@ def stepped(a: Point, b: Point) -> bool:
 
 def _stepped(a: Point, b: Point) -> bool:
     waiting = a.reading.state in WAIT_STATES and b.reading.state in WAIT_STATES
-    if a.loop is not None and b.loop is not None:
-        return loop_moved(a.loop, b.loop, waiting, polling(a, b))
-    # No locals (an older bundle, or py-spy could not read them): the job's frames stand in for
-    # the marks, and a waiting rank that woke up or moved bytes counts, to stay on the safe side.
-    # A blocking py-spy dump itself costs a parked thread 2 voluntary switches (measured), hence
-    # the margin; a rank that completed a collective also burned CPU.
-    if loop_moved(frames_mark(a.sig), frames_mark(b.sig), waiting):
+    marked = a.loop is not None and b.loop is not None
+    if marked and loop_moved(a.loop, b.loop, waiting, polling(a, b)):
         return True
-    if not waiting:
-        return False
-    woke = (a.main is not None and b.main is not None and b.main.cpu_s - a.main.cpu_s > 0.02
+    if marked and (counted(a.loop) or counted(b.loop)):
+        return False          # its counters are readable and stood: they are the loop's word
+    # No counters (a loop at module level, counters in objects, an older bundle): the job's
+    # frames stand in for the marks (the stack going round the loop), and a waiting rank that
+    # woke up or moved bytes counts.
+    if not marked and loop_moved(frames_mark(a.sig), frames_mark(b.sig), waiting):
+        return True
+    return went_round(a, b) or (waiting and (moved_bytes(a, b) or woke(a, b)))
+
+
+def woke(a: Point, b: Point) -> bool:
+    """The main thread ran and went to sleep again between two points, beyond what the blocking
+    stack reads cost: a rank that completed collectives or took batches. A blocking py-spy dump
+    costs a parked thread 2 voluntary switches (measured), hence the margin; a thread blocked for
+    good burns no CPU, and one that spins (NCCL's shape) is preempted, not put to sleep."""
+    return (a.main is not None and b.main is not None and b.main.cpu_s - a.main.cpu_s > 0.02
             and b.main.voluntary_switches > a.main.voluntary_switches + WAKEUPS_PER_DUMP)
-    return moved_bytes(a, b) or woke
+
+
+def counted(mark: LoopMark) -> bool:
+    """Some frame of the job's code holds integer counters: its loop can be read."""
+    return any(f.counters for f in mark.frames)
+
+
+def went_round(a: Point, b: Point) -> bool:
+    """The rank's own position moved between two points, with one of them in the step's own wait
+    (a collective, its DataLoader): it left the wait, or reached it from elsewhere in its code.
+    A rank blocked in a wait stands at one place; a spin's samples fall on frames of one line."""
+    if a.reading.state not in STEP_WAITS and b.reading.state not in STEP_WAITS:
+        return False
+    if not (a.sig and b.sig) or a.sig == b.sig:
+        return False
+    return region(a.sig) != region(b.sig)
+
+
+def region(frames: tuple[Frame, ...]) -> tuple[tuple[str, str, int], ...]:
+    """Where the job's own code stands in a stack (innermost first): its frames as (function,
+    file, line), outermost first, with a generator expression, lambda or comprehension running
+    on its caller's line folded into the caller. The library code it called is left out: a spin
+    (`while not all(w.is_completed() for w in work): pass`) is one place whichever frame, Python
+    or C++, a sample caught."""
+    hit = _REGIONS.get(id(frames))
+    if hit is not None and hit[0] is frames:
+        return hit[1]
+    job = [f for f in frames if f.is_job_code]
+    while len(job) >= 2 and NESTED_EXPRESSION.search(job[0].name) and job[0].line == job[1].line \
+            and job[0].filename == job[1].filename:
+        job = job[1:]
+    key = tuple((f.name, f.filename, f.line) for f in reversed(job))
+    if len(_REGIONS) >= 4096:
+        _REGIONS.clear()
+    _REGIONS[id(frames)] = (frames, key)
+    return key
+
+
+_REGIONS: dict[int, tuple[tuple[Frame, ...], tuple]] = {}
+
+
+def same_place(a: Point, b: Point) -> bool:
+    return bool(a.sig) and (a.sig == b.sig or place(a.sig) == place(b.sig))
 
 
 def parked(point: Point) -> bool:
@@ -166,7 +230,7 @@ def spins(a: Point, b: Point) -> bool:
     """Burned CPU at one line between two points with its loop counters still: computing, as its
     frames read, but on NCCL the shape of a host spinning at a sync while a collective sits on the
     GPU stream (what it waits on takes native frames to tell)."""
-    if not (a.fresh and b.fresh and a.sig and a.sig == b.sig) or b.reading.state != RankState.COMPUTE:
+    if not (a.fresh and b.fresh and same_place(a, b)) or b.reading.state != RankState.COMPUTE:
         return False
     if a.cpu_s is None or b.cpu_s is None or b.time <= a.time or stepped(a, b):
         return False
@@ -181,7 +245,7 @@ def dwells(points: list[Point]) -> bool:
     if len(points) < 2 or not all(p.fresh for p in points):
         return False
     first, last = points[0], points[-1]
-    if not first.sig or any(p.sig != first.sig or p.reading.state != RankState.COMPUTE for p in points):
+    if not first.sig or any(not same_place(first, p) or p.reading.state != RankState.COMPUTE for p in points):
         return False
     if first.cpu_s is None or last.cpu_s is None or last.time <= first.time:
         return False
@@ -189,11 +253,12 @@ def dwells(points: list[Point]) -> bool:
 
 
 def held(a: Point, b: Point) -> bool:
-    """Nothing of its own between two points: no step, no bytes, and either a wait (a collective,
-    its DataLoader, asleep) or the same line, frame for frame, with its counters still."""
-    if stepped(a, b) or moved_bytes(a, b):
+    """Nothing of its own between two points: no step, no bytes, its main thread not woken again
+    and again, and either a wait (a collective, its DataLoader, asleep) or the same place (a spin
+    line) with its counters still."""
+    if stepped(a, b) or moved_bytes(a, b) or woke(a, b):
         return False
-    return b.reading.state in WAIT_STATES or (bool(b.sig) and a.sig == b.sig)
+    return b.reading.state in WAIT_STATES or same_place(a, b)
 
 
 def held_since(line: Timeline, workers: list[Timeline]) -> float | None:
@@ -229,7 +294,7 @@ def rank_progress(line: Timeline) -> StepSummary:
     """What a rank's timeline says about its rhythm, in a few numbers (see StepSummary)."""
     steps: list[float] = []
     last_sign = None
-    has_locals = any(p.loop is not None for p in line.points)
+    has_locals = any(p.loop is not None and counted(p.loop) for p in line.points)
     prev = None
     for point in line.points:
         if not point.fresh:
@@ -242,7 +307,8 @@ def rank_progress(line: Timeline) -> StepSummary:
                 last_sign = point.time
         prev = point
     gaps = [b - a for a, b in zip(steps, steps[1:])]
-    return StepSummary(len(steps), max(gaps) if gaps else None, last_sign, has_locals)
+    steady = gaps[STARTUP_GAPS:] or gaps      # the start-up's gap alone still bounds the rhythm
+    return StepSummary(len(steps), max(steady) if steady else None, last_sign, has_locals)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Callable
 
-from hangdoc.analyze.classify import Reading, classify_rank, classify_worker, is_gpu_sync, signature
+from hangdoc.analyze.classify import Reading, classify_rank, classify_worker, is_gpu_sync, place, signature
 from hangdoc.analyze.gpu import gpu_activity, judged_by_gpu
 from hangdoc.model import Bundle, LoopMark, ProcSample, RankState, Role, Snapshot, ThreadCounters
 
@@ -185,9 +185,9 @@ class LiveTimelines:
         learned = self._learned.get(pid)
         if sample.stack is not None and sample.stack.probe:
             if reading.state == RankState.COLLECTIVE:
-                self._learned.setdefault(pid, {})[signature(sample)] = reading
+                self._learned.setdefault(pid, {})[place(signature(sample))] = reading
         elif learned and reading.state == RankState.COMPUTE:
-            reading = learned.get(signature(sample), reading)
+            reading = learned.get(place(signature(sample)), reading)
         if snapshot.gpu.available and is_gpu_sync(reading.detail):
             reading = judged_by_gpu(reading, gpu_activity(snapshot.gpu.device_of(pid)))
         return reading

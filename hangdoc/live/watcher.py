@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from hangdoc.analyze.progress import WAKEUPS_PER_DUMP, dwells, spins
+from hangdoc.analyze.progress import WAKEUPS_PER_DUMP, dwells, place, spins
 from hangdoc.analyze.restarts import restarts_of
 from hangdoc.analyze.timeline import LiveTimelines
 from hangdoc.base.errors import HangdocError
@@ -263,7 +263,7 @@ class Watcher:
         for rank in self.job.by_role(Role.RANK):
             line = self.judgement.lines.get(rank.pid)
             fresh = [p for p in line.points[-6:] if p.fresh] if line is not None else []
-            if len(fresh) < 2 or (rank.pid, fresh[-1].sig) in self.probed:
+            if len(fresh) < 2 or (rank.pid, place(fresh[-1].sig)) in self.probed:
                 continue
             # A rank that steps but spends most of each step at one line (three samples in a row)
             # is probed too, at most DWELL_PROBES times a watch: a straggler's peers wait there.
@@ -274,7 +274,7 @@ class Watcher:
                 continue
             if not frozen:
                 self.dwell_probes[rank.pid] = self.dwell_probes.get(rank.pid, 0) + 1
-            self.probed.add((rank.pid, fresh[-1].sig))
+            self.probed.add((rank.pid, place(fresh[-1].sig)))
             chosen.add(rank.pid)
         return chosen
 

@@ -12,7 +12,11 @@ import msgspec
 #    first read was (first_seen); whether nothing of it worked while watched (still); where its
 #    time went over its last steps (shares).
 # 5: since when it did nothing of its own (held_since): no progress is a hang whatever the ranks do.
-DIGEST_VERSION = 5
+# 6: the place its main thread stands at (place), a spin line whichever of its frames a sample
+#    caught; loop counters read only where a frame holds integers (rhythm.has_locals); steps seen
+#    by every witness (the stack going round, a waiting rank woken, bytes); the start-up's gap
+#    left out of the rhythm.
+DIGEST_VERSION = 6
 
 
 class StepSummary(msgspec.Struct, frozen=True, gc=False):
@@ -93,6 +97,9 @@ class RankDigest(msgspec.Struct, frozen=True, gc=False):
     # (a collective, its DataLoader, asleep) or standing at one line with its counters still (a
     # host spinning at a sync), and none of its live workers moved. None: it is not so now.
     held_since: float | None = None
+    # The innermost frame of the place it stands at (v6): its top frame, with a generator
+    # expression or lambda on its caller's line folded into the caller. None: an older digest.
+    place: str | None = None
 
     @property
     def exit_told(self) -> bool:

@@ -1,0 +1,178 @@
+"""A moving job is never hung: every witness of progress, where the loop's counters cannot be read.
+
+py-spy reads no locals of a `<module>` frame, so a training loop written at module level (as many
+research scripts are) has no counter to read. The other witnesses stand in: the stack going round
+the loop, a waiting rank's main thread waking, bytes it moves. Each test here fails without its
+witness; each has the hang beside it that the same witness must not hide.
+"""
+from __future__ import annotations
+
+import pytest
+
+from hangdoc.analyze.classify import place
+from hangdoc.analyze.progress import DEFAULT_HANG_AFTER_S, HANG_FLOOR_S, region
+from hangdoc.model import (BUNDLE_SCHEMA, Bundle, GpuState, Host, IoCounters, Job, Options, ProcessInfo, ProcSample,
+                           ProcStat, Role, Snapshot, ThreadCounters)
+from hangdoc.report.judge import judge
+from tests.unit.test_progress import SITE, TRAIN, dump, main_frame, pyframe
+
+DL = SITE + "torch/utils/data/dataloader.py"
+C10D = SITE + "torch/distributed/distributed_c10d.py"
+
+
+def module(line: int) -> dict:
+    """The `<module>` frame of a script whose loop is at module level: py-spy reads no locals there."""
+    return pyframe("<module>", TRAIN, line, {})
+
+
+def forward(line: int) -> list[dict]:
+    return [pyframe("Linear.forward", SITE + "torch/nn/modules/linear.py", 125, {"input": (0x51, "<Tensor>")}),
+            pyframe("Module._call_impl", SITE + "torch/nn/modules/module.py", 1786, {}), module(line)]
+
+
+def in_backward_allreduce(line: int) -> list[dict]:
+    return [pyframe("_engine_run_backward", SITE + "torch/autograd/graph.py", 979, {"t_outputs": (0x99, "(<T>)")}),
+            pyframe("backward", SITE + "torch/autograd/__init__.py", 364, {}),
+            pyframe("Tensor.backward", SITE + "torch/_tensor.py", 647, {"self": (0x98, "<Tensor>")}), module(line)]
+
+
+def in_dataloader(line: int) -> list[dict]:
+    return [pyframe("_MultiProcessingDataLoaderIter._try_get_data", DL, 1291, {"timeout": (2, "5.0")}),
+            pyframe("_MultiProcessingDataLoaderIter._get_data", DL, 1454, {}),
+            pyframe("_MultiProcessingDataLoaderIter._next_data", DL, 1480, {}),
+            pyframe("_BaseDataLoaderIter.__next__", DL, 733, {}), module(line)]
+
+
+def sample(pid, frames, cpu, io=1000, woken=0, active=None) -> ProcSample:
+    active = frames[0]["name"] not in WAITS if active is None else active
+    stat = ProcStat(state="S", wchan=None, syscall=None, utime_s=cpu, stime_s=0.0, rss_bytes=1 << 30,
+                    num_threads=12, io=IoCounters(io, io, 0, 0, 10, 10),
+                    main_thread=ThreadCounters(cpu_s=cpu, voluntary_switches=7 + woken, involuntary_switches=3))
+    return ProcSample(pid=pid, alive=True, proc=stat, stack=dump(frames, active))
+
+
+def job_bundle(rows, interval: float = 2.0) -> Bundle:
+    """rows: one list per sample of dicts per rank: frames, and cpu / io / woken (cumulative)."""
+    n = len(rows[0])
+    ranks = tuple(ProcessInfo(pid=100 + r, ppid=1, role=Role.RANK, cmdline=("python", "train.py"), exe=None,
+                              start_time=0.0, env={}, rank=r, world_size=n, rank_pid=100 + r)
+                  for r in range(n))
+    samples = tuple(
+        Snapshot(time=1000.0 + i * interval, took_s=0.05,
+                 processes=tuple(sample(100 + r, **cell) for r, cell in enumerate(row)),
+                 gpu=GpuState(status="unavailable", reason="test"))
+        for i, row in enumerate(rows))
+    return Bundle(schema=BUNDLE_SCHEMA, hangdoc_version="0", created=1.0,
+                  host=Host("node-1", "x86_64", "6.1", 8, "3.11", "2.13.0"),
+                  job=Job(run_id="r", master_addr="127.0.0.1", master_port=29500, world_size=n,
+                          launcher_pid=1, processes=ranks),
+                  samples=samples, options=Options(interval_s=interval))
+
+
+WAITS = {"_engine_run_backward", "_MultiProcessingDataLoaderIter._try_get_data"}   # py-spy: not active
+SECONDS = 90        # longer than the default threshold, and than anything learned here
+
+
+def test_a_module_level_loop_going_round_is_healthy_past_the_default_threshold():
+    # GIVEN a loop at module level (no counters anywhere), whose samples land on its lines in turn:
+    # the forward, the backward's all_reduce, the DataLoader; the CPU moves, the sockets do not
+    shapes = [lambda: forward(30), lambda: in_backward_allreduce(31), lambda: in_dataloader(28)]
+    rows = [[{"frames": shapes[(i + r) % 3](), "cpu": 1.0 + i} for r in range(2)] for i in range(SECONDS // 2)]
+    # WHEN judged
+    report = judge(job_bundle(rows)).report
+    # THEN it steps (the stack went round), it is healthy, and no counter is claimed read
+    assert report.verdict == "healthy"
+    assert report.threshold.steps_seen > 20 and report.threshold.source == "learned"
+    assert report.threshold.signal == "frames"
+
+
+def test_a_module_level_rank_caught_in_the_same_collective_but_waking_steps():
+    # GIVEN both ranks caught in the backward's all_reduce at every sample (the same frames), and
+    # between samples their main threads ran and slept hundreds of times: collectives completed
+    rows = [[{"frames": in_backward_allreduce(31), "cpu": 1.0 + 0.4 * i, "woken": 300 * i}] * 2
+            for i in range(SECONDS // 2)]
+    # WHEN judged
+    report = judge(job_bundle(rows)).report
+    # THEN healthy: the wake-ups are its steps
+    assert report.verdict == "healthy" and report.threshold.steps_seen > 20
+
+
+def test_a_module_level_rank_caught_in_the_same_collective_moving_bytes_steps():
+    # GIVEN the same, the main thread not seen waking, but the process moving bytes (gloo's sockets)
+    rows = [[{"frames": in_backward_allreduce(31), "cpu": 1.0, "io": 1000 + 200_000 * i}] * 2
+            for i in range(SECONDS // 2)]
+    # WHEN judged THEN healthy
+    assert judge(job_bundle(rows)).report.verdict == "healthy"
+
+
+def test_a_module_level_job_where_nothing_moves_is_a_hang_with_its_culprit():
+    # GIVEN ten samples going round the loop, then rank 0 blocked in the all_reduce (asleep, no bytes)
+    # and rank 1 waiting on its DataLoader: every witness says nothing moves
+    shapes = [lambda: forward(30), lambda: in_backward_allreduce(31), lambda: in_dataloader(28)]
+    rows = [[{"frames": shapes[(i + r) % 3](), "cpu": 1.0 + i} for r in range(2)] for i in range(10)]
+    rows += [[{"frames": in_backward_allreduce(31), "cpu": 11.0}, {"frames": in_dataloader(28), "cpu": 11.0}]
+             for _ in range(10)]
+    # WHEN judged
+    report = judge(job_bundle(rows)).report
+    # THEN a hang, rank 1 the culprit, from a threshold learned from the steps the stack showed
+    assert report.verdict == "hang" and report.culprit_ranks == (1,)
+    assert report.threshold.source == "learned" and report.threshold.hang_after_s == HANG_FLOOR_S
+
+
+def test_a_module_level_job_never_seen_moving_waits_for_the_default():
+    # GIVEN a job stuck before hangdoc came: no witness ever saw it move, 40 s of samples
+    rows = [[{"frames": in_backward_allreduce(31), "cpu": 5.0}, {"frames": in_dataloader(28), "cpu": 5.0}]
+            for _ in range(21)]
+    # WHEN judged THEN not yet a hang: no step seen is waited out to the default
+    report = judge(job_bundle(rows)).report
+    assert report.verdict != "hang" and report.threshold.hang_after_s == DEFAULT_HANG_AFTER_S
+
+
+def test_the_start_up_gap_is_not_the_jobs_rhythm():
+    # GIVEN a loop with readable counters: its first step after 10 s (workers starting, a first
+    # batch), then a step every sample (2 s)
+    step = [0] * 6 + list(range(1, 40))
+    rows = [[{"frames": [pyframe("Linear.forward", SITE + "torch/nn/modules/linear.py", 125, {}),
+                         main_frame(s, 0xB0 + s, 86), module(120)], "cpu": 1.0 + i}] * 2
+            for i, s in enumerate(step)]
+    # WHEN judged
+    report = judge(job_bundle(rows)).report
+    # THEN the threshold is learned from the steady steps, not from the start-up's gap
+    assert report.threshold.longest_step_s == pytest.approx(2.0)
+
+
+def spin_line(which: str) -> list[dict]:
+    """A host spinning at its sync line, `while not all(w.is_completed() for w in work): pass`:
+    a sample catches the line's own frame or the generator expression running on it."""
+    frames = [pyframe("host_value", TRAIN, 69, {"tensor": (0x61, "<Tensor>"), "pending": (0x62, "[...]")}),
+              main_frame(25, 0xB25, 110), module(140)]
+    if which == "genexpr":
+        frames.insert(0, pyframe("<genexpr>", TRAIN, 69, {".0": (0x63, "<iterator>"), "w": (0x64, "<Work>")}))
+    return frames
+
+
+def test_a_spin_line_is_one_place_whichever_frame_a_sample_caught():
+    # GIVEN the two shapes of one spin line, and a genuinely different line
+    a, b = dump(spin_line("own")).main.frames, dump(spin_line("genexpr")).main.frames
+    elsewhere = dump([pyframe("host_value", TRAIN, 70, {})] + spin_line("own")[1:]).main.frames
+    # THEN they are one place and one region; the next line is another
+    assert place(a) == place(b) and region(a) == region(b)
+    assert place(a) != place(elsewhere)
+
+
+def test_ranks_spinning_at_one_line_are_one_class_whichever_frame_their_samples_caught():
+    # GIVEN three ranks that stepped, then: ranks 0 and 1 spin at their sync line (CPU burning, the
+    # counters still), rank 0's samples on the line's own frame, rank 1's on its generator
+    # expression; rank 2 waits on its DataLoader
+    def running(i):
+        return {"frames": [pyframe("busy_for", TRAIN, 40, {}), main_frame(i, 0xB0 + i, 105), module(140)],
+                "cpu": 1.0 + i}
+    rows = [[running(i)] * 3 for i in range(6)]
+    rows += [[{"frames": spin_line("own"), "cpu": 7.0 + 2 * j},
+              {"frames": spin_line("genexpr" if j % 2 else "own"), "cpu": 7.0 + 2 * j},
+              {"frames": [*in_dataloader(28)[:-1], main_frame(25, 0xB25, 102), module(140)], "cpu": 7.0}]
+             for j in range(14)]
+    # WHEN judged
+    report = judge(job_bundle(rows)).report
+    # THEN a hang with rank 2 alone the culprit: ranks 0 and 1 wait at one place
+    assert report.verdict == "hang" and report.culprit_ranks == (2,)
