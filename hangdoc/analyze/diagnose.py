@@ -30,10 +30,11 @@ from hangdoc.analyze.slow import SlowCall, slow_call
 from hangdoc.analyze.rendezvous import joining, joining_since, not_joined, setup_name
 from hangdoc.analyze.restarts import Restarts, restarts_of
 from hangdoc.analyze.timeline import Timeline, raw_points, still, timelines
+from hangdoc.analyze.witnesses import job_witnesses
 from hangdoc.base.parse import to_int
 from hangdoc.model import (
     DIGEST_VERSION, Bundle, DigestWorker, Frame, LogTail, NodeDigest, ProcessInfo, RankDigest, RankState, Role,
-    ProcSample, Verdict, Wait, Word, WorkerState,
+    ProcSample, Verdict, Wait, Witness, Word, WorkerState,
 )
 
 
@@ -88,6 +89,7 @@ class Diagnosis:
     from_past: bool = False            # the verdict leaned on it
     slow: SlowCall | None = None       # a straggler or data-bound job (slow.py); also on a job that ended well
     held: bool = False                 # the hang was named from no progress alone (`decide`)
+    witnesses: tuple[Witness, ...] = ()   # what each witness of progress said while the job was quiet
 
     def view(self, rank: int) -> RankView | None:
         return next((r for r in self.ranks if rank in r.ranks), None)
@@ -144,7 +146,13 @@ def diagnose(bundle: Bundle, hang_after: float | None = None, lines: dict[int, T
     views = rank_views(bundle, lines)
     digest = digest_of(bundle, lines, views)
     decision = decide(digest.ranks, job_facts(bundle, digest, hang_after))
-    return diagnosis_of(decision, bundle.last.time, views, digest=digest)
+    diagnosis = diagnosis_of(decision, bundle.last.time, views, digest=digest)
+    if decision.verdict in (Verdict.HANG, Verdict.SUSPECT) and decision.rhythm is not None:
+        since = min(decision.rhythm.quiet_since, decision.onset or decision.rhythm.quiet_since)
+        ranks = [(v.info.rank, lines[v.info.pid]) for v in views if v.exited_at is None]
+        workers = [lines[w.pid] for v in views for w, _, alive in v.workers if alive and w.pid in lines]
+        diagnosis = dataclasses.replace(diagnosis, witnesses=job_witnesses(ranks, workers, since))
+    return diagnosis
 
 
 def diagnosis_of(decision: Decision, now: float, views: Sequence[RankView], digest: NodeDigest | None = None,

@@ -109,7 +109,11 @@ def _stepped(a: Point, b: Point) -> bool:
     # woke up or moved bytes counts.
     if not marked and loop_moved(frames_mark(a.sig), frames_mark(b.sig), waiting):
         return True
-    return went_round(a, b) or (waiting and (moved_bytes(a, b) or woke(a, b)))
+    if went_round(a, b):
+        return True
+    # Woken and moving bytes together is a loop at work (a compute loop that never ends does
+    # neither: it burns CPU and its sockets and pipes stay quiet); a waiting rank needs one of them.
+    return (moved_bytes(a, b) or woke(a, b)) if waiting else (moved_bytes(a, b) and woke(a, b))
 
 
 def woke(a: Point, b: Point) -> bool:

@@ -20,7 +20,7 @@ from hangdoc.model.digest import DIGEST_VERSION, DigestWorker, NodeDigest, RankD
 from hangdoc.model.report import (
     REPORT_SCHEMA, BeforeAttach, Finding, FlightSummary, GpuTrend, Lane, RankGpu, RankReport, Report, RestartMark,
     Span, StackClass,
-    Slowness, Threshold, TimeShares, WorkerReport,
+    Slowness, Threshold, TimeShares, Witness, WorkerReport,
 )
 from hangdoc.model.rule import Rule, finding
 
@@ -94,6 +94,7 @@ __all__ = [
     "Report",
     "RestartMark",
     "Threshold",
+    "Witness",
     "TimeShares",
     "WorkerReport",
     "Rule",

@@ -130,6 +130,15 @@ class RankReport:
 
 
 @dataclass(frozen=True)
+class Witness:
+    """One witness of progress and what it said over the stretch a verdict rests on."""
+
+    name: str                      # "loop counters", "stack", "main threads", "bytes", "workers"
+    moved: bool | None             # None: it could not be read
+    said: str
+
+
+@dataclass(frozen=True)
 class Threshold:
     """How hang was told from slow: the threshold, where it came from, and the quiet so far."""
 
@@ -139,7 +148,9 @@ class Threshold:
     longest_step_s: float | None   # the longest gap between two steps of one rank, as seen
     steps_seen: int
     quiet_s: float                 # how long no rank has stepped (nor done I/O of its own)
-    signal: str                    # "loop" (the job's locals) or "frames" (no locals could be read)
+    signal: str                    # "loop" (the job's counters) or "frames" (no counters could be read)
+    # What each witness of progress said since the job went quiet (a hang or a suspicion only).
+    witnesses: tuple[Witness, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -154,8 +154,19 @@ def threshold_line(report: Report) -> str | None:
                 f"so hang after {t.hang_after_s:g} s")
     else:
         rule = f"no step seen yet, so hang after the default {t.hang_after_s:g} s (--hang-after sets it)"
-    signal = "" if t.signal == "loop" else " [no loop locals could be read: judged from frames]"
+    signal = "" if t.signal == "loop" else (" [no loop counters could be read: judged by the stack going round "
+                                           "the loop, the main threads' wake-ups and the bytes moved]")
     return f"Progress: {rule}; {quiet}.{signal}"
+
+
+def witnesses_line(report: Report) -> str | None:
+    """What each witness of progress said while the job was quiet: "Witnesses over the quiet 61 s:
+    loop counters: none could be read (...); stack: every rank stood at one place in its own code; ..."."""
+    t = report.threshold
+    if t is None or not t.witnesses or report.verdict not in (Verdict.HANG, Verdict.SUSPECT):
+        return None
+    said = "; ".join(f"{w.name}: {w.said}" for w in t.witnesses)
+    return f"Witnesses over the quiet {t.quiet_s:.0f} s: {said}."
 
 
 def timeout_line(report: Report) -> str | None:

@@ -106,7 +106,7 @@ def _threshold(diagnosis: Diagnosis) -> Threshold | None:
         return Threshold(source="past", hang_after_s=past_hang_after(beat.source, beat.threshold_s, asleep),
                          longest_step_s=beat.longest_step_s, steps_seen=beat.steps_seen,
                          quiet_s=round(diagnosis.decided_at - diagnosis.onset, 1),
-                         signal="loop" if beat.has_locals else "frames")
+                         signal="loop" if beat.has_locals else "frames", witnesses=diagnosis.witnesses)
     # A hang's quiet counts from its onset, the one clock of the report (an older one, when the
     # job's own record dated the stall before the first sample).
     quiet_since = beat.quiet_since
@@ -114,7 +114,7 @@ def _threshold(diagnosis: Diagnosis) -> Threshold | None:
         quiet_since = min(quiet_since, diagnosis.onset)
     return Threshold(source=beat.source, hang_after_s=beat.threshold_s, longest_step_s=beat.longest_step_s,
                      steps_seen=beat.steps_seen, quiet_s=round(diagnosis.decided_at - quiet_since, 1),
-                     signal="loop" if beat.has_locals else "frames")
+                     signal="loop" if beat.has_locals else "frames", witnesses=diagnosis.witnesses)
 
 
 def pg_timeout(bundle: Bundle) -> float:

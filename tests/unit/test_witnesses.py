@@ -71,13 +71,21 @@ def job_bundle(rows, interval: float = 2.0) -> Bundle:
 
 WAITS = {"_engine_run_backward", "_MultiProcessingDataLoaderIter._try_get_data"}   # py-spy: not active
 SECONDS = 90        # longer than the default threshold, and than anything learned here
+SHAPES = [lambda: forward(30), lambda: in_backward_allreduce(31), lambda: in_dataloader(28)]
+
+
+def went_round_then_stood() -> list:
+    """Ten samples going round a module-level loop, then rank 0 blocked in the backward's all_reduce
+    (asleep, no bytes) and rank 1 waiting on its DataLoader, for ten more."""
+    rows = [[{"frames": SHAPES[(i + r) % 3](), "cpu": 1.0 + i} for r in range(2)] for i in range(10)]
+    return rows + [[{"frames": in_backward_allreduce(31), "cpu": 11.0}, {"frames": in_dataloader(28), "cpu": 11.0}]
+                   for _ in range(10)]
 
 
 def test_a_module_level_loop_going_round_is_healthy_past_the_default_threshold():
     # GIVEN a loop at module level (no counters anywhere), whose samples land on its lines in turn:
     # the forward, the backward's all_reduce, the DataLoader; the CPU moves, the sockets do not
-    shapes = [lambda: forward(30), lambda: in_backward_allreduce(31), lambda: in_dataloader(28)]
-    rows = [[{"frames": shapes[(i + r) % 3](), "cpu": 1.0 + i} for r in range(2)] for i in range(SECONDS // 2)]
+    rows = [[{"frames": SHAPES[(i + r) % 3](), "cpu": 1.0 + i} for r in range(2)] for i in range(SECONDS // 2)]
     # WHEN judged
     report = judge(job_bundle(rows)).report
     # THEN it steps (the stack went round), it is healthy, and no counter is claimed read
@@ -108,12 +116,8 @@ def test_a_module_level_rank_caught_in_the_same_collective_moving_bytes_steps():
 def test_a_module_level_job_where_nothing_moves_is_a_hang_with_its_culprit():
     # GIVEN ten samples going round the loop, then rank 0 blocked in the all_reduce (asleep, no bytes)
     # and rank 1 waiting on its DataLoader: every witness says nothing moves
-    shapes = [lambda: forward(30), lambda: in_backward_allreduce(31), lambda: in_dataloader(28)]
-    rows = [[{"frames": shapes[(i + r) % 3](), "cpu": 1.0 + i} for r in range(2)] for i in range(10)]
-    rows += [[{"frames": in_backward_allreduce(31), "cpu": 11.0}, {"frames": in_dataloader(28), "cpu": 11.0}]
-             for _ in range(10)]
     # WHEN judged
-    report = judge(job_bundle(rows)).report
+    report = judge(job_bundle(went_round_then_stood())).report
     # THEN a hang, rank 1 the culprit, from a threshold learned from the steps the stack showed
     assert report.verdict == "hang" and report.culprit_ranks == (1,)
     assert report.threshold.source == "learned" and report.threshold.hang_after_s == HANG_FLOOR_S
@@ -176,3 +180,40 @@ def test_ranks_spinning_at_one_line_are_one_class_whichever_frame_their_samples_
     report = judge(job_bundle(rows)).report
     # THEN a hang with rank 2 alone the culprit: ranks 0 and 1 wait at one place
     assert report.verdict == "hang" and report.culprit_ranks == (2,)
+
+
+def test_a_module_level_rank_computing_at_one_line_while_moving_bytes_and_waking_steps():
+    # GIVEN a fast loop at module level caught in its forward at every sample, its main thread
+    # woken thousands of times and megabytes through its sockets and pipes in between
+    rows = [[{"frames": forward(30), "cpu": 1.0 + 0.5 * i, "woken": 2000 * i, "io": 1000 + 30_000_000 * i}] * 2
+            for i in range(SECONDS // 2)]
+    # WHEN judged THEN it steps, and it is healthy
+    report = judge(job_bundle(rows)).report
+    assert report.verdict == "healthy" and report.threshold.steps_seen > 20
+
+
+def test_a_compute_loop_that_never_ends_at_module_level_is_no_step():
+    # GIVEN rank 1 computing at one module line for ever (CPU, no sleep, no bytes); rank 0 blocked
+    # in the backward's all_reduce, after ten samples of steps
+    rows = [[{"frames": SHAPES[(i + r) % 3](), "cpu": 1.0 + i, "woken": 50 * i} for r in range(2)] for i in range(10)]
+    rows += [[{"frames": in_backward_allreduce(31), "cpu": 11.0, "woken": 450},
+              {"frames": forward(30), "cpu": 11.0 + 2 * j, "woken": 450}] for j in range(12)]
+    # WHEN judged THEN a hang, rank 1 the culprit
+    report = judge(job_bundle(rows)).report
+    assert report.verdict == "hang" and report.culprit_ranks == (1,)
+
+
+def test_a_hang_says_what_each_witness_saw():
+    # GIVEN the module-level job that went round its loop, then stood (rank 0 blocked in the
+    # all_reduce, rank 1 waiting on its DataLoader)
+    # WHEN judged
+    report = judge(job_bundle(went_round_then_stood())).report
+    said = {w.name: w for w in report.threshold.witnesses}
+    # THEN the report says which witnesses it had and what each said: no counters to read, and the
+    # stack, the main threads and the bytes all stood
+    assert said["loop counters"].moved is None and "module level" in said["loop counters"].said
+    assert said["stack"].moved is False and said["main threads"].moved is False and said["bytes"].moved is False
+    assert "rank 0 asleep (0.00 s of CPU" in said["main threads"].said
+    # AND a healthy report carries none (nothing went quiet)
+    moving = [[{"frames": SHAPES[(i + r) % 3](), "cpu": 1.0 + i} for r in range(2)] for i in range(30)]
+    assert judge(job_bundle(moving)).report.threshold.witnesses == ()
