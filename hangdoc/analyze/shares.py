@@ -13,8 +13,9 @@ pattern must hold in both to count ("consistently over the window").
 from __future__ import annotations
 
 import math
+from collections import Counter
 
-from hangdoc.analyze.classify import is_gpu_sync
+from hangdoc.analyze.classify import is_gpu_sync, place
 from hangdoc.analyze.progress import step_times
 from hangdoc.analyze.timeline import Point, Timeline
 from hangdoc.model import RankState, ShareCounts, TimeShares
@@ -48,8 +49,13 @@ def window(line: Timeline) -> list[Point]:
     return fresh[-WINDOW_SAMPLES:]
 
 
+PLACES_KEPT = 3          # a rank's places counted in its shares: the ones it was caught at most
+
+
 def count(points: list[Point]) -> ShareCounts:
     step_wait = other_wait = data = compute = io = 0
+    places: Counter[str] = Counter()
+    waited: set[str] = set()
     for point in points:
         state, detail = point.reading.state, point.reading.detail
         if state == RankState.COLLECTIVE:
@@ -63,7 +69,14 @@ def count(points: list[Point]) -> ShareCounts:
             compute += 1
         elif state == RankState.IO:
             io += 1
-    return ShareCounts(len(points), step_wait, other_wait, data, compute, io)
+        if state in (RankState.COMPUTE, RankState.COLLECTIVE) and not is_step_wait(detail) and point.sig:
+            label = place(point.sig)[0].label
+            places[label] += 1
+            if state == RankState.COLLECTIVE:
+                waited.add(label)
+    kept = tuple(sorted(places.most_common(PLACES_KEPT), key=lambda kv: (-kv[1], kv[0])))
+    return ShareCounts(len(points), step_wait, other_wait, data, compute, io, places=kept,
+                       waited=tuple(sorted(waited & {label for label, _ in kept})))
 
 
 def rank_shares(line: Timeline) -> tuple[ShareCounts, ...]:
@@ -110,3 +123,17 @@ def time_shares(line: Timeline | None, halves: tuple[ShareCounts, ...] | None = 
                       tuple(round(x, 3) for x in interval(whole.step_wait, whole.n)),
                       tuple(round(x, 3) for x in interval(whole.data, whole.n)))
 
+
+
+def workers_cpu(line: Timeline, workers: list[Timeline]) -> float | None:
+    """The cores the rank's live workers used over its window (None: no window, or no CPU read)."""
+    points = window(line)
+    if len(points) < 2:
+        return None
+    start, end = points[0].time, points[-1].time
+    used = 0.0
+    for worker in workers:
+        inside = [p for p in worker.points if start <= p.time <= end and p.cpu_s is not None]
+        if len(inside) >= 2:
+            used += inside[-1].cpu_s - inside[0].cpu_s
+    return round(used / (end - start), 2) if end > start and workers else None

@@ -17,7 +17,7 @@ on time, at most the least-starved rank's data wait.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hangdoc.analyze.past import gone
@@ -39,6 +39,11 @@ class SlowCall:
     speedup: float                   # an upper bound: the job without the straggler, or with data on time
     samples: int                     # the fewest samples a rank's shares rest on
     doing: str | None                # what the stragglers mostly do: compute, dataloader-wait or io
+    at: str | None = None            # where the others wait, when it is a sync line of the job's own (NCCL's shape)
+    # What told `doing`: each activity's share of a step for the stragglers against the others', and
+    # the cores their DataLoader workers used (straggler, others; None: not read).
+    excess: tuple[tuple[str, float, float], ...] = ()
+    workers_cpu: tuple[float | None, float | None] = (None, None)
 
 
 def _share(counts: ShareCounts, field: str) -> float:
@@ -54,7 +59,7 @@ def slow_call(ranks: Sequence[RankDigest]) -> SlowCall | None:
     counted = [r for r in ranks if len(r.shares) == 2 and r.rank is not None]
     if not counted or any(not gone(r) and (len(r.shares) != 2 or r.rank is None) for r in ranks):
         return None        # a live rank without shares: too early to compare
-    return _data_bound(counted) or _straggler(counted)
+    return _data_bound(counted) or _straggler(counted) or _sync_straggler(counted)
 
 
 def _data_bound(ranks: list[RankDigest]) -> SlowCall | None:
@@ -78,37 +83,101 @@ def _speedup(saved: float, n: int) -> float:
     return round(1 / max(1 - saved, 1 / max(n, 1)), 2)
 
 
-def _straggler(ranks: list[RankDigest]) -> SlowCall | None:
+def _step_wait(counts: ShareCounts) -> int:
+    return counts.step_wait
+
+
+def _straggler(ranks: list[RankDigest], waits: Callable[[ShareCounts], int] = _step_wait,
+               at: str | None = None) -> SlowCall | None:
+    """The straggler by the shares of `waits` (samples waiting for the others): in the step's
+    collectives, or at the job's own sync line (`at`)."""
     if len(ranks) < 2:
         return None
-    wait = {r.rank: _share(total(r.shares), "step_wait") for r in ranks}
+
+    def share(counts: ShareCounts) -> float:
+        return waits(counts) / counts.n if counts.n else 0.0
+
+    wait = {r.rank: share(total(r.shares)) for r in ranks}
     reference = statistics.median(wait.values()) if len(ranks) >= 3 else max(wait.values())
     late = [r for r in ranks if wait[r.rank] <= reference - GAP and not _pausing(total(r.shares))]
     if not late or len(late) > len(ranks) / 2:
         return None
     others = [r for r in ranks if r not in late]
     pooled = total(tuple(total(r.shares) for r in others))
-    others_wait = _share(pooled, "step_wait")
+    others_wait = share(pooled)
     if others_wait < SLOW_WAIT_SHARE:
         return None
-    others_low, _ = interval(pooled.step_wait, pooled.n)
+    others_low, _ = interval(waits(pooled), pooled.n)
     for r in late:
         whole = total(r.shares)
-        _, high = interval(whole.step_wait, whole.n)
+        _, high = interval(waits(whole), whole.n)
         if high >= others_low:
             return None                  # the intervals overlap: not told apart
     for half in (0, 1):
-        theirs = _share(total(tuple(r.shares[half] for r in others)), "step_wait")
-        if any(_share(r.shares[half], "step_wait") > theirs - GAP / 2 for r in late):
+        theirs = share(total(tuple(r.shares[half] for r in others)))
+        if any(share(r.shares[half]) > theirs - GAP / 2 for r in late):
             return None                  # not in both halves: a pause, not a straggler
     mine = total(tuple(total(r.shares) for r in late))
-    straggler_wait = _share(mine, "step_wait")
-    doing = max(((RankState.COMPUTE, mine.compute), (RankState.DATALOADER, mine.data), (RankState.IO, mine.io)),
-                key=lambda kv: kv[1])[0]
+    straggler_wait = share(mine)
     saved = max(0.0, others_wait - straggler_wait)
     n = min(total(r.shares).n for r in ranks)
+    doing, excess, cores = _cause(mine, pooled, late, others, at)
     return SlowCall(SlowKind.STRAGGLER, tuple(sorted(r.rank for r in late)), round(others_wait, 3),
-                    round(straggler_wait, 3), _speedup(saved, n), n, str(doing))
+                    round(straggler_wait, 3), _speedup(saved, n), n, str(doing), at, excess, cores)
+
+
+WORKERS_BUSIER = 1.5        # the stragglers' workers use this many times the others' cores (and more than a tenth)
+
+
+def _cause(mine: ShareCounts, theirs: ShareCounts, late: list[RankDigest], others: list[RankDigest],
+           at: str | None) -> tuple[RankState, tuple, tuple[float | None, float | None]]:
+    """What keeps the stragglers: their DataLoader, their own compute or their files. The ranks of a
+    job step together, so each activity's share of a step compares as time: the activity the
+    stragglers spend more of their step on than the others do is the cause. Their workers are the
+    second witness: workers burning far more CPU than the others' make it the data, even where the
+    rank is caught computing (its workers take the cores its compute needs)."""
+    def shares(counts: ShareCounts) -> dict[RankState, float]:
+        n = counts.n or 1
+        compute = counts.compute - (counts.at(at) if at is not None else 0)
+        return {RankState.COMPUTE: compute / n, RankState.DATALOADER: counts.data / n, RankState.IO: counts.io / n}
+
+    own, base = shares(mine), shares(theirs)
+    excess = tuple((str(state), round(own[state], 3), round(base[state], 3)) for state in own)
+    doing = max(own, key=lambda state: (own[state] - base[state], own[state]))
+    cores = (_mean_cpu(late), _mean_cpu(others))
+    if (cores[0] is not None and cores[1] is not None and cores[0] >= WORKERS_BUSIER * cores[1] + 0.1
+            and own[RankState.DATALOADER] > base[RankState.DATALOADER]):
+        doing = RankState.DATALOADER
+    return doing, excess, cores
+
+
+def _mean_cpu(ranks: list[RankDigest]) -> float | None:
+    known = [r.workers_cpu for r in ranks if r.workers_cpu is not None]
+    return round(sum(known) / len(known), 2) if known else None
+
+
+def _sync_straggler(ranks: list[RankDigest]) -> SlowCall | None:
+    """NCCL's shape: the step's collectives return at once and the host waits at the job's next sync
+    line (`.item()`), computing as far as its frames tell. The place most ranks stand at for a large
+    share of their samples is that line; the straggler, which the others wait for, hardly stands
+    there. No GPU reading needed: the asymmetry across ranks tells it, where the ranks that stand
+    at one place are more than half of them, or a native read found them waiting there. Two ranks,
+    each at a line of its own, are symmetric (one waits at its sync, the other computes at its
+    own line): only what they wait on tells which line is the sync, and without it nothing is said."""
+    if len(ranks) < 2:
+        return None
+    wholes = {r.rank: total(r.shares) for r in ranks}
+    stands: dict[str, int] = {}
+    for counts in wholes.values():
+        for label, n in counts.places:
+            if n >= SLOW_WAIT_SHARE * counts.n:
+                stands[label] = stands.get(label, 0) + 1
+    waited = {label for counts in wholes.values() for label in counts.waited}
+    told = [label for label in stands if stands[label] > len(ranks) / 2 or label in waited]
+    if not told:
+        return None
+    line = max(told, key=lambda label: (label in waited, stands[label], sum(c.at(label) for c in wholes.values())))
+    return _straggler(ranks, lambda counts: counts.at(line), at=line)
 
 
 def _pausing(counts: ShareCounts) -> bool:

@@ -37,9 +37,23 @@ class ShareCounts(msgspec.Struct, frozen=True, gc=False):
     data: int = 0                  # waiting on its DataLoader
     compute: int = 0
     io: int = 0
+    # Where its samples stood outside the step's collectives and its DataLoader (v6): the places
+    # (innermost frame, a spin line's generator expression folded into it) it was caught at most,
+    # with their counts. On NCCL the host waits for the step's collectives at a sync line of the
+    # job's own (`.item()`): the waiting ranks stand there, the straggler hardly ever.
+    places: tuple[tuple[str, int], ...] = ()
+    waited: tuple[str, ...] = ()   # those of its places where a native read found it waiting on the others
+
+    def at(self, place: str) -> int:
+        return next((n for label, n in self.places if label == place), 0)
 
     def __add__(self, other: "ShareCounts") -> "ShareCounts":
-        return ShareCounts(*(a + b for a, b in zip(msgspec.structs.astuple(self), msgspec.structs.astuple(other))))
+        counts = [a + b for a, b in zip(msgspec.structs.astuple(self)[:-2], msgspec.structs.astuple(other)[:-2])]
+        places = dict(self.places)
+        for label, n in other.places:
+            places[label] = places.get(label, 0) + n
+        return ShareCounts(*counts, places=tuple(sorted(places.items(), key=lambda kv: (-kv[1], kv[0]))),
+                           waited=tuple(sorted(set(self.waited) | set(other.waited))))
 
 
 class DigestWorker(msgspec.Struct, frozen=True, gc=False):
@@ -100,6 +114,9 @@ class RankDigest(msgspec.Struct, frozen=True, gc=False):
     # The innermost frame of the place it stands at (v6): its top frame, with a generator
     # expression or lambda on its caller's line folded into the caller. None: an older digest.
     place: str | None = None
+    # The cores its live DataLoader workers used over its share window (v6): with its own shares,
+    # what tells a straggler slowed by its data from one slowed by its own compute. None: not read.
+    workers_cpu: float | None = None
 
     @property
     def exit_told(self) -> bool:

@@ -94,6 +94,8 @@ class Slowness:
     speedup_at_most: float         # the job without the straggler (or with data on time): an upper bound
     doing: str | None              # what the stragglers mostly do: compute, dataloader-wait, io
     samples: int                   # the fewest samples a rank's shares rest on
+    at: str | None = None          # 0.6: where the others wait when it is a sync line of the job's own (NCCL's
+                                   # shape: the step's collectives return at once, the host waits at `.item()`)
 
 
 @dataclass(frozen=True)

@@ -126,4 +126,4 @@ def slowness(call) -> Slowness | None:
     if call is None:
         return None
     return Slowness(call.kind, call.stragglers, call.others_wait, call.straggler_wait, call.speedup,
-                    call.doing, call.samples)
+                    call.doing, call.samples, call.at)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hangdoc.analyze.shares import is_step_wait, window
+from hangdoc.analyze.shares import interval, is_step_wait, rank_shares, total, window
 from hangdoc.model import Finding, RankState, Severity, SlowKind, Verdict
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import live_workers, most_common_line, worker_habit
@@ -36,6 +36,31 @@ def share_line(rank: int | None, shares) -> str:
             f"I/O {shares.io:.0%}")
 
 
+def sync_line(rank: int | None, at: str, line) -> list[str]:
+    """How often the rank stood at the job's sync line over its window."""
+    counts = total(rank_shares(line)) if line is not None else None
+    if counts is None or not counts.n:
+        return []
+    hits = counts.at(at)
+    low, high = interval(hits, counts.n)
+    return [f"rank {rank}: stands at the sync line {at} in {hits} of {counts.n} samples ({hits / counts.n:.0%}, "
+            f"95 %: {low:.0%}-{high:.0%})"]
+
+
+_ACTIVITY = {RankState.COMPUTE: "its own compute", RankState.DATALOADER: "waiting on its DataLoader",
+             RankState.IO: "files"}
+
+
+def cause_line(slow) -> str:
+    """What told the cause: each activity's share of a step against the others', and the workers' cores."""
+    parts = [f"{_ACTIVITY.get(state, state)} {own:.0%} of a step (the others {theirs:.0%})"
+             for state, own, theirs in slow.excess if own or theirs]
+    mine, theirs = slow.workers_cpu
+    if mine is not None and theirs is not None:
+        parts.append(f"its DataLoader workers used {mine:.2f} cores (the others' {theirs:.2f})")
+    return "what keeps it: " + "; ".join(parts)
+
+
 def check(ctx: Context) -> list[Finding]:
     slow = ctx.diagnosis.slow
     if slow is None or slow.kind != SlowKind.STRAGGLER or ctx.diagnosis.verdict not in (Verdict.SLOW, Verdict.HEALTHY):
@@ -46,6 +71,8 @@ def check(ctx: Context) -> list[Finding]:
         shares = ctx.shares(view)
         if shares is not None:
             evidence.append(share_line(view.info.rank, shares))
+        if slow.at is not None:
+            evidence.extend(sync_line(view.info.rank, slow.at, ctx.timelines.get(view.info.pid)))
     late = [v for v in views if v.info.rank in slow.stragglers]
     for view in late:
         at = where(ctx, view.info.pid)
@@ -54,6 +81,8 @@ def check(ctx: Context) -> list[Finding]:
         if slow.doing == RankState.DATALOADER:    # its workers over the window, not only at its end
             habits = [worker_habit(ctx.bundle, w) for w in live_workers(ctx, view.info.pid)]
             evidence.extend(f"  {habit.text}" for habit in habits if habit is not None)
+    if slow.excess:
+        evidence.append(cause_line(slow))
     evidence.append(f"without the straggler each step would take at most {1 / slow.speedup:.0%} "
                     f"of its time: up to {slow.speedup:.1f}x faster (an upper bound from the wait shares)")
     who = ", ".join(map(str, slow.stragglers))
@@ -63,10 +92,16 @@ def check(ctx: Context) -> list[Finding]:
     if slow.doing == RankState.DATALOADER:
         fix = ("Its DataLoader cannot keep up: see the data findings above (slow-decompression, "
                "tar-member-decode) or give it more workers and cheaper samples; " + RULE.fix)
+    if slow.at is not None:
+        evidence.append("the step's collectives return at once and each rank waits for them at its next sync "
+                        "line (NCCL's shape of a wait; `.item()`, `.cpu()`, a flag it spins on): the ranks that "
+                        "stand there most wait for the one that hardly does")
+        where_they_wait = f"stand at their sync line {slow.at}"
+    else:
+        where_they_wait = f"sit in {waited_in(ctx, [v for v in views if v not in late])}"
     return [finding(RULE, list(slow.stragglers),
                     f"{noun} {who} {'makes' if len(slow.stragglers) == 1 else 'make'} the others wait "
-                    f"{slow.others_wait:.0%} of every step: it {doing} while they sit in "
-                    f"{waited_in(ctx, [v for v in views if v not in late])}",
+                    f"{slow.others_wait:.0%} of every step: it {doing} while they {where_they_wait}",
                     evidence, fix)]
 
 

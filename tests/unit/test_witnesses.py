@@ -7,6 +7,8 @@ witness; each has the hang beside it that the same witness must not hide.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from hangdoc.analyze.classify import place
@@ -43,12 +45,14 @@ def in_dataloader(line: int) -> list[dict]:
             pyframe("_BaseDataLoaderIter.__next__", DL, 733, {}), module(line)]
 
 
-def sample(pid, frames, cpu, io=1000, woken=0, active=None) -> ProcSample:
+def sample(pid, frames, cpu, io=1000, woken=0, active=None, probe=False) -> ProcSample:
+    """One process's sample; `probe`: read natively on hangdoc's own (its native frames tell the wait)."""
     active = frames[0]["name"] not in WAITS if active is None else active
+    stack = dump(frames, active)
     stat = ProcStat(state="S", wchan=None, syscall=None, utime_s=cpu, stime_s=0.0, rss_bytes=1 << 30,
                     num_threads=12, io=IoCounters(io, io, 0, 0, 10, 10),
                     main_thread=ThreadCounters(cpu_s=cpu, voluntary_switches=7 + woken, involuntary_switches=3))
-    return ProcSample(pid=pid, alive=True, proc=stat, stack=dump(frames, active))
+    return ProcSample(pid=pid, alive=True, proc=stat, stack=dataclasses.replace(stack, probe=True) if probe else stack)
 
 
 def job_bundle(rows, interval: float = 2.0) -> Bundle:

@@ -1,0 +1,98 @@
+"""The straggler of a job that waits the NCCL way, told by where the ranks stand, no GPU needed.
+
+On NCCL the step's collectives return at once and each rank waits for them at its next sync line
+(`.item()`), computing as far as its Python frames tell. The ranks that stand at that line most
+wait for the one that hardly does. And a straggler's cause: the activity it spends more of the
+common step on than the others, its workers' cores a second witness.
+"""
+from __future__ import annotations
+
+from hangdoc.model import SlowKind
+from hangdoc.report.judge import judge
+from tests.unit.test_progress import SITE, TRAIN, main_frame, pyframe
+from tests.unit.test_witnesses import in_dataloader, job_bundle, module, spin_line
+
+SAMPLES = 40
+
+
+def busy(step: int) -> list[dict]:
+    """The job's compute at its own line (`busy_for(0.05 + extra)`: a tanh of matmuls, C frames only)."""
+    return [pyframe("busy_for", TRAIN, 43, {"x": (0x71, "<Tensor>")}), main_frame(step, 0xB0 + step, 100), module(140)]
+
+
+def spinning(step: int, which: str = "own") -> list[dict]:
+    """At the sync line (either of its frames), the step counter at `step`."""
+    frames = spin_line(which)
+    frames[-2] = main_frame(step, 0xB0 + step, 110)
+    return frames
+
+
+def nccl_rows(ranks: int, straggler: int, probe_at: int | None = None) -> list:
+    """Every rank steps at every sample; the others are caught at their sync line 4 samples in 5, the
+    straggler at its compute 9 in 10."""
+    rows = []
+    for i in range(SAMPLES):
+        row = []
+        for r in range(ranks):
+            at_sync = (i % 10 == 3) if r == straggler else (i % 5 != 0)
+            frames = spinning(i, "genexpr" if (i + r) % 2 else "own") if at_sync else busy(i)
+            row.append({"frames": frames, "cpu": 1.0 + 2 * i, "probe": at_sync and probe_at == i and r != straggler})
+        rows.append(row)
+    return rows
+
+
+def test_three_ranks_two_standing_at_their_sync_line_name_the_third_slow():
+    # GIVEN 3 ranks of the NCCL shape: ranks 0 and 2 stand at their sync line most samples, rank 1
+    # computes at its own line (no GPU reading, no native read)
+    report = judge(job_bundle(nccl_rows(3, straggler=1))).report
+    # THEN slow, rank 1 the straggler, the others waiting at their sync line
+    assert report.verdict == "slow" and report.culprit_ranks == (1,)
+    assert report.slow.kind == SlowKind.STRAGGLER and report.slow.at.startswith("host_value (train.py:69)")
+    finding = next(f for f in report.findings if f.rule == "slow-rank")
+    assert "stand at their sync line host_value" in finding.title
+
+
+def test_two_ranks_each_at_a_line_of_its_own_name_no_straggler_without_a_witness_of_the_wait():
+    # GIVEN 2 ranks: rank 0 at the sync line, rank 1 at its compute: symmetric (either line could be the wait)
+    report = judge(job_bundle(nccl_rows(2, straggler=1))).report
+    # THEN no straggler is named (a wrong culprit is worse than none)
+    assert report.verdict == "healthy" and report.culprit_ranks == ()
+
+
+def test_two_ranks_with_a_native_read_of_the_wait_name_the_straggler():
+    # GIVEN the same, and one native read of rank 0 at its sync line that found it waiting on a collective
+    rows = nccl_rows(2, straggler=1, probe_at=11)
+    rows[11][0]["frames"] = [{"name": "c10d::Work::isCompleted", "filename": "libtorch_cpu.so",
+                              "short_filename": "libtorch_cpu.so", "line": 0}] + rows[11][0]["frames"]
+    # WHEN judged
+    report = judge(job_bundle(rows)).report
+    # THEN rank 1 is the straggler, and the others' line is the one the native read explained
+    assert report.verdict == "slow" and report.culprit_ranks == (1,)
+    assert report.slow.at.startswith("host_value")
+
+
+def data_straggler_rows() -> list:
+    """2 ranks in a DDP step: rank 0 waits in the backward's all_reduce most samples; rank 1 splits its
+    samples between waiting on its DataLoader and computing."""
+    rows = []
+    for i in range(SAMPLES):
+        wait = [pyframe("_engine_run_backward", SITE + "torch/autograd/graph.py", 979, {}),
+                main_frame(i, 0xB0 + i, 89), module(120)]
+        loader = [*in_dataloader(28)[:-1], main_frame(i, 0xB0 + i, 84), module(120)]
+        rows.append([{"frames": wait if i % 5 else busy(i), "cpu": 1.0 + i},
+                     {"frames": loader if i % 2 else busy(i), "cpu": 1.0 + 2 * i}])
+    return rows
+
+
+def test_a_straggler_cause_is_the_activity_it_spends_more_of_the_step_on_than_the_others():
+    # GIVEN rank 1 waiting on its data half its samples and computing the other half, rank 0 waiting
+    # for it in the all_reduce most of its samples and computing a fifth
+    report = judge(job_bundle(data_straggler_rows())).report
+    # THEN slow, rank 1, and the cause is its data: 50 % of a step against the others' 0 %, while its
+    # compute is 50 % against their 20 %; both figures are in the finding
+    assert report.verdict == "slow" and report.culprit_ranks == (1,)
+    assert report.slow.doing == "dataloader-wait"
+    finding = next(f for f in report.findings if f.rule == "slow-rank")
+    cause = next(e for e in finding.evidence if e.startswith("what keeps it:"))
+    assert "waiting on its DataLoader 50% of a step (the others 0%)" in cause
+    assert "its own compute 50% of a step (the others 20%)" in cause
