@@ -45,7 +45,7 @@ def run(
 ) -> None:
     """Run a short training under watch: exit 3 on a hang, 4 on a crash, else the command's own code.
 
-    Ctrl-C / SIGTERM end the job, print the report so far, save the bundle and the JUnit result
+    Ctrl-C / SIGTERM (or SIGHUP) end the job, print the report so far, save the bundle and the JUnit result
     and exit 130 / 143.
 
     The command's output streams through (to stderr with --format json, html or trace, so stdout

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from hangdoc.base.errors import EXIT_NOT_SAVED, EXIT_OK, EXIT_SIGINT, BundleNotSaved, HangdocError
+from hangdoc.base.errors import EXIT_NOT_SAVED, EXIT_OK, EXIT_SIGINT, STOP_SIGNALS, BundleNotSaved, HangdocError
 from hangdoc.bundle.files import check_writable
 from hangdoc.cli import app
 from hangdoc.cli.common import (
@@ -52,7 +52,7 @@ def watch(
     It watches until a verdict ends it: a hang (exit 3) or a crash (4) at once; a slow job (8) once
     it has read slow the same way (the same stragglers, or data-bound) for 5 rounds in a row over
     at least 30 s and the hang threshold; the job ending (0 well, 5 when the ranks vanished and
-    nothing says how); --timeout (0 with nothing found, 8 slow, 7 suspect); or Ctrl-C / SIGTERM
+    nothing says how); --timeout (0 with nothing found, 8 slow, 7 suspect); or Ctrl-C / SIGTERM / SIGHUP
     (the report so far, the bundle saved, 130 / 143). A healthy job is watched until it ends.
     2 on usage or attach errors, 6 when the report was printed but the bundle could not be saved.
     """
@@ -99,8 +99,8 @@ def watch(
         require_some_stack(watcher.start())
         outcome = watcher.run(view.update)
     except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM (hangdoc.base.errors.Interrupted)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C must not lose the save
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for number in STOP_SIGNALS:                    # a second Ctrl-C must not lose the save
+            signal.signal(number, signal.SIG_IGN)
         view.close()
         raise typer.Exit(interrupted(watcher.stopped(getattr(exc, "exit_code", EXIT_SIGINT)), out, fmt, html))
     finally:

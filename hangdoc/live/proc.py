@@ -18,6 +18,8 @@ from pathlib import Path
 
 import psutil
 
+from hangdoc.base.errors import STOP_SIGNALS
+
 
 @dataclass
 class RunningJob:
@@ -110,7 +112,7 @@ def _signals_deferred():
     came: list[int] = []
     try:
         old = {number: signal.signal(number, lambda n, _frame: came.append(n))
-               for number in (signal.SIGINT, signal.SIGTERM)}
+               for number in STOP_SIGNALS}
     except ValueError:            # not the main thread: no handler of ours runs here
         old = {}
     try:

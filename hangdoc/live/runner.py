@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, TextIO
 
-from hangdoc.base.errors import EXIT_SIGINT, HangdocError, NotDistributed
+from hangdoc.base.errors import EXIT_SIGINT, STOP_SIGNALS, HangdocError, NotDistributed
 from hangdoc.base.redact import LineRedactor
 from hangdoc.collect.discover import find_job, is_python, looks_like_launcher, spawns_children
 from hangdoc.collect.procfs import ProcFS
@@ -177,7 +177,7 @@ def _stop(job: RunningJob, popen, interrupted: int | None) -> int | None:
 
 
 def _hold_signals() -> None:
-    for number in (signal.SIGINT, signal.SIGTERM):
+    for number in STOP_SIGNALS:
         try:
             signal.signal(number, signal.SIG_IGN)
         except ValueError:      # not the main thread: nothing to hold
