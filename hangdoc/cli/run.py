@@ -32,7 +32,8 @@ def run(
     hang_after: Optional[float] = hang_after_option(),
     interval: float = interval_option(),
     fmt: OutputFormat = report_format_option(),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to save the bundle on a hang or crash."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Save the bundle here, whatever the end "
+                                       "(without it: on a hang, a crash or a slow run, in the current directory)."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML result here."),
     html: Optional[Path] = html_option(),
     no_live: bool = typer.Option(True, "--no-live/--live", help="A live table instead of status lines (TTY only)."),
@@ -53,11 +54,12 @@ def run(
     """
     from hangdoc.live.options import WatchOptions
     from hangdoc.live.probes import make_probes
-    from hangdoc.live.runner import run_command
+    from hangdoc.live.runner import run_command, saveable
     from hangdoc.render.live import LiveView
 
     if not cmd:
         raise HangdocError("nothing to run: give the command after --, e.g. hangdoc run -- torchrun ... train.py")
+    named = out is not None          # a bundle named is always written (or why not said)
     out = check_writable(out or default_out())
     if junit is not None:
         check_writable(junit, "--junit")
@@ -85,8 +87,8 @@ def run(
         else:
             print(f"hangdoc: the run finished (exit code {result.job_exit_code}), no hang", file=sys.stderr)
         saved = True
-        if (failed or slow or stopped) and outcome.bundle.samples:
-            saved = save_or_say(outcome.bundle, out, outcome.digest)
+        if failed or slow or stopped or named:
+            saved = save_or_say(saveable(outcome.bundle), out, outcome.digest)
         write_html(outcome.report, html)
         if junit is not None:
             from hangdoc.render.junit import write_junit

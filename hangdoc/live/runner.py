@@ -25,7 +25,7 @@ from hangdoc.live.capture import make_bundle
 from hangdoc.live.options import WatchOptions
 from hangdoc.live.proc import RunningJob, stop_job
 from hangdoc.live.watcher import Outcome, Watcher
-from hangdoc.model import Bundle, Ending, Job, LogTail, StopReason
+from hangdoc.model import Bundle, Ending, GpuState, Job, LogTail, Snapshot, StopReason
 from hangdoc.report.judge import End, judge
 
 TAIL_LINES = 2000
@@ -235,6 +235,17 @@ def _empty_bundle(popen, tail: OutputTail, options: WatchOptions) -> Bundle:
               processes=())
     record = dataclasses.replace(options.record("py-spy"), native=False, nonblocking=False)
     return make_bundle(job, (), ProcFS(), record, logs=tail.logs(), exit_code=popen.returncode)
+
+
+def saveable(bundle: Bundle) -> Bundle:
+    """The bundle `run` saves: a command that ended before any rank could be watched has no sample,
+    and a bundle without one is not read back; it gets one empty round, at its end, so the bundle
+    replays (`hangdoc report`) with the command's exit code and its last output."""
+    if bundle.samples:
+        return bundle
+    end = Snapshot(time=bundle.created, took_s=0.0, processes=(),
+                   gpu=GpuState("unavailable", "no process of the command was watched"))
+    return dataclasses.replace(bundle, samples=(end,))
 
 
 def _ended_before_attach(popen, tail: OutputTail, options: WatchOptions, fail_on_slow: bool) -> Outcome:
