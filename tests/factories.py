@@ -268,3 +268,19 @@ def far_apart_bundle(span: float = 1e11) -> bytes:
     for i, sample in enumerate(bundle["samples"]):
         sample["time"] = -span + 2 * span * i / last
     return json.dumps(bundle).encode()
+
+
+def pickle_bomb_checkpoint(path: str | Path, mib: int = 300) -> Path:
+    """A torch zip checkpoint whose `archive/data.pkl` is `mib` MiB of `N` opcodes, each pushing a
+    None: 307 KB on disk for 300 MiB (`check checkpoint` took 131 s, past its 120 s, and 1 GB)."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
+        archive.writestr("archive/version", "3\n")
+        with archive.open("archive/data.pkl", "w", force_zip64=True) as member:
+            member.write(b"\x80\x02")
+            chunk = b"N" * (1 << 20)
+            for _ in range(mib):
+                member.write(chunk)
+            member.write(b".")
+    return Path(path)
