@@ -78,11 +78,12 @@ def run(
     stopped = result.interrupted is not None
     failed = outcome.report.verdict in (Verdict.HANG, Verdict.CRASH)
     slow = outcome.report.slow is not None and not failed
+    outlived = any(f.rule == "outlived-job" for f in outcome.report.findings)
     with signals_held() as came:      # a Ctrl-C or SIGTERM now must not cut the report or the save short
         if stopped:
             print(f"hangdoc: interrupted; the job was ended; the report of the {outcome.report.samples} samples so far:",
                   file=sys.stderr)
-        if failed or slow or stopped or fmt is not OutputFormat.text:
+        if failed or slow or stopped or outlived or fmt is not OutputFormat.text:
             emit_report(outcome.report, fmt)
         else:
             print(f"hangdoc: the run finished (exit code {result.job_exit_code}), no hang", file=sys.stderr)

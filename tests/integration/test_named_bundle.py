@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import psutil
 import pytest
 
 from conftest import hangdoc_cmd
@@ -63,3 +64,21 @@ def test_watch_that_ends_with_nothing_found_saves_the_bundle_it_names(tmp_path):
     # THEN exit 0, and the bundle it was told to write is there (it wrote nothing and said nothing)
     assert done.returncode == 0, done.stderr[-2000:]
     assert out.exists() and f"bundle saved to {out}" in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.timeout(90)
+def test_run_whose_command_leaves_a_setsid_daemon_says_it_outlived_the_job(tmp_path):
+    # GIVEN a command that starts a daemon in a session of its own and exits 0
+    marker = f"hangdoc-daemon-{tmp_path.name}"
+    script = (f"setsid {sys.executable} -c 'import time; time.sleep(300)' {marker} </dev/null >/dev/null 2>&1 & "
+              "sleep 1.5; exit 0")
+    try:
+        # WHEN `hangdoc run` runs it
+        done = hangdoc("run", "--no-gpu", "--interval", "0.5", "--", "bash", "-c", script)
+        # THEN the command's own 0, and the report names the process that outlived it (nothing said before)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "outlived-job" in done.stdout and marker in done.stdout, done.stdout[-2000:]
+    finally:
+        for proc in psutil.process_iter(["cmdline"]):
+            if marker in " ".join(proc.info["cmdline"] or ()):
+                proc.kill()
