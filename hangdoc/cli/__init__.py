@@ -104,6 +104,10 @@ _TERMINATED: list[int] = []     # SIGTERM or SIGHUP came: typer answers an uncau
 
 
 def _on_sigterm(signum, frame) -> None:
+    if signum == signal.SIGHUP:
+        from hangdoc.base.outputs import detach_terminal
+
+        detach_terminal()
     _TERMINATED.append(STOP_SIGNALS[signum])
     raise Interrupted(STOP_SIGNALS[signum])
 

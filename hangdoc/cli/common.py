@@ -196,8 +196,15 @@ def signals_held():
     """Ctrl-C, SIGTERM and SIGHUP wait while the report is printed and the bundle saved: the list
     yielded holds the exit code (130 / 143) of each that came meanwhile, for the caller to leave with."""
     came: list[int] = []
+
+    def hold(number: int, _frame) -> None:
+        if number == signal.SIGHUP:
+            from hangdoc.base.outputs import detach_terminal
+
+            detach_terminal()
+        came.append(STOP_SIGNALS[number])
     try:
-        old = {number: signal.signal(number, lambda n, _frame: came.append(STOP_SIGNALS[n])) for number in STOP_SIGNALS}
+        old = {number: signal.signal(number, hold) for number in STOP_SIGNALS}
     except ValueError:            # not the main thread: nothing to hold
         old = {}
     try:

@@ -143,3 +143,47 @@ def test_report_hung_up_is_a_documented_code_and_one_line(tmp_path):
     # THEN it exits 143, as on SIGTERM (it died with 129, a code no page lists), with one line
     assert done.returncode == 143, done.stderr[-2000:]
     assert done.stderr.strip().splitlines() == ["hangdoc: interrupted"]
+
+
+@pytest.mark.timeout(90)
+def test_watch_whose_terminal_closes_keeps_the_bundle(tmp_path):
+    # GIVEN `hangdoc watch` whose controlling terminal is a pty, as over ssh, watching a stuck process
+    import fcntl
+    import pty
+    import termios
+
+    job = subprocess.Popen([sys.executable, "-c", STUCK], stdout=subprocess.PIPE, text=True)
+    bundle = tmp_path / "w.zst"
+    master, slave = pty.openpty()
+
+    def own_terminal() -> None:
+        os.setsid()
+        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+        hangup_reaches_it()
+
+    try:
+        job.stdout.readline()
+        watch = subprocess.Popen([*hangdoc_cmd(), "watch", str(job.pid), "--single", "--interval", "0.5", "--no-gpu",
+                                  "--out", str(bundle)], stdin=slave, stdout=slave, stderr=slave,
+                                 preexec_fn=own_terminal, env=dict(os.environ, NO_COLOR="1", COLUMNS="120"))
+        os.close(slave)
+        seen = b""
+        deadline = time.monotonic() + 60
+        while b" sample " not in seen and time.monotonic() < deadline:
+            try:
+                seen += os.read(master, 4096)
+            except OSError:
+                break
+        assert b" sample " in seen, seen[-2000:]
+        # WHEN the terminal goes away (the ssh session dropped): the kernel sends SIGHUP, and every
+        # write to the terminal from then on fails
+        os.close(master)
+        rc = watch.wait(timeout=60)
+        # THEN 143, and the bundle saved all the same
+        assert rc == 143 and bundle.exists(), rc
+    finally:
+        if "watch" in locals() and watch.poll() is None:
+            watch.kill()
+            watch.wait()
+        job.kill()
+        job.wait()
