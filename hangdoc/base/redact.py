@@ -96,6 +96,12 @@ _FLAG_PARTS = frozenset({"pass", "pwd", "passin", "passout", "sig", "auth"})
 _NAME = r"[\w.-]*(?:passw(?:or)?d|passwd|passphrase|(?<![A-Za-z])pass(?![A-Za-z])|secret|token(?!iz|s\b)|api[_-]?key|apikey|access[_-]?key|private[_-]?key|credential)[\w.-]*"
 _QUOTED_PAIR = re.compile(r"""(?i)(["'](?=(""" + _NAME + r"""))\2["']\s*:\s*)(["'])(?:(?!\3)[^\\]|\\.)*\3""")
 _PAIR = re.compile(r"(?i)(?<![\w.-])(?=(" + _NAME + r"))\1(\s*=\s*|\s*:\s+)(?![<\s])(\"[^\"]*\"|'[^']*'|[^\s\"',;&]+)")
+# `NAME=value` in text where the name is an environment variable's (upper case) is judged by the very
+# test the environment's names are (`MYSQL_PWD=`, `AZURE_STORAGE_KEY=`, `SMS_OTP=`); a lower-case one by
+# the parts no setting merely contains (`otp_code=`, `db_pwd=`): one name test, not a narrower one.
+_ANY_PAIR = re.compile(r"(?<![\w.-])([A-Za-z_][A-Za-z0-9_]{0,63})(\s*=\s*|\s*:\s+)(?![<\s])(\"[^\"]*\"|'[^']*'|[^\s\"',;&]+)")
+_TEXT_PARTS = frozenset({"pwd", "passwd", "passcode", "pincode", "otp", "totp", "hotp", "cvv", "cvv2", "cvc", "mfa",
+                         "2fa", "ssn"})
 _FLAG_PAIR = re.compile(r"(?<!\S)(--?[A-Za-z][\w.-]{0,63})(\s+)(?!-)(\S+)")
 # An auth scheme's word and its credential outside a header: `bearer X` (any scheme); a credential
 # is 8+ characters with a digit, both cases or a token sign (`+/=._~-`), or 16+ of anything.
@@ -134,6 +140,7 @@ def redact_text(text: str) -> str:
         text = _PEM.sub(_pem, text)
     text = _QUOTED_PAIR.sub(lambda m: m.group(1) + m.group(3) + REDACTED + m.group(3), text)
     text = _PAIR.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
+    text = _ANY_PAIR.sub(_any_pair, text)
     text = _FLAG_PAIR.sub(lambda m: m.group(1) + m.group(2) + REDACTED if secret_flag(m.group(1)) else m.group(0),
                           text)
     text = _LOGIN.sub(lambda m: m.group(1) + REDACTED, text)
@@ -149,6 +156,15 @@ def redact_text(text: str) -> str:
     text = _KEYISH_VALUE.sub(lambda m: m.group(1) + REDACTED, text)
     text = _HEX_RUN.sub(REDACTED, text)
     return _LONG_RANDOM.sub(lambda m: REDACTED if _looks_random(m.group(0)) else m.group(0), text)
+
+
+def _any_pair(match: re.Match) -> str:
+    name = match.group(1)
+    if name.upper() == name and any(c.isalpha() for c in name):
+        hidden = secret_name(name)
+    else:
+        hidden = any(part.lower() in _TEXT_PARTS for part in _NAME_PART.findall(name))
+    return match.group(1) + match.group(2) + REDACTED if hidden else match.group(0)
 
 
 def _query(match: re.Match) -> str:

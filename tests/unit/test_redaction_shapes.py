@@ -58,6 +58,14 @@ CLASSES = {
         ("uploader --sig KeyPass8", "KeyPass8"),
         ("tool --storage-account-access-key KeyPass9", "KeyPass9"),
     ],
+    "secret-named variable": [
+        ("export MYSQL_PWD=MyEnvPw1 && mysql app", "MyEnvPw1"),
+        ("AZURE_STORAGE_KEY=AzKey1value python up.py", "AzKey1value"),
+        ("SMS_OTP: 918273", "918273"),
+        ("otp_code=564738 accepted", "564738"),
+        ("db_pwd = DbPwd77", "DbPwd77"),
+        ("TORCH_DB_PASS=TorchPass5 torchrun train.py", "TorchPass5"),
+    ],
     "client short option": [
         ("mysql -h db -uroot -pMyPw123 app", "MyPw123"),
         ("mysql -h db -u root -p MyPw456 app", "MyPw456"),
@@ -79,6 +87,7 @@ BENIGN = [
     "python train.py --pin-memory --num-workers 4", "the password is checked on login",
     "machine learning is fun", "git@github.com:org/repo.git", "https://example.com:8443/path",
     "Accept: application/json", "python train.py --tokenizer bert-base --author me",
+    "NUM_TOKENS=4096 STEP=10 WORLD_SIZE=8", "step 10 loss 1.5231 key=label", "pin_memory=True batch_size=32",
 ]
 
 
@@ -114,7 +123,8 @@ def test_ordinary_commands_and_urls_near_the_classes_survive(text):
 @pytest.mark.parametrize("text", [
     "?sig=" * 20_000, "&a" * 50_000, "Cookie: " * 12_000, "machine " * 12_000, "machine a login " * 6_000,
     "https://" + "a" * 100_000, "a://" * 25_000 + "@", "mysql -p" * 12_000, "mysql " + "-p " * 30_000,
-    "--a " * 25_000, "x-" * 50_000 + "token", "password " * 11_000,
+    "--a " * 25_000, "x-" * 50_000 + "token", "password " * 11_000, "a=" * 50_000, "A_" * 50_000 + "=x",
+    "PWD=1 " * 16_000,
 ])
 def test_the_classes_cost_time_linear_in_the_text(text):
     # GIVEN a 100 KB line shaped against the new patterns
