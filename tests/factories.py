@@ -235,9 +235,10 @@ def crowded_v1_bundle(ranks: int = 200_000) -> bytes:
     return zstandard.ZstdCompressor(level=3).compress(msgspec.json.encode(crowded))
 
 
-def deep_stack_bundle(frames: int = 200_000, ranks: int = 2_000) -> bytes:
-    """A v2 bundle whose one stack, `frames` deep, is named by `ranks` ranks in two samples, zstd-
-    compressed (200,000 x 2,000: 18 KB; `report` ran past 90 s)."""
+def deep_stack_bundle(frames: int = 200_000, ranks: int = 2_000, samples: int = 2) -> bytes:
+    """A v2 bundle whose one stack, `frames` deep, is named by `ranks` ranks in each of its last
+    `samples` samples, zstd-compressed (200,000 x 2,000: 18 KB; `report` ran past 90 s; 750 x 10,000
+    in one sample, 7.5 M frames within the 8 M budget: past 140 s)."""
     import zstandard
 
     from hangdoc.bundle import codec
@@ -255,7 +256,7 @@ def deep_stack_bundle(frames: int = 200_000, ranks: int = 2_000) -> bytes:
              for r in range(ranks)]
     body["job"] = dict(body["job"], world_size=ranks, processes=procs)
     body["samples"] = [dict(s, processes=[dict(sample, pid=p["pid"], stack=0) for p in procs])
-                       for s in body["samples"][-2:]]
+                       for s in body["samples"][-samples:]]
     return zstandard.ZstdCompressor(level=19).compress(json.dumps(doc, separators=(",", ":")).encode())
 
 
@@ -267,3 +268,19 @@ def far_apart_bundle(span: float = 1e11) -> bytes:
     for i, sample in enumerate(bundle["samples"]):
         sample["time"] = -span + 2 * span * i / last
     return json.dumps(bundle).encode()
+
+
+def pickle_bomb_checkpoint(path: str | Path, mib: int = 300) -> Path:
+    """A torch zip checkpoint whose `archive/data.pkl` is `mib` MiB of `N` opcodes, each pushing a
+    None: 307 KB on disk for 300 MiB (`check checkpoint` took 131 s, past its 120 s, and 1 GB)."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
+        archive.writestr("archive/version", "3\n")
+        with archive.open("archive/data.pkl", "w", force_zip64=True) as member:
+            member.write(b"\x80\x02")
+            chunk = b"N" * (1 << 20)
+            for _ in range(mib):
+                member.write(chunk)
+            member.write(b".")
+    return Path(path)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from hangdoc.analyze.classify import per_stack
 from hangdoc.model import Bundle, Frame, Role
 from hangdoc.base.words import rank_set
 
@@ -25,6 +26,7 @@ class Node:
     children: dict[str, "Node"] = field(default_factory=dict)
 
 
+@per_stack
 def _key(frames: tuple[Frame, ...]) -> tuple:
     # Function and file, not line: a rank looping in one function stays in one class.
     return tuple((f.symbol, f.short_filename) for f in frames)

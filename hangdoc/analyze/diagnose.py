@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hangdoc.analyze.classify import Reading, parked_in, place, signature
+from hangdoc.analyze.classify import Reading, parked_in, per_stack, place, signature
 from hangdoc.analyze.ending import crash_of, ended_readably, told_by_exits
 from hangdoc.analyze.flight import fr_pending, fr_step_times
 from hangdoc.analyze.gpu import GPU_WORK
@@ -345,6 +345,7 @@ def _exit_fields(bundle: Bundle, pid: int) -> dict:
     return {"exit_time": record.time, "exit_code": record.code, "exit_signal": record.signal}
 
 
+@per_stack
 def stack_key(frames: tuple[Frame, ...]) -> str:
     """The main thread's functions and files (not lines, as STAT's classes), as a stable short hash."""
     text = "\n".join(f"{f.symbol}|{f.short_filename}" for f in frames)

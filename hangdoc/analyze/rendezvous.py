@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hangdoc.analyze.classify import per_stack
 from hangdoc.analyze.timeline import Point, Timeline
 from hangdoc.model import Frame, RankDigest, RankState
 
@@ -36,6 +37,7 @@ def _is_setup(frame: Frame) -> bool:
     return frame.name.rsplit(".", 1)[-1] in SETUP_FUNCTIONS or any(f in frame.filename for f in SETUP_FILES)
 
 
+@per_stack
 def setup_frame(frames: tuple[Frame, ...]) -> Frame | None:
     """The outermost frame of process-group setup on a main thread's stack (innermost first):
     what the rank waits in for the others to join. None: it is not in setup."""

@@ -5,11 +5,12 @@ Exit codes (documented in docs/exit-codes.md):
   1  `check` found problems         4  the job crashed
   2  usage, attach or input error   5  the job ended, cause unknown
   6  report printed, bundle not saved   7  suspect: ranks split, not seen long enough to tell
-  130 stopped by Ctrl-C (SIGINT)    143 stopped by SIGTERM
+  130 stopped by Ctrl-C (SIGINT)    143 stopped by SIGTERM or SIGHUP
 """
 from __future__ import annotations
 
 import os
+import signal
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -22,6 +23,9 @@ EXIT_SUSPECT = 7      # one instant, or not long enough: ranks split, no progres
 EXIT_SLOW = 8         # it moves, but slowly: a straggler or its data costs every step (run: with --fail-on slow)
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
+# The signals that stop a command, and the code each leaves with. SIGHUP (an ssh session dropped, a CI
+# runner that closed its terminal) is a SIGTERM: the report so far, the bundle kept, `run`'s job ended.
+STOP_SIGNALS = {signal.SIGINT: EXIT_SIGINT, signal.SIGTERM: EXIT_SIGTERM, signal.SIGHUP: EXIT_SIGTERM}
 
 
 class HangdocError(Exception):

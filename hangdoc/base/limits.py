@@ -37,6 +37,11 @@ MAX_MEMBER_BYTES = 1 << 30         # one tar member a sampled shard's header cla
 MAX_SAMPLE_TAR_BYTES = 8 << 30     # a sampled compressed shard, decompressed to scratch
 MAX_CHECKPOINT_OBJECTS = 1_000_000  # values in a loaded checkpoint outside tensors, shared ones at each use
 MAX_CHECKPOINT_DEPTH = 64          # its nesting
+# A checkpoint's pickle, walked as a stream before torch reads it whole: its bytes (an 800-tensor model
+# and its Adam state: 137 KB) and the values its opcodes make, tensors' own records included (that
+# one: 34,447).
+MAX_CHECKPOINT_PICKLE_BYTES = 256 << 20
+MAX_CHECKPOINT_PICKLE_VALUES = 8_000_000
 CHECKPOINT_LOAD_SECONDS = 120      # torch.load's weights-only unpickler, in Python: a crafted file is slow
 
 

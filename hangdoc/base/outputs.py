@@ -162,3 +162,22 @@ def stdout_lost(exc: OSError) -> str:
     why = exc.strerror or str(exc)
     return (f"the report could not be written to stdout ({why}); write it to a file with -o FILE "
             "or send stdout somewhere that takes it")
+
+
+def detach_terminal() -> None:
+    """After SIGHUP: stdout and stderr that were the terminal now go nowhere, so what is written
+    next (the report, a line) cannot fail with EIO on a terminal that is gone and cost the save of
+    the bundle; a pipe or a file (a CI log) keeps them."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        for fd in (1, 2):
+            try:
+                if stat.S_ISCHR(os.fstat(fd).st_mode):     # a hung-up terminal no longer says isatty
+                    os.dup2(devnull, fd)
+            except OSError:
+                continue
+    finally:
+        os.close(devnull)

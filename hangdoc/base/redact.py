@@ -58,9 +58,26 @@ _LONG_RANDOM = re.compile(r"[A-Za-z0-9+/=_\-]{32,}")
 # part is read at most 256 characters far, so a line of `a://b:c` repeated stays linear.
 _URL_CREDENTIALS = re.compile(r"(?<![\w+.-])(?=([A-Za-z][\w+.-]*://))\1(?=([^\s/:@]{0,256}))\2:(?!\d{1,5}(?:/|$))"
                               r"(?=([^\s@]{0,256}))\3@")
-# An authorization header's value, whatever its scheme (Basic, Bearer, Token, Digest, ApiKey, Negotiate...),
-# to the end of the line: `Authorization: Basic dXNlcjpwYXNz`, `"Authorization": "Token x"`.
-_AUTH_HEADER = re.compile(r"(?i)(?<![\w-])((?:proxy-)?authori[sz]ation[\"']?\s*[:=]\s*)(?=\S)[^\r\n]*")
+# Userinfo without a colon: a token as the user (`https://TOKEN@host/`, as `git clone` takes it).
+_URL_USER = re.compile(r"(?<![\w+.-])(?=([A-Za-z][\w+.-]*://))\1(?=([^\s/:@?#]{1,256}))\2@")
+# A query parameter named like a signature, a token, a key or a password: an Azure SAS `sig=`, S3's
+# `X-Amz-Signature=` and `X-Amz-Credential=`, `access_token=`, `api_key=`, `password=`, OAuth's `code=`.
+_QUERY_PARAM = re.compile(r"([?&;])([\w.~-]{1,64})=([^&#\s\"'<>]+)")
+_QUERY_SECRET = re.compile(r"(?i)sig|token|key|secret|pass|pwd|auth|credential|session|^code$")
+# Every header that carries a credential, its value to the end of the line, whatever its scheme:
+# `Authorization: Basic dXNlcjpwYXNz`, `"Authorization": "Token x"`, `Cookie:`, `Set-Cookie:`, `X-Api-Key:`,
+# `X-Auth-Token:`, `X-Amz-Security-Token:`, GitLab's `PRIVATE-TOKEN:`.
+# (Others than Authorization take a colon only: `X-Amz-Credential=` is a query parameter, below.)
+_HEADER_NAME = (r"(?:set-)?cookie2?|private-token|"
+                r"x-[\w-]{0,64}?(?:token|key|secret|auth|signature|credential|session|password)[\w-]{0,64}?|"
+                r"[\w-]{0,64}?api-?key")
+_AUTH_HEADER = re.compile(r"(?i)(?<![\w-])((?:(?:proxy-)?authori[sz]ation[\"']?\s*[:=]|(?:" + _HEADER_NAME +
+                          r")[\"']?\s*:)\s*)(?=\S)[^\r\n]*")
+# netrc: `machine H login U password P` (one line or several), `default login U password P`, a lone
+# `password P` line of a netrc read line by line.
+_NETRC = re.compile(r"(?i)(?<![\w-])((?:machine\s+(?=(\S+))\2|default|login\s+(?=(\S+))\3)"
+                    r"(?:\s+(?:login|account|port)\s+(?=(\S+))\4){0,4}\s+password\s+)(\S+)")
+_NETRC_LINE = re.compile(r"(?i)^(\s*password\s+)(\S+)(\s*)$")
 # A value shaped like a key after a word or flag that says key: `--wandb-key X`, `auth: X`, `"key": "X"`.
 _KEYISH = r"(?:key|auth|token|secret|pass(?:word|wd)?|pwd|credential)"
 _KEYISH_FLAG = re.compile(r"^-(?=[\w-]*" + _KEYISH + r")[\w-]*$", re.I)
@@ -68,15 +85,24 @@ _KEY_RUN = r"[A-Za-z0-9+/_=.-]{32,}"
 _KEYISH_VALUE = re.compile(r"(?i)((?<![\w-])(?=([\w-]*?" + _KEYISH + r"[\w-]*))\2[\"']?(?:\s*[=:]\s*|\s+)[\"']?)("
                            + _KEY_RUN + ")")
 _HEX_RUN = re.compile(r"(?<![0-9A-Za-z])[0-9a-fA-F]{32,}(?![0-9A-Za-z])")
-_FLAG_SECRET = re.compile(r"^(-(?=[\w-]*(?:token|secret|passw|(?<![a-z])pass(?![a-z])|(?<![a-z])pwd(?![a-z])|"
-                          r"api[_-]?key|access[_-]?key|private[_-]?key|credential))[\w-]*)(=.*)?$", re.I)
+# An option whose name says it takes a secret, whatever its separators and case: `--key-passphrase`,
+# `--client_secret`, `--apiKey`, `--db.password`, `--hf-token`, `--pass`, `-pwd`, openssl's `-passin`.
+_FLAG = re.compile(r"^(--?[A-Za-z][\w.-]{0,63})(=.*)?$", re.S)
+_FLAG_WORDS = re.compile(r"passw|passphrase|passcode|secret|credential|token(?!iz|s)|api_?key|access_?key|"
+                         r"private_?key|signature")
+_FLAG_PARTS = frozenset({"pass", "pwd", "passin", "passout", "sig", "auth"})
 # A name that says "secret" followed by its value, in free text: `password=...`, `PASSWD=...`,
 # `api_key: ...`, `"password": "..."`, `--token X`, `Authorization: Bearer X`, `wandb login X`.
 _NAME = r"[\w.-]*(?:passw(?:or)?d|passwd|passphrase|(?<![A-Za-z])pass(?![A-Za-z])|secret|token(?!iz|s\b)|api[_-]?key|apikey|access[_-]?key|private[_-]?key|credential)[\w.-]*"
 _QUOTED_PAIR = re.compile(r"""(?i)(["'](?=(""" + _NAME + r"""))\2["']\s*:\s*)(["'])(?:(?!\3)[^\\]|\\.)*\3""")
 _PAIR = re.compile(r"(?i)(?<![\w.-])(?=(" + _NAME + r"))\1(\s*=\s*|\s*:\s+)(?![<\s])(\"[^\"]*\"|'[^']*'|[^\s\"',;&]+)")
-_FLAG_PAIR = re.compile(r"(?i)(?<!\S)(?=(--?(?:" + _NAME + r"|[\w.-]*(?<![A-Za-z])pwd(?![A-Za-z])[\w.-]*)))\1(\s+)"
-                        r"(?!-)(\S+)")
+# `NAME=value` in text where the name is an environment variable's (upper case) is judged by the very
+# test the environment's names are (`MYSQL_PWD=`, `AZURE_STORAGE_KEY=`, `SMS_OTP=`); a lower-case one by
+# the parts no setting merely contains (`otp_code=`, `db_pwd=`): one name test, not a narrower one.
+_ANY_PAIR = re.compile(r"(?<![\w.-])([A-Za-z_][A-Za-z0-9_]{0,63})(\s*=\s*|\s*:\s+)(?![<\s])(\"[^\"]*\"|'[^']*'|[^\s\"',;&]+)")
+_TEXT_PARTS = frozenset({"pwd", "passwd", "passcode", "pincode", "otp", "totp", "hotp", "cvv", "cvv2", "cvc", "mfa",
+                         "2fa", "ssn"})
+_FLAG_PAIR = re.compile(r"(?<!\S)(--?[A-Za-z][\w.-]{0,63})(\s+)(?!-)(\S+)")
 # An auth scheme's word and its credential outside a header: `bearer X` (any scheme); a credential
 # is 8+ characters with a digit, both cases or a token sign (`+/=._~-`), or 16+ of anything.
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token|digest|apikey|api-key|negotiate|ntlm)(\s+)"
@@ -114,15 +140,46 @@ def redact_text(text: str) -> str:
         text = _PEM.sub(_pem, text)
     text = _QUOTED_PAIR.sub(lambda m: m.group(1) + m.group(3) + REDACTED + m.group(3), text)
     text = _PAIR.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
-    text = _FLAG_PAIR.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
+    text = _ANY_PAIR.sub(_any_pair, text)
+    text = _FLAG_PAIR.sub(lambda m: m.group(1) + m.group(2) + REDACTED if secret_flag(m.group(1)) else m.group(0),
+                          text)
     text = _LOGIN.sub(lambda m: m.group(1) + REDACTED, text)
     text = _AUTH_HEADER.sub(lambda m: m.group(1) + REDACTED, text)
+    text = _NETRC.sub(lambda m: m.group(1) + REDACTED, text)
+    text = _NETRC_LINE.sub(lambda m: m.group(1) + REDACTED + m.group(3), text)
     text = _BEARER.sub(_bearer, text)
     text = _SECRET_VALUE.sub(REDACTED, text)
     text = _URL_CREDENTIALS.sub(lambda m: m.group(1) + REDACTED + "@", text)
+    text = _URL_USER.sub(lambda m: m.group(1) + REDACTED + "@", text)
+    text = _QUERY_PARAM.sub(_query, text)
+    text = client_passwords(text)
     text = _KEYISH_VALUE.sub(lambda m: m.group(1) + REDACTED, text)
     text = _HEX_RUN.sub(REDACTED, text)
     return _LONG_RANDOM.sub(lambda m: REDACTED if _looks_random(m.group(0)) else m.group(0), text)
+
+
+def _any_pair(match: re.Match) -> str:
+    name = match.group(1)
+    if name.upper() == name and any(c.isalpha() for c in name):
+        hidden = secret_name(name)
+    else:
+        hidden = any(part.lower() in _TEXT_PARTS for part in _NAME_PART.findall(name))
+    return match.group(1) + match.group(2) + REDACTED if hidden else match.group(0)
+
+
+def _query(match: re.Match) -> str:
+    if match.group(3) == REDACTED or not _QUERY_SECRET.search(match.group(2)):
+        return match.group(0)
+    return f"{match.group(1)}{match.group(2)}={REDACTED}"
+
+
+def secret_flag(flag: str) -> bool:
+    """True for an option whose name says its value is a secret: a long word anywhere in it
+    (`--key-passphrase`, `--clientSecret`), a short one as a whole part (`--db-pass`, `-pwd`)."""
+    name = flag.lstrip("-")
+    if _FLAG_WORDS.search(re.sub(r"[-.]", "", name).lower()):
+        return True
+    return any(part.lower() in _FLAG_PARTS for part in _NAME_PART.findall(name))
 
 
 def _bearer(match: re.Match) -> str:
@@ -204,8 +261,8 @@ def redact_cmdline(argv: tuple[str, ...] | list[str]) -> tuple[str, ...]:
         if i and _KEYISH_FLAG.match(argv[i - 1]) and re.fullmatch(_KEY_RUN, word):
             out.append(REDACTED)
             continue
-        flag = _FLAG_SECRET.match(word)
-        if flag:
+        flag = _FLAG.match(word)
+        if flag and secret_flag(flag.group(1)):
             if flag.group(2):
                 out.append(flag.group(1) + "=" + REDACTED)
             else:
@@ -213,4 +270,76 @@ def redact_cmdline(argv: tuple[str, ...] | list[str]) -> tuple[str, ...]:
                 hide_next = True
             continue
         out.append(redact_text(word))
+    out = client_words(out)
+    # What spans words (`-H "Cookie:" V`, a netrc echoed as words): the text redaction over them
+    # joined a line each, mapped back word for word.
+    if len(out) > 1 and not any("\n" in word or "\r" in word for word in out):
+        again = redact_text("\n".join(out)).split("\n")
+        if len(again) == len(out):
+            out = again
     return tuple(out)
+
+
+# --- the short options that carry a password in the common command-line clients -----------------
+# `mysql -pPW` and `mysql -p PW`, `redis-cli -a PW`, `sshpass -p PW`, `ldapsearch -w PW`, `zip -P PW`,
+# `curl -u user:PW`, `docker login -p PW`: the option's name says nothing, only the program does.
+# program -> (the option letters that take a password, the subcommand they belong to, if any)
+_CLIENTS: dict[str, tuple[str, str | None]] = {
+    **{name: ("p", None) for name in (
+        "mysql", "mysqldump", "mysqladmin", "mysqlimport", "mysqlshow", "mysqlcheck", "mysqlpump", "mysqlsh",
+        "mariadb", "mariadb-dump", "mariadb-admin", "sshpass", "mongo", "mongosh", "mongodump", "mongorestore",
+        "mongoexport", "mongoimport", "rabbitmqadmin", "7z", "7za", "7zr")},
+    **{name: ("a", None) for name in ("redis-cli", "keydb-cli", "valkey-cli")},
+    **{name: ("w", None) for name in ("ldapsearch", "ldapmodify", "ldapadd", "ldapdelete", "ldapwhoami",
+                                      "ldappasswd", "ldapcompare", "ldapmodrdn")},
+    **{name: ("P", None) for name in ("sqlcmd", "bcp", "zip", "unzip", "zipcloak")},
+    **{name: ("p", "login") for name in ("docker", "podman", "nerdctl", "buildah", "skopeo", "helm", "oras")},
+    "curl": ("u", None), "smbclient": ("U", None),
+}
+_NAMES = re.compile(r"(?<![\w.-])(?:" + "|".join(re.escape(n) for n in sorted(_CLIENTS, key=len, reverse=True))
+                    + r")(?![\w.-])")
+_END = frozenset({"|", "||", "&&", ";", "&"})
+_QUOTES = "\"'`("
+
+
+def client_words(words: list[str] | tuple[str, ...]) -> list[str]:
+    """A command's words with the password a client's short option takes replaced: attached
+    (`-pPW`) or the next word (`-p PW`), until the command ends (`|`, `;`, `&&`)."""
+    out = list(words)
+    letters, waiting, hide_next = "", None, False
+    for i, word in enumerate(words):
+        if hide_next:
+            out[i], hide_next = REDACTED, False
+            continue
+        name = word.lstrip(_QUOTES).rsplit("/", 1)[-1]
+        if name in _CLIENTS:
+            letters, waiting = _CLIENTS[name]
+            continue
+        if not letters:
+            continue
+        if word in _END or word.endswith(";"):
+            letters, waiting = "", None
+        elif waiting is not None:
+            waiting = None if word == waiting else waiting
+        elif len(word) >= 2 and word[0] == "-" and word[1] in letters:
+            if len(word) == 2:
+                hide_next = True
+            elif word[2:] != REDACTED:
+                out[i] = word[:2] + REDACTED
+    return out
+
+
+def client_passwords(text: str) -> str:
+    """`client_words` over free text: each word of a line that names a client, put back in its place."""
+    if _NAMES.search(text) is None:
+        return text
+    spans = [m.span() for m in re.finditer(r"\S+", text)]
+    words = [text[a:b] for a, b in spans]
+    hidden = client_words(words)
+    if hidden == words:
+        return text
+    pieces, at = [], 0
+    for (a, b), before, after in zip(spans, words, hidden):
+        pieces.append(text[at:a] + after)
+        at = b
+    return "".join(pieces) + text[at:]

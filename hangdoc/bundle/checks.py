@@ -16,7 +16,7 @@ import msgspec
 from hangdoc.base.limits import (
     MAX_BUNDLE_PROCESSES, MAX_BUNDLE_VALUES, MAX_LOG_LINES, MAX_SECONDS, MAX_STACK_FRAMES, MAX_TIME, MAX_WORLD,
 )
-from hangdoc.model import Bundle, NodeDigest
+from hangdoc.model import Bundle, NodeDigest, Role
 
 
 @contextmanager
@@ -175,6 +175,7 @@ def check_bundle(bundle: Bundle, source: str = "bundle") -> Bundle:
             value = proc.env.get(name)
             if value is not None and value.strip().lstrip("-").isdigit():
                 _count(int(value), f"{name} of pid {proc.pid}", source)
+    _check_identities(bundle, source)
     options = bundle.options
     _number(bundle.created, "created", source)
     _number(options.interval_s, "options.interval_s", source, MAX_SECONDS)
@@ -203,3 +204,38 @@ def check_bundle(bundle: Bundle, source: str = "bundle") -> Bundle:
         if end.signal is not None and not (isinstance(end.signal, int) and 0 < end.signal < 128):
             raise BadBundle(f"{source} is damaged: the exit signal of pid {end.pid} is {end.signal!r}")
     return bundle
+
+
+def _check_identities(bundle: Bundle, source: str) -> None:
+    """Pids are positive and name one process each, and no two processes are one rank of one node's
+    start at once: a bundle that says otherwise was edited, and reading it either way changes the
+    verdict (two processes standing as rank 0 turned a crash into a healthy run)."""
+    job = bundle.job
+    seen: set[int] = set()
+    for proc in job.processes:
+        if proc.pid < 1 or proc.ppid < 0:
+            raise BadBundle(f"{source} is damaged: a process has pid {proc.pid} (parent {proc.ppid}); pids are positive")
+        if proc.pid in seen:
+            raise BadBundle(f"{source} is damaged: pid {proc.pid} is listed as two processes")
+        seen.add(proc.pid)
+    if job.launcher_pid is not None and job.launcher_pid < 1:
+        raise BadBundle(f"{source} is damaged: the launcher's pid is {job.launcher_pid}")
+    for pid in [s.pid for snapshot in bundle.samples for s in snapshot.processes] + [e.pid for e in bundle.exits]:
+        if pid < 1:
+            raise BadBundle(f"{source} is damaged: a sample or an exit names pid {pid}; pids are positive")
+    holders: dict[tuple, list[int]] = {}
+    for proc in job.by_role(Role.RANK):
+        if proc.rank is not None:
+            holders.setdefault((proc.host, proc.generation, proc.rank), []).append(proc.pid)
+    shared = {pid: key for key, pids in holders.items() if len(pids) > 1 for pid in pids}
+    if not shared:
+        return
+    for snapshot in bundle.samples:
+        alive: dict[tuple, list[int]] = {}
+        for sample in snapshot.processes:
+            if sample.pid in shared and sample.alive:
+                alive.setdefault(shared[sample.pid], []).append(sample.pid)
+        for (_, _, rank), pids in alive.items():
+            if len(pids) > 1:
+                raise BadBundle(f"{source} is damaged: pids {pids[0]} and {pids[1]} are both rank {rank} of one "
+                                "node's start, alive at once")

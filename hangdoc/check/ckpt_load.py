@@ -17,6 +17,7 @@ from hangdoc.base.limits import (
     CHECKPOINT_LOAD_SECONDS, MAX_CHECKPOINT_DEPTH, MAX_CHECKPOINT_OBJECTS, TooLarge, require_regular, time_budget,
     within_values,
 )
+from hangdoc.check.ckpt_scan import scan_checkpoint
 
 UNSAFE_MARK = "Weights only load failed"
 
@@ -27,8 +28,10 @@ def is_tensor(value: Any) -> bool:
 
 def load_checkpoint(path: str | Path, seconds: float = CHECKPOINT_LOAD_SECONDS) -> Mapping[str, Any]:
     """The checkpoint's top-level mapping, loaded within the budgets (hangdoc/base/limits.py): a
-    regular file, at most `seconds` to load, MAX_CHECKPOINT_OBJECTS values outside tensors (a shared
-    one counted at each use) nested at most MAX_CHECKPOINT_DEPTH; beyond any, HangdocError (exit 2)."""
+    regular file, a pickle of at most MAX_CHECKPOINT_PICKLE_BYTES making MAX_CHECKPOINT_PICKLE_VALUES
+    values (counted as it streams, before torch reads it), at most `seconds` to load,
+    MAX_CHECKPOINT_OBJECTS values outside tensors (a shared one counted at each use) nested at most
+    MAX_CHECKPOINT_DEPTH; beyond any, HangdocError (exit 2)."""
     path = Path(path)
     if not path.exists():
         raise HangdocError(f"checkpoint not found: {path}")
@@ -48,6 +51,7 @@ def load_checkpoint(path: str | Path, seconds: float = CHECKPOINT_LOAD_SECONDS) 
     try:
         with warnings.catch_warnings(), time_budget(seconds, "loading it"):
             warnings.simplefilter("ignore")
+            scan_checkpoint(path)       # its values counted as its pickle streams, before torch reads it whole
             obj = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
             within_values(obj, MAX_CHECKPOINT_OBJECTS, MAX_CHECKPOINT_DEPTH, leaf=is_tensor)
     except TooLarge as exc:

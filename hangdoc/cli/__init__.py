@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from hangdoc.base.errors import EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, HangdocError, Interrupted
+from hangdoc.base.errors import EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, STOP_SIGNALS, HangdocError, Interrupted
 
 # click's exception classes, reached through typer's public BadParameter: typer vendors click
 # privately, so these are the classes its parser raises, whichever click it carries.
@@ -100,12 +100,16 @@ def with_placeholders() -> list:
     return saved
 
 
-_TERMINATED: list[int] = []     # SIGTERM came: typer answers an uncaught one with a bare 130
+_TERMINATED: list[int] = []     # SIGTERM or SIGHUP came: typer answers an uncaught one with a bare 130
 
 
 def _on_sigterm(signum, frame) -> None:
-    _TERMINATED.append(EXIT_SIGTERM)
-    raise Interrupted(EXIT_SIGTERM)
+    if signum == signal.SIGHUP:
+        from hangdoc.base.outputs import detach_terminal
+
+        detach_terminal()
+    _TERMINATED.append(STOP_SIGNALS[signum])
+    raise Interrupted(STOP_SIGNALS[signum])
 
 
 def usage_line(exc) -> str:
@@ -120,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     _TERMINATED.clear()
     try:
         signal.signal(signal.SIGTERM, _on_sigterm)
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:     # under nohup it stays ignored
+            signal.signal(signal.SIGHUP, _on_sigterm)
     except ValueError:   # not the main thread (tests calling main() from a worker thread)
         pass
     args = sys.argv[1:] if argv is None else list(argv)

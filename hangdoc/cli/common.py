@@ -13,7 +13,7 @@ from typing import Callable, TextIO
 import typer
 
 from hangdoc.base.defaults import INTERVAL_S, MIN_INTERVAL_S
-from hangdoc.base.errors import EXIT_NOT_SAVED, BadOutput, HangdocError
+from hangdoc.base.errors import EXIT_NOT_SAVED, STOP_SIGNALS, BadOutput, HangdocError
 from hangdoc.model import Bundle, Engine, NodeDigest, Report
 from hangdoc.render.formats import CHECK_FORMATS, OutputFormat, help_of, render_report
 
@@ -193,12 +193,18 @@ def delivered(code: int, saved: bool, came: list[int], saved_words: str = "") ->
 
 @contextmanager
 def signals_held():
-    """Ctrl-C and SIGTERM wait while the report is printed and the bundle saved: the list yielded
-    holds the exit code (130 / 143) of each that came meanwhile, for the caller to leave with."""
+    """Ctrl-C, SIGTERM and SIGHUP wait while the report is printed and the bundle saved: the list
+    yielded holds the exit code (130 / 143) of each that came meanwhile, for the caller to leave with."""
     came: list[int] = []
-    codes = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+    def hold(number: int, _frame) -> None:
+        if number == signal.SIGHUP:
+            from hangdoc.base.outputs import detach_terminal
+
+            detach_terminal()
+        came.append(STOP_SIGNALS[number])
     try:
-        old = {number: signal.signal(number, lambda n, _frame: came.append(codes[n])) for number in codes}
+        old = {number: signal.signal(number, hold) for number in STOP_SIGNALS}
     except ValueError:            # not the main thread: nothing to hold
         old = {}
     try:

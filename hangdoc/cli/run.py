@@ -32,7 +32,8 @@ def run(
     hang_after: Optional[float] = hang_after_option(),
     interval: float = interval_option(),
     fmt: OutputFormat = report_format_option(),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to save the bundle on a hang or crash."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Save the bundle here, whatever the end "
+                                       "(without it: on a hang, a crash or a slow run, in the current directory)."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML result here."),
     html: Optional[Path] = html_option(),
     no_live: bool = typer.Option(True, "--no-live/--live", help="A live table instead of status lines (TTY only)."),
@@ -45,7 +46,7 @@ def run(
 ) -> None:
     """Run a short training under watch: exit 3 on a hang, 4 on a crash, else the command's own code.
 
-    Ctrl-C / SIGTERM end the job, print the report so far, save the bundle and the JUnit result
+    Ctrl-C / SIGTERM (or SIGHUP) end the job, print the report so far, save the bundle and the JUnit result
     and exit 130 / 143.
 
     The command's output streams through (to stderr with --format json, html or trace, so stdout
@@ -53,11 +54,12 @@ def run(
     """
     from hangdoc.live.options import WatchOptions
     from hangdoc.live.probes import make_probes
-    from hangdoc.live.runner import run_command
+    from hangdoc.live.runner import run_command, saveable
     from hangdoc.render.live import LiveView
 
     if not cmd:
         raise HangdocError("nothing to run: give the command after --, e.g. hangdoc run -- torchrun ... train.py")
+    named = out is not None          # a bundle named is always written (or why not said)
     out = check_writable(out or default_out())
     if junit is not None:
         check_writable(junit, "--junit")
@@ -76,17 +78,18 @@ def run(
     stopped = result.interrupted is not None
     failed = outcome.report.verdict in (Verdict.HANG, Verdict.CRASH)
     slow = outcome.report.slow is not None and not failed
+    outlived = any(f.rule == "outlived-job" for f in outcome.report.findings)
     with signals_held() as came:      # a Ctrl-C or SIGTERM now must not cut the report or the save short
         if stopped:
             print(f"hangdoc: interrupted; the job was ended; the report of the {outcome.report.samples} samples so far:",
                   file=sys.stderr)
-        if failed or slow or stopped or fmt is not OutputFormat.text:
+        if failed or slow or stopped or outlived or fmt is not OutputFormat.text:
             emit_report(outcome.report, fmt)
         else:
             print(f"hangdoc: the run finished (exit code {result.job_exit_code}), no hang", file=sys.stderr)
         saved = True
-        if (failed or slow or stopped) and outcome.bundle.samples:
-            saved = save_or_say(outcome.bundle, out, outcome.digest)
+        if failed or slow or stopped or named:
+            saved = save_or_say(saveable(outcome.bundle), out, outcome.digest)
         write_html(outcome.report, html)
         if junit is not None:
             from hangdoc.render.junit import write_junit

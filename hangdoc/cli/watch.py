@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from hangdoc.base.errors import EXIT_NOT_SAVED, EXIT_OK, EXIT_SIGINT, BundleNotSaved, HangdocError
+from hangdoc.base.errors import EXIT_NOT_SAVED, EXIT_OK, EXIT_SIGINT, STOP_SIGNALS, BundleNotSaved, HangdocError
 from hangdoc.bundle.files import check_writable
 from hangdoc.cli import app
 from hangdoc.cli.common import (
@@ -30,7 +30,7 @@ def watch(
     once: bool = typer.Option(False, "--once", help="Capture one snapshot, write the bundle and exit."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to save the bundle (default ./hangdoc-<time>.json.zst, "
                                        "or in the temporary directory where . cannot be written; a name ending in .json "
-                                       "writes plain JSON)."),
+                                       "writes plain JSON); a bundle named here is written whatever the end, a healthy one too."),
     interval: float = interval_option(),
     hang_after: Optional[float] = hang_after_option(),
     timeout: Optional[float] = timeout_option("Stop watching after this many seconds (exit 0 if nothing was found)."),
@@ -52,7 +52,7 @@ def watch(
     It watches until a verdict ends it: a hang (exit 3) or a crash (4) at once; a slow job (8) once
     it has read slow the same way (the same stragglers, or data-bound) for 5 rounds in a row over
     at least 30 s and the hang threshold; the job ending (0 well, 5 when the ranks vanished and
-    nothing says how); --timeout (0 with nothing found, 8 slow, 7 suspect); or Ctrl-C / SIGTERM
+    nothing says how); --timeout (0 with nothing found, 8 slow, 7 suspect); or Ctrl-C / SIGTERM / SIGHUP
     (the report so far, the bundle saved, 130 / 143). A healthy job is watched until it ends.
     2 on usage or attach errors, 6 when the report was printed but the bundle could not be saved.
     """
@@ -64,6 +64,7 @@ def watch(
         raise HangdocError("--native and --nonblocking do not go together: py-spy reads native frames only "
                            "from a paused process (drop --nonblocking to see them)")
     pid = job_pid(target, job)
+    named = out is not None          # a bundle named is always written (or why not said)
     out = check_writable(out or default_out())
     html = html_target(html)
     options = WatchOptions(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout, native=native,
@@ -99,13 +100,13 @@ def watch(
         require_some_stack(watcher.start())
         outcome = watcher.run(view.update)
     except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM (hangdoc.base.errors.Interrupted)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C must not lose the save
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for number in STOP_SIGNALS:                    # a second Ctrl-C must not lose the save
+            signal.signal(number, signal.SIG_IGN)
         view.close()
         raise typer.Exit(interrupted(watcher.stopped(getattr(exc, "exit_code", EXIT_SIGINT)), out, fmt, html))
     finally:
         view.close()
-    raise typer.Exit(finish(outcome, out, fmt, html))
+    raise typer.Exit(finish(outcome, out, fmt, html, named))
 
 
 def require_some_stack(bundle) -> None:
@@ -133,8 +134,9 @@ def interrupted(outcome, out: Path, fmt: OutputFormat, html: Path | None = None)
     return outcome.exit_code if saved else EXIT_NOT_SAVED
 
 
-def finish(outcome, out: Path, fmt: OutputFormat, html: Path | None = None) -> int:
-    """Print the report, then save the bundle when there is something to show; the judgement's exit code."""
+def finish(outcome, out: Path, fmt: OutputFormat, html: Path | None = None, named: bool = False) -> int:
+    """Print the report, then save the bundle when there is something to show or it was named
+    (`--out`); the judgement's exit code."""
     if outcome.reason is StopReason.TIMEOUT:
         found = "the job is slow" if outcome.report.verdict == Verdict.SLOW else "no hang found"
         print(f"hangdoc: --timeout reached, {found}", file=sys.stderr)
@@ -143,7 +145,7 @@ def finish(outcome, out: Path, fmt: OutputFormat, html: Path | None = None) -> i
     elif outcome.reason is StopReason.SLOW:
         print("hangdoc: the job is slow, the same way round after round: stopped watching", file=sys.stderr)
     keep = outcome.reason in (StopReason.HANG, StopReason.CRASH) or outcome.report.verdict == Verdict.SLOW or (
-        outcome.reason is StopReason.ENDED and outcome.report.verdict == Verdict.ENDED)
+        outcome.reason is StopReason.ENDED and outcome.report.verdict == Verdict.ENDED) or named
     with signals_held() as came:      # a Ctrl-C or SIGTERM now must not cut the report or the save short
         emit_report(outcome.report, fmt)
         write_html(outcome.report, html)

@@ -18,10 +18,10 @@ def report_inputs(paths, hang_after: float | None = None) -> tuple[Bundle, Judge
     join the bundle's evidence; dumps alone make a bundle of their own, judged on them."""
     bundle_paths, dump_paths = split_inputs(paths)
     records, errors = load_dumps(dump_paths)
-    if dump_paths and not records:
-        raise BadBundle(errors[0] if errors else f"no Flight Recorder dump could be read in {dump_paths[0]}")
-    if bundle_paths:
+    if bundle_paths:      # a refused dump beside a bundle is a line of its `flight_errors`; the report goes on
         return report_from_files(bundle_paths, hang_after, tuple(records), tuple(errors))
+    if not records:
+        raise BadBundle(errors[0] if errors else f"no Flight Recorder dump could be read in {dump_paths[0]}")
     bundle = bundle_from_dumps(records, errors)
     return bundle, judge(bundle, End(Ending.DUMPS_ONLY), hang_after=hang_after)
 

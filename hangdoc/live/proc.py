@@ -18,6 +18,8 @@ from pathlib import Path
 
 import psutil
 
+from hangdoc.base.errors import STOP_SIGNALS
+
 
 @dataclass
 class RunningJob:
@@ -88,6 +90,19 @@ def _job_processes(job: RunningJob) -> list[psutil.Process]:
     return [proc for proc in found.values() if _alive(proc)]
 
 
+def outliving(job: RunningJob) -> list[tuple[int, tuple[str, ...]]]:
+    """The job's processes still running once its command has ended: (pid, command line) each."""
+    found = []
+    for proc in _job_processes(job):
+        if proc.pid == job.pid:
+            continue
+        try:
+            found.append((proc.pid, tuple(proc.cmdline())))
+        except psutil.Error:
+            continue
+    return sorted(found)
+
+
 def _alive(proc: psutil.Process) -> bool:
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
@@ -110,7 +125,7 @@ def _signals_deferred():
     came: list[int] = []
     try:
         old = {number: signal.signal(number, lambda n, _frame: came.append(n))
-               for number in (signal.SIGINT, signal.SIGTERM)}
+               for number in STOP_SIGNALS}
     except ValueError:            # not the main thread: no handler of ours runs here
         old = {}
     try:

@@ -16,16 +16,16 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, TextIO
 
-from hangdoc.base.errors import EXIT_SIGINT, HangdocError, NotDistributed
-from hangdoc.base.redact import LineRedactor
+from hangdoc.base.errors import EXIT_SIGINT, STOP_SIGNALS, HangdocError, NotDistributed
+from hangdoc.base.redact import LineRedactor, redact_cmdline
 from hangdoc.collect.discover import find_job, is_python, looks_like_launcher, spawns_children
 from hangdoc.collect.procfs import ProcFS
 from hangdoc.collect.spawned import StackRanks
 from hangdoc.live.capture import make_bundle
 from hangdoc.live.options import WatchOptions
-from hangdoc.live.proc import RunningJob, stop_job
+from hangdoc.live.proc import RunningJob, outliving, stop_job
 from hangdoc.live.watcher import Outcome, Watcher
-from hangdoc.model import Bundle, Ending, Job, LogTail, StopReason
+from hangdoc.model import Bundle, Ending, GpuState, Job, LogTail, Snapshot, StopReason
 from hangdoc.report.judge import End, judge
 
 TAIL_LINES = 2000
@@ -148,7 +148,7 @@ def _follow(watcher: Watcher | None, popen, job: RunningJob, tail: OutputTail, o
             on_sample: Callable | None, began: float, fail_on_slow: bool) -> Outcome:
     """Watch the command's ranks until it ends, crashes, hangs or runs out of time."""
     if watcher is None:
-        return _ended_before_attach(popen, tail, options, fail_on_slow)
+        return _ended_before_attach(popen, job, tail, options, fail_on_slow)
     remaining = None if options.timeout_s is None else max(0.0, options.timeout_s - (time.monotonic() - began))
     watcher.options = dataclasses.replace(watcher.options, timeout_s=remaining)
     outcome = watcher.run(on_sample, ended=lambda: popen.poll() is not None, on_round=job.refresh_tree)
@@ -156,7 +156,8 @@ def _follow(watcher: Watcher | None, popen, job: RunningJob, tail: OutputTail, o
         popen.wait()
         tail.join()
         bundle = watcher.bundle()     # with the command's exit code and its last output
-        ending = End(Ending.ENDED, returncode=popen.returncode, run=True, fail_on_slow=fail_on_slow)
+        ending = End(Ending.ENDED, returncode=popen.returncode, run=True, fail_on_slow=fail_on_slow,
+                     outlived=_outlived(job))
         return Outcome(watcher.judge(bundle, ending), bundle, StopReason.ENDED)
     kind = Ending.TIMED_OUT if outcome.reason is StopReason.TIMEOUT else Ending.RUNNING
     ending = End(kind, timeout_s=options.timeout_s, returncode=popen.poll(), run=True, fail_on_slow=fail_on_slow)
@@ -177,7 +178,7 @@ def _stop(job: RunningJob, popen, interrupted: int | None) -> int | None:
 
 
 def _hold_signals() -> None:
-    for number in (signal.SIGINT, signal.SIGTERM):
+    for number in STOP_SIGNALS:
         try:
             signal.signal(number, signal.SIG_IGN)
         except ValueError:      # not the main thread: nothing to hold
@@ -237,7 +238,19 @@ def _empty_bundle(popen, tail: OutputTail, options: WatchOptions) -> Bundle:
     return make_bundle(job, (), ProcFS(), record, logs=tail.logs(), exit_code=popen.returncode)
 
 
-def _ended_before_attach(popen, tail: OutputTail, options: WatchOptions, fail_on_slow: bool) -> Outcome:
+def saveable(bundle: Bundle) -> Bundle:
+    """The bundle `run` saves: a command that ended before any rank could be watched has no sample,
+    and a bundle without one is not read back; it gets one empty round, at its end, so the bundle
+    replays (`hangdoc report`) with the command's exit code and its last output."""
+    if bundle.samples:
+        return bundle
+    end = Snapshot(time=bundle.created, took_s=0.0, processes=(),
+                   gpu=GpuState("unavailable", "no process of the command was watched"))
+    return dataclasses.replace(bundle, samples=(end,))
+
+
+def _ended_before_attach(popen, job: RunningJob, tail: OutputTail, options: WatchOptions,
+                         fail_on_slow: bool) -> Outcome:
     """The command ended (or --timeout passed) before any process could be watched."""
     if popen.poll() is None:
         ending = End(Ending.TIMED_OUT, timeout_s=options.timeout_s, run=True)
@@ -245,8 +258,14 @@ def _ended_before_attach(popen, tail: OutputTail, options: WatchOptions, fail_on
     popen.wait()
     tail.join()
     ending = End(Ending.COMMAND_EXITED, returncode=popen.returncode, output_tail=tuple(tail.lines), run=True,
-                 fail_on_slow=fail_on_slow)
+                 fail_on_slow=fail_on_slow, outlived=_outlived(job))
     return _unwatched(_empty_bundle(popen, tail, options), ending, StopReason.ENDED)
+
+
+def _outlived(job: RunningJob) -> tuple[str, ...]:
+    """What the command left running (a `setsid` daemon, a server): said in the report, left alone."""
+    job.refresh_tree()
+    return tuple(f"pid {pid}: {' '.join(redact_cmdline(cmdline)) or '?'}" for pid, cmdline in outliving(job))
 
 
 def _unwatched(bundle: Bundle, ending: End, reason: StopReason) -> Outcome:

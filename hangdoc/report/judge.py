@@ -21,7 +21,7 @@ from hangdoc.base.errors import (
 from hangdoc.model import Bundle, Ending, NodeDigest, Report, StopReason, Verdict
 from hangdoc.model.rule import finding
 from hangdoc.report.build import assess, report_of, report_without_ranks, with_lanes
-from hangdoc.report.verdict import COMMAND_FAILED, RUN_TIMEOUT
+from hangdoc.report.verdict import COMMAND_FAILED, OUTLIVED_JOB, RUN_TIMEOUT
 
 _EXIT = {Verdict.HANG: EXIT_HANG, Verdict.CRASH: EXIT_CRASH, Verdict.ENDED: EXIT_ENDED_UNKNOWN,
          Verdict.INTERRUPTED: EXIT_SIGINT, Verdict.SUSPECT: EXIT_SUSPECT, Verdict.HEALTHY: EXIT_OK,
@@ -47,6 +47,7 @@ class End:
     returncode: int | None = None          # the command's own exit code, once it ended (run)
     output_tail: tuple[str, ...] = ()      # its last output lines (COMMAND_EXITED)
     signal_exit: int = EXIT_SIGINT         # 130 (Ctrl-C) or 143 (SIGTERM): INTERRUPTED
+    outlived: tuple[str, ...] = ()         # the job's processes still running once its command ended (run)
     run: bool = False
     fail_on_slow: bool = False
 
@@ -102,7 +103,8 @@ def judge(bundle: Bundle, ending: End = RUNNING, prior: Judgement | None = None,
     (a watch's round: they are drawn for the report it ends with)."""
     kind = ending.kind
     if not bundle.samples and kind in (Ending.COMMAND_EXITED, Ending.TIMED_OUT, Ending.INTERRUPTED, Ending.ENDED):
-        return _unwatched(ending)
+        unwatched = _unwatched(ending)
+        return dataclasses.replace(unwatched, report=_outlived(unwatched.report, ending.outlived))
     proposed, diagnosis, lines = _analysis(bundle, prior, hang_after, live, diagnosis, lanes)
     report = proposed
     if kind is Ending.DUMPS_ONLY:
@@ -111,6 +113,7 @@ def judge(bundle: Bundle, ending: End = RUNNING, prior: Judgement | None = None,
         report = _run_timed_out(report, ending.timeout_s)
     elif kind is Ending.INTERRUPTED:
         report = _interrupted(report)
+    report = _outlived(report, ending.outlived)
     return Judgement(report, diagnosis, _exit_code(report, ending), bundle, proposed, lines,
                      slow_streak=_slow_streak(report, bundle.last.time, prior))
 
@@ -183,6 +186,15 @@ def _unwatched(ending: End) -> Judgement:
             COMMAND_FAILED, (), f"The command exited with code {ending.returncode} before any rank could be watched",
             list(ending.output_tail[-10:])),))
     return Judgement(report, None, _exit_code(report, ending))
+
+
+def _outlived(report: Report, processes: tuple[str, ...]) -> Report:
+    """A warning, not a verdict: the command ended and its code stands, but it left processes running."""
+    if not processes:
+        return report
+    many = f"{len(processes)} processes" if len(processes) > 1 else "A process"
+    return dataclasses.replace(report, findings=report.findings + (finding(
+        OUTLIVED_JOB, (), f"{many} of the job still ran after its command ended", processes, max_evidence=10),))
 
 
 def _from_dumps(report: Report) -> Report:

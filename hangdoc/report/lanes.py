@@ -51,7 +51,8 @@ def lanes(bundle: Bundle, diagnosis: Diagnosis, lines: dict[int, Timeline] | Non
 def _with_generations(bundle: Bundle, newest: tuple[Lane, ...], lines: dict[int, Timeline],
                       first: float) -> tuple[Lane, ...]:
     """A restarted job's lanes: the newest start's, then each earlier start's ranks, apart."""
-    earlier = [p for p in bundle.job.all_ranks if p not in bundle.job.ranks and p.pid in lines]
+    current = {id(p) for p in bundle.job.ranks}     # by identity: comparing records was quadratic in ranks
+    earlier = [p for p in bundle.job.all_ranks if id(p) not in current and p.pid in lines]
     restarted = any(p.generation for p in bundle.job.ranks) or earlier
     if not restarted:
         return newest

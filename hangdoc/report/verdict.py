@@ -1,5 +1,6 @@
 """The slugs the final verdict raises itself rather than a live rule (`report/judge.py`): a
-command that failed before any rank could be watched, a run that overstayed its --timeout."""
+command that failed before any rank could be watched, a run that overstayed its --timeout, a
+process of the job that outlived its command."""
 from __future__ import annotations
 
 from hangdoc.model import Severity
@@ -23,5 +24,16 @@ RUN_TIMEOUT = Rule(
     fix="Lower --max-steps for the smoke run, or raise --timeout if the run is simply long.",
     commands=("run",),
 )
+OUTLIVED_JOB = Rule(
+    slug="outlived-job",
+    title="A process of the job outlived its command",
+    severity=Severity.WARNING,
+    summary="Raised by `hangdoc run` when its command has ended but a process it started still runs "
+            "(a daemon started with `setsid` or `nohup`, a server left behind): on a CI runner it holds "
+            "ports, GPUs and files after the step, and the next job meets it.",
+    fix="End what the job starts before it exits (a trap in the script, `kill` of the saved pid, a "
+        "`finally:` that stops the server), or start it where its end is managed.",
+    commands=("run",),
+)
 # The slugs raised here rather than by a live rule (the registry, hangdoc/registry.py, lists them).
-RECORDS = (COMMAND_FAILED, RUN_TIMEOUT)
+RECORDS = (COMMAND_FAILED, RUN_TIMEOUT, OUTLIVED_JOB)

@@ -155,6 +155,22 @@ def test_a_checkpoint_slow_to_load_is_stopped_at_its_time_budget(tmp_path):
     assert time.monotonic() - began < 5
 
 
+@pytest.mark.parametrize("mib, words", [(300, ("archive/data.pkl", "bytes")), (100, ("8,000,000 values",))],
+                         ids=["past-the-bytes", "past-the-values"])
+def test_a_checkpoint_whose_small_zip_unpacks_to_a_pickle_of_millions_of_values_is_refused_in_seconds(
+        tmp_path, mib, words):
+    # GIVEN a .pt of a few hundred KB whose archive/data.pkl is `mib` MiB of `N` opcodes, each a value
+    # (300 MiB: exit 2 after 131.7 s, past the 120 s budget, at 998 MB)
+    pytest.importorskip("torch")
+    from tests.factories import pickle_bomb_checkpoint
+
+    path = pickle_bomb_checkpoint(tmp_path / "bomb.pt", mib)
+    # WHEN checked, in a child limited to 1 GiB
+    done = check("checkpoint", str(path), timeout=20)
+    # THEN one line naming the budget, within an input's 20 s: its values are counted as it streams
+    one_line_exit_2(done, "budget", *words)
+
+
 def test_docs_state_the_check_budgets_the_code_keeps():
     # GIVEN docs/check.md's table of budgets WHEN read THEN each of limits.py's figures is the one it states
     from hangdoc.base import limits
@@ -164,5 +180,6 @@ def test_docs_state_the_check_budgets_the_code_keeps():
     stated = [f"{limits.MAX_LIST_BYTES >> 20} MiB", f"{limits.MAX_LIST_ENTRIES:,}", f"nested {limits.MAX_LIST_DEPTH} deep",
               f"{limits.MAX_WORLD:,} ranks", f"{limits.MAX_CHECK_WORKERS:,} workers", f"{limits.MAX_MEMBER_BYTES >> 30} GiB",
               f"{limits.MAX_SAMPLE_TAR_BYTES >> 30} GiB", f"{limits.MAX_CHECKPOINT_OBJECTS:,}",
-              f"nested {limits.MAX_CHECKPOINT_DEPTH} deep", f"{limits.CHECKPOINT_LOAD_SECONDS} s"]
+              f"nested {limits.MAX_CHECKPOINT_DEPTH} deep", f"{limits.CHECKPOINT_LOAD_SECONDS} s",
+              f"{limits.MAX_CHECKPOINT_PICKLE_BYTES >> 20} MiB", f"{limits.MAX_CHECKPOINT_PICKLE_VALUES:,} values"]
     assert [figure for figure in stated if figure not in table] == []

@@ -161,6 +161,22 @@ def test_only_malicious_dumps_exit_2_with_one_line(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("inside", [False, True], ids=["beside", "in-a-directory"])
+def test_a_refused_dump_beside_a_bundle_is_a_line_of_flight_errors_and_the_report_goes_on(tmp_path, inside):
+    # GIVEN a bundle of a hang and the only dump beside it, a pickle that would run a shell command
+    marker = tmp_path / "pwned"
+    where = tmp_path / "dumps" if inside else tmp_path
+    where.mkdir(exist_ok=True)
+    (where / "fr_trace_rank_0").write_bytes(pickle.dumps({"version": "2.10", "entries": [_Payload(marker)]}))
+    bundle = GOLDEN / "barrier-mismatch" / "bundle.json"
+    # WHEN `hangdoc report BUNDLE DUMP` (or BUNDLE DIR) reads them
+    done = hangdoc("report", str(bundle), str(where if inside else where / "fr_trace_rank_0"))
+    # THEN the report of the bundle, its exit code, and the dump refused in a line (it exited 2, no report)
+    assert done.returncode == 3 and "HANG" in done.stdout, done.stderr[-1000:]
+    assert "fr_trace_rank_0: refused, not read" in done.stderr
+    assert not marker.exists()
+
+
 # --- settings and the dump pipe ---------------------------------------------------------------------
 
 

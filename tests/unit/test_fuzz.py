@@ -32,6 +32,7 @@ MEMORY_BYTES = 1 << 30
 SECONDS_PER_INPUT = 20
 UNIT_EXAMPLES = 12          # per strategy in `make test`; `make bench` runs more
 HTML_CASES = {"times-2e11-apart"}     # crafted inputs whose break was in `--format html`
+HEAVY_CASES = {"stack-750-frames-10000-procs"}     # crafted inputs whose break was in every format
 
 
 # --- the crafted corpus -------------------------------------------------------------------------
@@ -105,7 +106,61 @@ def crafted(folder: Path) -> dict[str, list[str]]:
             for opened in (proc.get("proc") or {}).get("open_files") or []:
                 opened["path"] = "/data/" + hostile
     write("names-hostile", json.dumps(named).encode())
+    round_four(folder, bundle, write, cases)
     return cases
+
+
+def round_four(folder: Path, bundle: dict, write, cases: dict[str, list[str]]) -> None:
+    """Inputs that broke `report` in the fourth round: one stack named by 10,000 processes
+    (HEAVY_CASES: every format), a refused dump beside a bundle, impossible identities, credentials of
+    the shapes once missed, and the bundle `run --out` saves of a command that failed before any
+    process was watched."""
+    from tests.factories import deep_stack_bundle
+
+    write("stack-750-frames-10000-procs", deep_stack_bundle(750, 10_000, samples=1), "b.json.zst")
+    where = folder / "fr-refused-beside-bundle"
+    where.mkdir()
+    (where / "bundle.json").write_text(json.dumps(bundle))
+    (where / "fr_trace_rank_0").write_bytes(b"\x80\x04\x95\x1c\x00\x00\x00\x00\x00\x00\x00\x8c\x05posix\x94"
+                                            b"\x8c\x06system\x94\x93\x94\x8c\x04true\x94\x85\x94R\x94.")
+    cases["fr-refused-beside-bundle"] = [str(where / "bundle.json"), str(where / "fr_trace_rank_0")]
+    crash = json.loads((GOLDEN / "rank-sigkill" / "bundle.json").read_text())
+    negative = json.loads(json.dumps(crash))
+    for proc in negative["job"]["processes"]:
+        proc["pid"] = -proc["pid"]
+    write("identities-negative-pids", json.dumps(negative).encode())
+    for proc in crash["job"]["processes"]:
+        if proc["role"] == "rank":
+            proc["rank"] = 0
+    write("identities-two-rank-zeros", json.dumps(crash).encode())
+    secrets = ("GET https://a.blob.core.windows.net/c?sv=1&sig=Zm9vYmFy Cookie: s=1 Set-Cookie: t=2 "
+               "machine h login u password P4ss https://T0ken@github.com/x --key-passphrase KP mysql -pPW "
+               "redis-cli -a PW")
+    named = json.loads(json.dumps(bundle))
+    named["logs"] = [{"source": "rank0.log", "lines": [secrets] * 3}]
+    for proc in named["job"]["processes"]:
+        proc["cmdline"] = proc["cmdline"] + secrets.split()
+    for sample in named["samples"]:
+        for proc in sample["processes"]:
+            for thread in (proc.get("stack") or {}).get("threads", []):
+                thread["name"] = secrets
+    write("names-credentials-round-four", json.dumps(named).encode())
+    write("run-ended-before-watch", _run_ended_before_watch())
+
+
+def _run_ended_before_watch() -> bytes:
+    """The bundle `run --out` saves of a command that failed before any process could be watched."""
+    from hangdoc.bundle import codec
+    from hangdoc.live.runner import saveable
+    from hangdoc.model import BUNDLE_SCHEMA, Bundle, Host, Job, LogTail
+
+    bundle = Bundle(schema=BUNDLE_SCHEMA, hangdoc_version="0", created=1_700_000_000.0,
+                    host=Host(hostname="h", arch="x86_64", kernel="6", cpu_count=2, python_version=None,
+                              torch_version=None),
+                    job=Job(run_id=None, master_addr=None, master_port=None, world_size=None, launcher_pid=4242,
+                            processes=()),
+                    samples=(), logs=(LogTail(source="<output of the command>", lines=("boom",)),), exit_code=1)
+    return codec.encode(saveable(bundle))
 
 
 def crafted_check(folder: Path) -> dict[str, list[str]]:
@@ -150,6 +205,10 @@ def crafted_check(folder: Path) -> dict[str, list[str]]:
         layer = [layer, layer]
     torch.save({"model": {"w": torch.zeros(2)}, "extra": layer}, where / "shared.pt")
     cases["check-shared-references-2^40"] = ["checkpoint", str(where / "shared.pt")]
+    from tests.factories import pickle_bomb_checkpoint
+
+    for mib in (300, 100):      # past the pickle's bytes; within them, past its values
+        cases[f"check-pickle-of-{mib}-mib-of-N"] = ["checkpoint", str(pickle_bomb_checkpoint(where / f"n{mib}.pt", mib))]
     return cases
 
 
@@ -310,6 +369,9 @@ def fuzz(examples: int, seed: int | None) -> dict:
             stats.report(name, paths, "html" if name in HTML_CASES else "text")
         for fmt in ("markdown", "json", "html"):
             stats.report(f"names-hostile --format {fmt}", crafted_paths(folder, "names-hostile"), fmt)
+        for name in HEAVY_CASES:
+            for fmt in ("html", "trace"):
+                stats.report(f"{name} --format {fmt}", [str(folder / name / "b.json.zst")], fmt)
         for name, args in crafted_check(folder).items():
             stats.check(name, args)
         seeds = [json.loads((GOLDEN / name / "bundle.json").read_text()) for name in SEEDS]

@@ -116,3 +116,41 @@ def test_hostile_bundles_cost_one_line_within_bounds(tmp_path, fmt):
     assert named["healthy-finished-world"][0] == 2 and "world_size" in named["healthy-finished-world"][1][0]
     assert named["healthy-finished-no-samples"][0] == 2 and "no samples" in named["healthy-finished-no-samples"][1][0]
     assert named["deep-list"][0] == 2 and named["deep-in-bundle"][0] == 2
+
+
+def _edited(tmp_path, edit) -> Path:
+    data = json.loads((GOLDEN / "rank-sigkill" / "bundle.json").read_text())
+    edit(data)
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _negative_pids(data: dict) -> None:
+    for proc in data["job"]["processes"]:
+        pid = proc["pid"]
+        proc["pid"] = -pid
+        for sample in data["samples"]:
+            for seen in sample["processes"]:
+                if seen["pid"] == pid:
+                    seen["pid"] = -pid
+
+
+def _two_rank_zeros(data: dict) -> None:
+    for proc in data["job"]["processes"]:
+        if proc["role"] == "rank":
+            proc["rank"] = 0
+
+
+@pytest.mark.parametrize("edit, words", [(_negative_pids, "pids are positive"), (_two_rank_zeros, "both rank 0")],
+                         ids=["negative-pids", "duplicate-ranks"])
+def test_a_bundle_with_impossible_identities_is_refused_with_one_line(tmp_path, capsys, edit, words):
+    # GIVEN the bundle of a crash (rank 1 killed), edited: negative pids, or both ranks standing as rank 0
+    path = _edited(tmp_path, edit)
+    # WHEN `hangdoc report` reads it (two rank 0s read as a healthy run)
+    from hangdoc.cli import main
+
+    rc = main(["report", str(path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    # THEN one line says what is impossible in it, exit 2: never a verdict the edit flipped
+    assert rc == 2 and len(err) == 1 and err[0].startswith("hangdoc: error: ") and words in err[0], err
