@@ -120,9 +120,9 @@ def collective_frame(frames: tuple[Frame, ...]) -> tuple[str, Frame] | None:
         elif frame.name == "synchronize" and "torch/cuda" in frame.filename:
             found = (f"{GPU_SYNC} (torch.cuda.synchronize)", frame)
         elif frame.native and found is None and any(k in frame.name for k in _NATIVE_WAITS):
-            found = (frame.name.split("(")[0][:60], frame)
+            found = (frame.shown_name[:60], frame)
         elif frame.native and found is None and any(k in frame.name for k in _GPU_SYNCS):
-            found = (f"{GPU_SYNC} ({frame.name.split('(')[0][:48]})", frame)
+            found = (f"{GPU_SYNC} ({frame.shown_name[:48]})", frame)
     return found
 
 
