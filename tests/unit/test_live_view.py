@@ -30,10 +30,10 @@ def test_the_live_table_of_a_bz2_hang_at_80_columns(monkeypatch):
     assert lines == [
         "hangdoc watching 2 ranks · sample 8 · 12:00:00 · quiet 4 s of 4 s (given)",
         "RANK  STATE            FOR  PROGRESS  TOP FRAME",
-        "0     collective-wait  4s   stuck     _engine_run_backward (…/graph.py:979)",
+        "0     collective-wait  4s   still     _engine_run_backward (…/graph.py:979)",
         " w0   idle                            Queue.get (multiprocessing/queues.py:113)",
         " w1   idle                            Queue.get (multiprocessing/queues.py:113)",
-        "1     dataloader-wait  4s   slow      _MultiPro…_get_data (…/dataloader.py:1291)",
+        "1     dataloader-wait  4s   working   _MultiPro…_get_data (…/dataloader.py:1291)",
         " w0   decompressing                   Decompres…eader.read (_compression.py:103)",
         " w1   decompressing                   Decompres…eader.read (_compression.py:103)",
     ]
@@ -57,7 +57,7 @@ def test_off_a_terminal_the_view_is_one_status_line_per_round():
     bundle = load_bundle(GOLDEN / "bz2-shards" / "bundle.json")
     line = status_line(build_report(bundle))
     assert line.startswith("hangdoc: ") and " sample 8 (quiet 4 s of 4 s (given)): " in line
-    assert line.endswith("r0 collective-wait 4s stuck | r1 dataloader-wait 4s slow")
+    assert line.endswith("r0 collective-wait 4s still | r1 dataloader-wait 4s working")
 
 
 def test_a_long_header_drops_the_clock_before_the_pace(monkeypatch):
