@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     except HangdocError as exc:
         from hangdoc.render.escape import terminal
 
-        print(f"hangdoc: error: {terminal(str(exc))}", file=sys.stderr)
+        # Line by line: a message that lists (jobs, ranks) keeps its lines, each made safe.
+        print("hangdoc: error: " + "\n".join(terminal(line) for line in str(exc).split("\n")), file=sys.stderr)
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code

@@ -1,6 +1,7 @@
 """`hangdoc watch PID` (or `--job`): attach to a running job, sample it, and report a hang when it is one."""
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from pathlib import Path
@@ -160,5 +161,6 @@ def job_pid(target: str | None, by_job: bool) -> int:
     from hangdoc.collect.jobs import pick_job
 
     chosen = pick_job(target)
-    print(f"hangdoc: watching {chosen.label}", file=sys.stderr)
+    elsewhere = "" if chosen.session in (None, os.getsid(0)) else " (not started from this terminal's session)"
+    print(f"hangdoc: watching {chosen.label}{elsewhere}", file=sys.stderr)
     return chosen.anchor
