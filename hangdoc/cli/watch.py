@@ -89,6 +89,7 @@ def watch(
               f"{len(job.by_role(Role.CHILD))} other children in {bundle.last.took_s:.2f} s -> {out}",
               file=sys.stderr)
         require_some_stack(bundle)
+        print(once_verdict(bundle, out), file=sys.stderr)
         raise typer.Exit(EXIT_OK)
 
     from hangdoc.render.live import LiveView
@@ -107,6 +108,17 @@ def watch(
     finally:
         view.close()
     raise typer.Exit(finish(outcome, out, fmt, html))
+
+
+def once_verdict(bundle, out: Path) -> str:
+    """What `hangdoc report` of the snapshot will say, in one line, and why no more than that."""
+    from hangdoc.render.escape import terminal
+    from hangdoc.render.words import headline
+    from hangdoc.report.judge import judge
+
+    return (f"hangdoc: {terminal(headline(judge(bundle).report))}\n"
+            f"hangdoc: one snapshot tells at most SUSPECT (a hang and a slow step look alike in one instant): "
+            f"watch without --once for a verdict; the whole report: hangdoc report {out}")
 
 
 def require_some_stack(bundle) -> None:

@@ -128,12 +128,12 @@ def status_line(report: Report) -> str:
 
 
 def flight_note(report: Report) -> str:
-    """" · FR on (2000 entries), 2 dumps" when the watcher knows the ranks' Flight Recorder settings."""
+    """" · flight recorder on (2000 entries), 2 dumps" when the watcher knows the ranks' settings."""
     summary = report.flight
     if summary is None:
         return ""
     dumps = f", {summary.dumps} dump{'s' if summary.dumps != 1 else ''}" if summary.dumps else ""
-    return f" · FR {flight_words(summary)}{dumps}"
+    return f" · flight recorder {flight_words(summary)}{dumps}"
 
 
 class LiveView:

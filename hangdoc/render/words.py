@@ -178,11 +178,17 @@ def gpu_cell(gpu: RankGpu | None) -> str:
     return " ".join(parts)
 
 
+# The ranks' Flight Recorder setting: "default" is TORCH_FR_BUFFER_SIZE unset, whatever torch's
+# release then records.
+_FLIGHT_STATES = {"default": "unset (torch's default)"}
+
+
 def flight_words(summary: FlightSummary | None) -> str:
     """"on (2000 entries), pipe on 8 of 8 ranks" for `ps` and the live view."""
     if summary is None:
         return "-"
-    words = "/".join(summary.states) + (f" ({'/'.join(map(str, summary.buffer_sizes))} entries)"
+    states = [_FLIGHT_STATES.get(state, state) for state in summary.states]
+    words = "/".join(states) + (f" ({'/'.join(map(str, summary.buffer_sizes))} entries)"
                                         if summary.buffer_sizes else "")
     return words + (f", pipe on {summary.pipes} of {summary.ranks} ranks" if summary.pipes else "")
 

@@ -209,3 +209,18 @@ def test_the_pystack_engine_reads_the_same_job_as_py_spy(probe_job):
         assert "train_loop" in frames and frames[-1] == "<module>"
         assert main.loop is not None
     assert bundle.options.engine == "pystack"
+
+
+def test_watch_once_says_the_verdict_report_will_print(probe_job, tmp_path):
+    # GIVEN a running 2-rank job
+    job = probe_job()
+    out = tmp_path / "once.json"
+    # WHEN one snapshot is taken, then reported
+    once = subprocess.run([*hangdoc_cmd(), "watch", str(job.pid), "--once", "--no-gpu", "--out", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    report = subprocess.run([*hangdoc_cmd(), "report", str(out)], capture_output=True, text=True, timeout=60)
+    # THEN --once prints the headline `report` prints for that bundle, and says one instant is at most suspect
+    assert once.returncode == 0, once.stderr
+    headline = report.stdout.splitlines()[0]
+    assert headline.startswith("hangdoc: ") and headline in once.stderr.splitlines()
+    assert "one snapshot tells at most SUSPECT" in once.stderr and f"hangdoc report {out}" in once.stderr

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from pathlib import Path
 
 from hangdoc.report import build_report
@@ -70,3 +71,14 @@ def test_a_long_header_drops_the_clock_before_the_pace(monkeypatch):
     # THEN the header fits, and the pace ("quiet N s of M s") is never what is cut
     for head, width in ((wide, 80), (narrow, 60)):
         assert len(head) <= width and "quiet " in head and " of " in head, head
+
+
+def test_the_status_line_says_flight_recorder_in_words_not_fr_default():
+    # GIVEN a job whose ranks leave TORCH_FR_BUFFER_SIZE unset
+    from hangdoc.model import FlightSummary
+
+    bundle = load_bundle(GOLDEN / "bz2-shards" / "bundle.json")
+    report = replace(build_report(bundle), flight=FlightSummary(states=("default",), buffer_sizes=(), pipes=0, ranks=2))
+    # WHEN the status line is written THEN it names the Flight Recorder and says its setting is torch's default
+    line = status_line(report)
+    assert " · flight recorder unset (torch's default): " in line and "FR default" not in line
