@@ -42,7 +42,7 @@ def data(
     lists: list[Path] = typer.Argument(..., metavar="DATA_LIST", show_default=False,
                                        help="WeNet shard lists (tar paths) or raw lists (JSON lines)."),
     world_size: Optional[int] = typer.Option(
-        None, "--world-size", "-w", min=1, show_default=False,
+        None, "--world-size", "-w", show_default=False,
         help="Ranks in the job (W). Default: torchrun's WORLD_SIZE, else the job running on this node, else "
              "one rank per visible GPU, else 1 (said on stderr)."),
     num_workers: int = typer.Option(..., "--num-workers", "-k", help="DataLoader workers per rank (K)."),
