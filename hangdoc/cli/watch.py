@@ -117,8 +117,8 @@ def once_verdict(bundle, out: Path) -> str:
     from hangdoc.report.judge import judge
 
     return (f"hangdoc: {terminal(headline(judge(bundle).report))}\n"
-            f"hangdoc: one snapshot tells at most SUSPECT (a hang and a slow step look alike in one instant): "
-            f"watch without --once for a verdict; the whole report: hangdoc report {out}")
+            f"hangdoc: from one snapshot a hang reads SUSPECT at most (a hang and a slow step look alike in one "
+            f"instant): watch without --once for a verdict; the whole report: hangdoc report {out}")
 
 
 def require_some_stack(bundle) -> None:

@@ -224,7 +224,7 @@ def test_watch_once_says_the_verdict_report_will_print(probe_job, tmp_path):
     assert once.returncode == 0, once.stderr
     headline = report.stdout.splitlines()[0]
     assert headline.startswith("hangdoc: ") and headline in once.stderr.splitlines()
-    assert "one snapshot tells at most SUSPECT" in once.stderr and f"hangdoc report {out}" in once.stderr
+    assert "from one snapshot a hang reads SUSPECT at most" in once.stderr and f"hangdoc report {out}" in once.stderr
 
 
 def test_check_data_takes_the_world_size_of_the_job_running_here(probe_job, tmp_path):

@@ -60,3 +60,25 @@ def test_no_format_prints_a_cpp_signature_where_a_frame_belongs(fmt, capsys):
     # THEN no template soup is printed; where the format shows that frame, it reads as the binding it is
     assert "pybind11 binding of c10d::Work" in text or fmt is OutputFormat.text
     assert "cpp_function::initialize<" not in text and "call_guard<" not in text
+
+
+def test_a_rank_read_natively_is_placed_at_its_first_named_frame():
+    # GIVEN rank 1 of a real job deadlocked on a threading.Lock, read with --native: its innermost
+    # frames are libc addresses py-spy could not name
+    from hangdoc.analyze.classify import classify_rank
+    from hangdoc.model import IoCounters, ProcSample, ProcStat, RankState, Stack, Thread
+
+    def libc(name):
+        return Frame(name, "/usr/lib/x86_64-linux-gnu/libc.so.6", "libc.so.6", 0, native=True)
+
+    frames = (libc("0x7ff22e8a3f16"), libc("0x7ff22e8aed90"),
+              Frame("PyThread_acquire_lock_timed", "/x/libpython3.11.so.1.0", "libpython3.11.so.1.0", 0, native=True),
+              Frame("<module>", "/job/hang_on_lock.py", "hang_on_lock.py", 8))
+    proc = ProcStat(state="S", wchan=None, syscall=None, utime_s=1.0, stime_s=0.5, rss_bytes=1 << 20, num_threads=3,
+                    io=IoCounters(1, 2, 3, 4, 5, 6))
+    sample = ProcSample(pid=11, alive=True, proc=proc, stack=Stack(threads=(
+        Thread(tid=11, name="MainThread", active=False, owns_gil=False, frames=frames),), native=True))
+    # WHEN it is classified THEN it idles at the lock call, not at an address
+    reading = classify_rank(sample)
+    assert (reading.state, reading.detail) == (RankState.IDLE, "PyThread_acquire_lock_timed")
+    assert reading.frame.label == "PyThread_acquire_lock_timed (libpython3.11.so.1.0:0)"
