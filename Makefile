@@ -41,12 +41,14 @@ bench-headline: install
 	$(PY) -m benchmarks.bench --only headline
 
 # A wheel in dist/, to install hangdoc as a tool of its own (README, "Install it for your jobs"):
-# `pipx install dist/hangdoc-0.1.0-py3-none-any.whl`. Built in a small venv of its own: no torch.
+# `pipx install dist/hangdoc-0.1.0-py3-none-any.whl`. Built with a small venv of its own (no torch)
+# in a temporary directory, as the build itself is (build_backend/): only dist/ is written here.
 dist:
-	rm -rf dist build/dist-venv
-	$(PYTHON) -m venv build/dist-venv
-	build/dist-venv/bin/python -m pip install --quiet 'setuptools>=77' wheel
-	build/dist-venv/bin/python -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist .
+	rm -rf dist
+	@venv=$$(mktemp -d) && trap 'rm -rf "$$venv"' EXIT && \
+	$(PYTHON) -m venv "$$venv" && \
+	"$$venv/bin/python" -m pip install --quiet 'setuptools>=77' wheel && \
+	"$$venv/bin/python" -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist .
 	@ls dist/*.whl
 
 # One size of the many-node benchmark: N ranks of node bundles, then `hangdoc report DIR`.

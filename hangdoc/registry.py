@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import re
 from importlib import resources
 
 from hangdoc.rules import all_rules
@@ -16,6 +17,8 @@ from hangdoc.model import Rule
 
 DECLARING = ("hangdoc.check.env_rules", "hangdoc.check.data_rules", "hangdoc.check.ckpt_rules", "hangdoc.report.verdict")
 PAGES = ("rules", "pages")     # inside the hangdoc package
+# Where tests/golden_record.py --docs fills a page's example: for its maintainers, not its readers.
+_EXAMPLE_MARK = re.compile(r"^<!-- example: \S+ \S+ -->\n\n?", re.M)
 
 
 @functools.lru_cache(maxsize=None)
@@ -35,11 +38,12 @@ def record(slug: str) -> Rule:
 
 
 def page(slug: str) -> str | None:
-    """The documentation page of `slug` (or of a verdict word such as `interrupted`), from the package."""
+    """The documentation page of `slug` (or of a verdict word such as `interrupted`, or `glossary`),
+    from the package, as a reader sees it: without the markers of its examples."""
     if not slug or "/" in slug or slug.startswith("."):
         return None
     path = resources.files("hangdoc").joinpath(*PAGES, f"{slug}.md")
-    return path.read_text() if path.is_file() else None
+    return _EXAMPLE_MARK.sub("", path.read_text()) if path.is_file() else None
 
 
 def topics() -> list[str]:

@@ -121,9 +121,9 @@ def collective_frame(frames: tuple[Frame, ...]) -> tuple[str, Frame] | None:
         elif frame.name == "synchronize" and "torch/cuda" in frame.filename:
             found = (f"{GPU_SYNC} (torch.cuda.synchronize)", frame)
         elif frame.native and found is None and any(k in frame.name for k in _NATIVE_WAITS):
-            found = (frame.name.split("(")[0][:60], frame)
+            found = (frame.shown_name[:60], frame)
         elif frame.native and found is None and any(k in frame.name for k in _GPU_SYNCS):
-            found = (f"{GPU_SYNC} ({frame.name.split('(')[0][:48]})", frame)
+            found = (f"{GPU_SYNC} ({frame.shown_name[:48]})", frame)
     return found
 
 
@@ -231,7 +231,8 @@ def classify_rank(sample: ProcSample | None) -> Reading:
     if wait is not None:
         # A wait, whatever the job's code: the line it waits at is the evidence.
         return Reading(RankState.IDLE, wait, own_frame(frames) or frames[0])
-    top = frames[0]
+    # Read with --native, the innermost frames may be addresses py-spy could not name: say the first named one.
+    top = next((f for f in frames if f.symbol != "?"), frames[0])
     if any(f.name.endswith(_BACKWARD) for f in frames[:3]) and not main.active:
         # DDP's reducer all-reduces gradients from C++ inside backward: idle there means waiting on it.
         return Reading(RankState.COLLECTIVE, "DDP gradient all_reduce (backward)", top)
@@ -243,8 +244,8 @@ def classify_rank(sample: ProcSample | None) -> Reading:
         frame = io or top
         return Reading(RankState.IO, frame.name, frame)
     if main.active or main.owns_gil:
-        return Reading(RankState.COMPUTE, top.name, top)
-    return Reading(RankState.IDLE, top.name, top)
+        return Reading(RankState.COMPUTE, top.shown_name, top)
+    return Reading(RankState.IDLE, top.shown_name, top)
 
 
 @per_stack

@@ -5,6 +5,7 @@ exit code. Every HangdocError becomes one line on stderr and its exit code.
 """
 from __future__ import annotations
 
+import inspect
 import signal
 import sys
 
@@ -120,6 +121,31 @@ def usage_line(exc) -> str:
     return f"hangdoc: error: {message}{where}"
 
 
+def reflowed(doc: str) -> str:
+    """A docstring as `--help` should wrap it: each paragraph one line, which rich wraps at the
+    terminal's width (typer keeps a docstring's own line breaks: at 80 columns a sentence broke
+    twice). A line that starts indented or with "-" stays a line of its own."""
+    lines = inspect.cleandoc(doc).split("\n")
+    out: list[str] = []
+    for line in lines:
+        if out and out[-1] and line and not line.startswith((" ", "-", "*")):
+            out[-1] += " " + line
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
+def reflow_help(typer_app: typer.Typer) -> None:
+    """Give every command of `typer_app` (and of its groups) its docstring reflowed as its help."""
+    infos = [*typer_app.registered_commands, typer_app.registered_callback]
+    for info in filter(None, infos):
+        doc = info.help or (info.callback.__doc__ if info.callback else None)
+        if doc:
+            info.help = reflowed(doc)
+    for group in typer_app.registered_groups:
+        reflow_help(group.typer_instance)
+
+
 def main(argv: list[str] | None = None) -> int:
     _TERMINATED.clear()
     try:
@@ -133,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         load_commands(args)
         saved = with_placeholders()
+        reflow_help(app)
         rc = app(args=args, prog_name="hangdoc", standalone_mode=False)
         if rc == EXIT_SIGINT and _TERMINATED:     # a command that did not catch it (report): 143, said
             print("hangdoc: interrupted", file=sys.stderr)
@@ -141,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     except HangdocError as exc:
         from hangdoc.render.escape import terminal
 
-        print(f"hangdoc: error: {terminal(str(exc))}", file=sys.stderr)
+        # Line by line: a message that lists (jobs, ranks) keeps its lines, each made safe.
+        print("hangdoc: error: " + "\n".join(terminal(line) for line in str(exc).split("\n")), file=sys.stderr)
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -40,7 +41,10 @@ def _finish(result: CheckResult, fmt: OutputFormat, fail_on: Severity) -> None:
 def data(
     lists: list[Path] = typer.Argument(..., metavar="DATA_LIST", show_default=False,
                                        help="WeNet shard lists (tar paths) or raw lists (JSON lines)."),
-    world_size: int = typer.Option(..., "--world-size", "-w", help="Ranks in the job (W)."),
+    world_size: Optional[int] = typer.Option(
+        None, "--world-size", "-w", show_default=False,
+        help="Ranks in the job (W). Default: torchrun's WORLD_SIZE, else the job running on this node, else "
+             "one rank per visible GPU, else 1 (said on stderr)."),
     num_workers: int = typer.Option(..., "--num-workers", "-k", help="DataLoader workers per rank (K)."),
     sample: int = typer.Option(DEFAULT_SAMPLE, "--sample", min=0, help="Shards to read in full and time."),
     batch_size: int | None = typer.Option(None, "--batch-size", min=1,
@@ -51,6 +55,12 @@ def data(
     """Check data lists: missing, broken or compressed shards, and what each rank and worker gets."""
     from hangdoc.check.progress_bar import Progress
 
+    if world_size is None:
+        from hangdoc.check.world import known_world_size
+
+        world_size, why = known_world_size()
+        print(f"hangdoc: --world-size not given: checking for {world_size} rank{'s' if world_size != 1 else ''} "
+              f"({why}); pass --world-size W for another", file=sys.stderr)
     progress = Progress("check data: reading shard headers")
     try:
         result = check_data(lists, world_size, num_workers, sample=sample, batch_size=batch_size,

@@ -46,7 +46,7 @@ REPORT_FORMAT_HELP = help_of()
 
 
 def report_format_option(help: str = REPORT_FORMAT_HELP):
-    return typer.Option(OutputFormat.text, "--format", "-f", case_sensitive=False, help=help)
+    return typer.Option(OutputFormat.text, "--format", "-f", case_sensitive=False, metavar="FORMAT", help=help)
 
 
 def check_format_option():
@@ -55,7 +55,7 @@ def check_format_option():
             raise typer.BadParameter(f"check prints {', '.join(f.value for f in CHECK_FORMATS)}, not {value.value}")
         return value
 
-    return typer.Option(OutputFormat.text, "--format", "-f", case_sensitive=False, callback=only_check,
+    return typer.Option(OutputFormat.text, "--format", "-f", case_sensitive=False, callback=only_check, metavar="FORMAT",
                         help=help_of(CHECK_FORMATS).replace("text", "text (rich; plain when not a TTY or NO_COLOR)", 1))
 
 

@@ -1,6 +1,7 @@
 """`hangdoc watch PID` (or `--job`): attach to a running job, sample it, and report a hang when it is one."""
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from pathlib import Path
@@ -89,6 +90,7 @@ def watch(
               f"{len(job.by_role(Role.CHILD))} other children in {bundle.last.took_s:.2f} s -> {out}",
               file=sys.stderr)
         require_some_stack(bundle)
+        print(once_verdict(bundle, out), file=sys.stderr)
         raise typer.Exit(EXIT_OK)
 
     from hangdoc.render.live import LiveView
@@ -107,6 +109,17 @@ def watch(
     finally:
         view.close()
     raise typer.Exit(finish(outcome, out, fmt, html, named))
+
+
+def once_verdict(bundle, out: Path) -> str:
+    """What `hangdoc report` of the snapshot will say, in one line, and why no more than that."""
+    from hangdoc.render.escape import terminal
+    from hangdoc.render.words import headline
+    from hangdoc.report.judge import judge
+
+    return (f"hangdoc: {terminal(headline(judge(bundle).report))}\n"
+            f"hangdoc: from one snapshot a hang reads SUSPECT at most (a hang and a slow step look alike in one "
+            f"instant): watch without --once for a verdict; the whole report: hangdoc report {out}")
 
 
 def require_some_stack(bundle) -> None:
@@ -162,5 +175,6 @@ def job_pid(target: str | None, by_job: bool) -> int:
     from hangdoc.collect.jobs import pick_job
 
     chosen = pick_job(target)
-    print(f"hangdoc: watching {chosen.label}", file=sys.stderr)
+    elsewhere = "" if chosen.session in (None, os.getsid(0)) else " (not started from this terminal's session)"
+    print(f"hangdoc: watching {chosen.label}{elsewhere}", file=sys.stderr)
     return chosen.anchor

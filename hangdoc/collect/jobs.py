@@ -7,13 +7,15 @@ entries with one run id, told apart by their launcher pid and group rank.
 """
 from __future__ import annotations
 
+import os
 import socket
+import time
 from dataclasses import dataclass
 
 from hangdoc.base.words import rank_ranges
 from hangdoc.collect.discover import (_Table, is_python, job_identity, launcher_of, local_rank_of, rank_identity,
                                      start_method)
-from hangdoc.collect.procfs import ProcFS
+from hangdoc.collect.procfs import ProcDenied, ProcFS, ProcGone
 from hangdoc.base.errors import HangdocError
 from hangdoc.base.parse import to_int
 
@@ -39,6 +41,9 @@ class NodeJob:
     launcher_pid: int | None
     launcher: str | None           # "torchrun", "mpirun", ... or the launcher's program name
     ranks: tuple[RankEntry, ...]
+    owner: int | None = None       # the uid its launcher (or first rank) runs as
+    session: int | None = None     # that process's session id: the terminal (or tmux, ssh) it came from
+    started: float | None = None   # when that process started, seconds since the epoch
 
     @property
     def anchor(self) -> int:
@@ -51,14 +56,36 @@ class NodeJob:
 
     @property
     def label(self) -> str:
-        where = f"{self.master_addr}:{self.master_port}" if self.master_addr or self.master_port else "no master"
-        node = f", node {self.group_rank}" if self.group_rank is not None else ""
-        nodes = f" of {self.group_world_size}" if node and self.group_world_size else ""
-        launcher = (f"launcher pid {self.launcher_pid} ({self.launcher})" if self.launcher_pid is not None
-                    else "no launcher")
-        ranks = rank_ranges(r.rank for r in self.ranks if r.rank is not None) or "?"
-        return (f"run {self.run_id or '?'} at {where}{node}{nodes}, world size {self.world_size or '?'}: "
-                f"{launcher}, ranks {ranks}")
+        """"launcher pid 1000 (torchrun): ranks 0-1 of 4, node 0 of 2, run job-a, master 10.0.0.1:29500,
+        user alice, started 04:12": what is known, nothing said of what is not."""
+        if self.launcher_pid is not None:
+            head = f"launcher pid {self.launcher_pid} ({self.launcher})"
+        else:
+            pids = ", ".join(str(r.pid) for r in self.ranks[:4]) + (", ..." if len(self.ranks) > 4 else "")
+            head = f"pid {pids} (no launcher)"
+        ranks = rank_ranges(r.rank for r in self.ranks if r.rank is not None)
+        count = f"rank{'s' if len(self.ranks) != 1 else ''} {ranks}" if ranks else f"{len(self.ranks)} ranks"
+        parts = [count + (f" of {self.world_size}" if self.world_size else "")]
+        if self.group_rank is not None:
+            parts.append(f"node {self.group_rank}" + (f" of {self.group_world_size}" if self.group_world_size else ""))
+        if self.run_id:
+            parts.append(f"run {self.run_id}")
+        if self.master_addr or self.master_port:
+            parts.append(f"master {self.master_addr or '?'}:{self.master_port or '?'}")
+        if self.owner is not None:
+            parts.append(f"user {user_name(self.owner)}")
+        if self.started is not None:
+            parts.append(f"started {time.strftime('%H:%M', time.localtime(self.started))}")
+        return f"{head}: {', '.join(parts)}"
+
+
+def user_name(uid: int) -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return f"uid {uid}"
 
 
 def this_host() -> str:
@@ -91,6 +118,12 @@ def _node_job(table: _Table, launcher: int | None, pids: list[int]) -> NodeJob:
                                workers=_workers(table, pid)))
     ranks.sort(key=lambda r: (r.rank is None, r.rank, r.pid))
     env = table.env(ranks[0].pid)
+    anchor = launcher if launcher is not None else ranks[0].pid
+    try:
+        stat = table.procfs.stat(anchor)
+        session, started = stat.session, stat.start_time
+    except (ProcGone, ProcDenied, ValueError, IndexError):
+        session = started = None
     return NodeJob(
         **job_identity(env),
         group_rank=to_int(env.get("GROUP_RANK")),
@@ -98,6 +131,9 @@ def _node_job(table: _Table, launcher: int | None, pids: list[int]) -> NodeJob:
         launcher_pid=launcher,
         launcher=_launcher_name(table.procfs.cmdline_or_empty(launcher)) if launcher is not None else None,
         ranks=tuple(ranks),
+        owner=table.procfs.owner(anchor),
+        session=session,
+        started=started,
     )
 
 
@@ -124,8 +160,11 @@ def _launcher_name(cmdline: tuple[str, ...]) -> str | None:
     return cmdline[0].rsplit("/", 1)[-1] if cmdline else None
 
 
-def pick_job(want: str | None = None, procfs: ProcFS | None = None) -> NodeJob:
-    """The job `want` names (a run id, or a launcher or rank pid), or the only job on this node."""
+def pick_job(want: str | None = None, procfs: ProcFS | None = None,
+             caller: tuple[int, int] | None = None) -> NodeJob:
+    """The job `want` names (a run id, or a launcher or rank pid); with none, the caller's job: of
+    its user, and of its session (its terminal) when several are. `caller`: (uid, session id),
+    hangdoc's own by default. Another user's job is never picked without being named."""
     jobs = list_jobs(procfs)
     if not jobs:
         raise HangdocError(
@@ -133,10 +172,7 @@ def pick_job(want: str | None = None, procfs: ProcFS | None = None) -> NodeJob:
             "WORLD_SIZE (or OMPI_COMM_WORLD_RANK / PMI_RANK) in its environment; run hangdoc as the "
             "job's user (or root), inside the job's container, or give a pid")
     if want is None:
-        if len(jobs) == 1:
-            return jobs[0]
-        raise HangdocError(f"{len(jobs)} jobs on this node; pick one with --job RUN_ID (or its launcher "
-                           f"pid: --job PID, or `hangdoc watch PID`):\n{_listing(jobs)}")
+        return _callers_job(jobs, caller or (os.getuid(), os.getsid(0)))
     chosen = [j for j in jobs if j.run_id == want]
     if not chosen and want.isdigit():
         pid = int(want)
@@ -147,6 +183,19 @@ def pick_job(want: str | None = None, procfs: ProcFS | None = None) -> NodeJob:
         raise HangdocError(f"no job with run id or pid {want} on this node; the jobs here:\n{_listing(jobs)}")
     raise HangdocError(f"{len(chosen)} launchers on this node run job {want} (agents of one job side by "
                        f"side); pick one by its launcher pid (--job PID):\n{_listing(chosen)}")
+
+
+def _callers_job(jobs: list[NodeJob], caller: tuple[int, int]) -> NodeJob:
+    uid, session = caller
+    mine = [j for j in jobs if j.owner is None or j.owner == uid]
+    here = [j for j in mine if j.session == session]
+    if len(here) == 1 or len(mine) == 1:
+        return (here or mine)[0]
+    if not mine:
+        raise HangdocError(f"no job of user {user_name(uid)} on this node, only other users' "
+                           f"(name one to watch it: `hangdoc watch PID` or --job RUN_ID):\n{_listing(jobs)}")
+    raise HangdocError(f"{len(mine)} jobs of user {user_name(uid)} on this node; pick one with --job RUN_ID (or "
+                       f"its launcher pid: --job PID, or `hangdoc watch PID`):\n{_listing(mine)}")
 
 
 def _listing(jobs: list[NodeJob]) -> str:

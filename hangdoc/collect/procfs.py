@@ -125,6 +125,13 @@ class ProcFS:
             start_time=self.boot_time + int(fields[19]) / self._ticks,
         )
 
+    def owner(self, pid: int) -> int | None:
+        """The uid the process runs as (the owner of /proc/PID); None when it is gone."""
+        try:
+            return os.stat(self.path(pid)).st_uid
+        except OSError:
+            return None
+
     def cmdline(self, pid: int) -> tuple[str, ...]:
         raw = self.read_bytes(pid, "cmdline")
         return tuple(shown(part) for part in raw.split(b"\0") if part)

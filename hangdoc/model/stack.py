@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from hangdoc.base.symbols import symbol_name
+
 # Frames that are never the job's loop: the standard library and the libraries a step calls into.
 # Training frameworks (lightning, transformers, accelerate, deepspeed) count as the job's code:
 # their loops carry the counters.
@@ -35,7 +37,14 @@ class Frame:
 
     @property
     def label(self) -> str:
-        return f"{self.name} ({self.short_filename}:{self.line})"
+        """How every format prints the frame: "Queue.get (multiprocessing/queues.py:113)"."""
+        return f"{self.shown_name} ({self.short_filename}:{self.line})"
+
+    @property
+    def shown_name(self) -> str:
+        """The name to print: a C++ frame's qualified function name, without the template
+        arguments and parameter lists of its demangled symbol (`base/symbols.py`)."""
+        return symbol_name(self.name) if self.native else self.name
 
     @property
     def symbol(self) -> str:

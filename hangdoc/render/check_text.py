@@ -1,7 +1,6 @@
 """Draw a check Document on a terminal with rich; plain text when not a TTY or NO_COLOR is set."""
 from __future__ import annotations
 
-import os
 from typing import TextIO
 
 from rich import box
@@ -14,6 +13,7 @@ from hangdoc.check.sections import Document, Table, layout
 from hangdoc.model import Severity
 from hangdoc.render.escape import terminal as esc
 from hangdoc.render.finding import CHECK, draw_finding
+from hangdoc.render.text import make_console
 
 
 def render_result(result: CheckResult, out: TextIO) -> None:
@@ -22,15 +22,15 @@ def render_result(result: CheckResult, out: TextIO) -> None:
 
 
 def render_text(doc: Document, out: TextIO, width: int | None = None) -> None:
-    plain = bool(os.environ.get("NO_COLOR")) or not out.isatty()
-    console = Console(file=out, width=width, color_system=None if plain else "auto", highlight=False,
-                      emoji=False, markup=False, force_terminal=False if plain else None)
+    """Wrapped at `width` (or the terminal's); piped with no width, never wrapped, as the report is."""
+    console = make_console(out, width)
+    fold = "fold" if console.is_terminal or width is not None else "ignore"
     console.print(Text(doc.heading, style="bold"))
-    console.print(doc.summary)
+    console.print(Text(doc.summary), soft_wrap=not console.is_terminal and width is None)
     for finding in doc.findings:
         # On a terminal an info finding stays short: no code under its fix (Markdown shows it).
         snippet = doc.snippets.get(finding.rule) if finding.severity is not Severity.INFO else None
-        draw_finding(console, finding, CHECK, snippet)
+        draw_finding(console, finding, CHECK, snippet, overflow=fold)
     for table in doc.tables:
         _table(console, table)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hangdoc.model import Finding, RankReport, Report, StackClass, Verdict
-from hangdoc.render.words import (before_line, gpu_cell, headline, rank_source_line, shares_line, threshold_line,
-                                  timeout_line, witnesses_line)
+from hangdoc.render.words import (before_line, gpu_cell, headline, progress_word, rank_source_line, shares_line,
+                                  threshold_line, timeout_line, witnesses_line)
 from hangdoc.base.words import duration, rank_label, rank_ranges, rank_set
 
 # Past this many ranks the table lists the culprits and groups the others by what they do.
@@ -122,7 +122,7 @@ def _rows(report: Report) -> list[Row]:
             out.append(_group_row(group))
             continue
         out.append(Row(rank_label(first.rank), str(first.pid), rank_label(first.group_rank), first.host, first.state,
-                       duration(first.waiting_s), first.progress, gpu_cell(first.gpu), first.top_frame or "-",
+                       duration(first.waiting_s), progress_word(first), gpu_cell(first.gpu), first.top_frame or "-",
                        culprit=first.rank in culprits))
         for worker in first.workers:
             index = worker.index if worker.index is not None else "?"
@@ -143,7 +143,7 @@ def _group_row(rows: list[RankReport]) -> Row:
         pid="-",
         node=rank_ranges(nodes) if len(nodes) <= 4 else f"{len(nodes)} nodes",
         host=next(iter(hosts)) if len(hosts) == 1 else f"{len(hosts)} hosts",
-        state=first.state, waiting=duration(max(r.waiting_s for r in rows)), progress=first.progress, gpu="-",
+        state=first.state, waiting=duration(max(r.waiting_s for r in rows)), progress=progress_word(first), gpu="-",
         top_frame=first.top_frame or "-", group=True,
     )
 

@@ -13,7 +13,7 @@ from rich.text import Text
 from hangdoc.model import RankReport, Report, SlowKind
 from hangdoc.render.escape import terminal as esc
 from hangdoc.render.text import make_console
-from hangdoc.render.words import flight_words
+from hangdoc.render.words import flight_words, progress_word
 from hangdoc.base.words import cut, duration, rank_label
 
 _BARS = "▁▂▃▄▅▆▇█"
@@ -42,7 +42,7 @@ def _progress(report: Report, rank: RankReport) -> str:
     straggler, in the step's collectives), "straggler", or "data 64%" (waiting on its DataLoader)."""
     slow, shares = report.slow, rank.shares
     if slow is None or shares is None:
-        return esc(rank.progress)
+        return progress_word(rank)
     if slow.kind == SlowKind.DATA_BOUND:
         return f"data {shares.data:.0%}"
     if rank.rank in slow.stragglers:
@@ -128,12 +128,12 @@ def status_line(report: Report) -> str:
 
 
 def flight_note(report: Report) -> str:
-    """" · FR on (2000 entries), 2 dumps" when the watcher knows the ranks' Flight Recorder settings."""
+    """" · flight recorder on (2000 entries), 2 dumps" when the watcher knows the ranks' settings."""
     summary = report.flight
     if summary is None:
         return ""
     dumps = f", {summary.dumps} dump{'s' if summary.dumps != 1 else ''}" if summary.dumps else ""
-    return f" · FR {flight_words(summary)}{dumps}"
+    return f" · flight recorder {flight_words(summary)}{dumps}"
 
 
 class LiveView:

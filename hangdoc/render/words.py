@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from hangdoc.base.words import rank_label, rank_ranges
-from hangdoc.model import FlightSummary, RankGpu, RankState, Report, SlowKind, Verdict
+from hangdoc.model import FlightSummary, Progress, RankGpu, RankReport, RankState, Report, SlowKind, Verdict
 
 
 def headline(report: Report) -> str:
@@ -189,10 +189,29 @@ def gpu_cell(gpu: RankGpu | None) -> str:
     return " ".join(parts)
 
 
+# The ranks' Flight Recorder setting: "default" is TORCH_FR_BUFFER_SIZE unset, whatever torch's
+# release then records.
+_FLIGHT_STATES = {"default": "unset (torch's default)"}
+
+
 def flight_words(summary: FlightSummary | None) -> str:
     """"on (2000 entries), pipe on 8 of 8 ranks" for `ps` and the live view."""
     if summary is None:
         return "-"
-    words = "/".join(summary.states) + (f" ({'/'.join(map(str, summary.buffer_sizes))} entries)"
+    states = [_FLIGHT_STATES.get(state, state) for state in summary.states]
+    words = "/".join(states) + (f" ({'/'.join(map(str, summary.buffer_sizes))} entries)"
                                         if summary.buffer_sizes else "")
     return words + (f", pipe on {summary.pipes} of {summary.ranks} ranks" if summary.pipes else "")
+
+
+# The PROGRESS column's words (`hangdoc explain glossary`). "working" is the analysis's
+# Progress.SLOW, "still" its STUCK: next to a SLOW or HEALTHY verdict, "slow" and "stuck" said what
+# they do not mean there.
+PROGRESS_WORDS = {Progress.ACTIVE: "active", Progress.SLOW: "working", Progress.STUCK: "still"}
+
+
+def progress_word(rank: RankReport) -> str:
+    """A rank's PROGRESS cell: "active", "working" or "still"; "-" for a rank that has exited."""
+    if rank.state == RankState.EXITED:
+        return "-"
+    return PROGRESS_WORDS.get(rank.progress, str(rank.progress))

@@ -27,4 +27,4 @@ def worker_doing(ctx, worker, reading) -> str:
     held = blocked_for(ctx, worker.pid)
     if held is not None:
         return f"blocked {reading.detail} for {held:.0f} s"
-    return f"{reading.state} in {reading.frame.name if reading.frame else '?'}"
+    return f"{reading.state} in {reading.frame.shown_name if reading.frame else '?'}"

@@ -61,8 +61,10 @@ def waiting_line(ctx, view: RankView) -> str | None:
     if not counters and (a is None or b is None):
         return None    # an older bundle: nothing beyond what the straggler line says
     if a is not None and b is not None:
-        parts.append(f"its main thread used {b.cpu_s - a.cpu_s:.2f} s of CPU and went to sleep "
-                     f"{b.voluntary_switches - a.voluntary_switches} times (a blocking stack read costs 2)")
+        sleeps = b.voluntary_switches - a.voluntary_switches
+        slept = ("never went to sleep" if sleeps <= 0 else
+                 f"went to sleep {sleeps} time{'s' if sleeps != 1 else ''} (each stack read that pauses it adds 2)")
+        parts.append(f"its main thread used {b.cpu_s - a.cpu_s:.2f} s of CPU and {slept}")
     return "; ".join(parts)
 
 
@@ -289,9 +291,14 @@ def file_read_line(read: FileRead) -> str:
         done = f" ({100 * read.last_pos / read.size:.0f}%)" if read.size else ""
         return f"{read.path}{size}: offset {mb(read.last_pos)}{done}, not moving for {read.seconds:.1f} s"
     done = f", {100 * read.last_pos / read.size:.0f}% of the file" if read.size else ""
-    back = f"; the offset went back {read.backward_seeks} time(s)" if read.backward_seeks else ""
-    return (f"{read.path}{size}: offset {mb(read.first_pos)} -> {mb(read.last_pos)} in {read.seconds:.1f} s "
-            f"= {rate(speed)}{done}{back}")
+    if not read.backward_seeks:
+        return (f"{read.path}{size}: offset {mb(read.first_pos)} -> {mb(read.last_pos)} in {read.seconds:.1f} s "
+                f"= {rate(speed)}{done}")
+    # The offset went back (a seek, a file read again): first -> last is no distance read; the
+    # forward movement is.
+    times = f"{read.backward_seeks} time{'s' if read.backward_seeks != 1 else ''}"
+    return (f"{read.path}{size}: read {mb(read.read_bytes)} in {read.seconds:.1f} s = {rate(speed)}; the offset "
+            f"went back {times} (from {mb(read.first_pos)}, now {mb(read.last_pos)}{done})")
 
 
 # --- logs ------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ def check(ctx: Context) -> list[Finding]:
     if restarts.pending:
         title = f"The launcher is restarting the ranks (restart {restarts.generation + 1}{of})"
     elif restarts.used_up:
-        title = f"The ranks were restarted {restarts.generation} time(s){of}, and the last start failed too"
+        times = f"{restarts.generation} time{'s' if restarts.generation != 1 else ''}"
+        title = f"The ranks were restarted {times}{of}, and the last start failed too"
     else:
         title = f"The launcher restarted the ranks: restart {restarts.generation}{of}"
     if first is not None:

@@ -1,6 +1,7 @@
 """The foundation on a real torchrun job: discovery, stacks, /proc evidence, safety."""
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -209,3 +210,33 @@ def test_the_pystack_engine_reads_the_same_job_as_py_spy(probe_job):
         assert "train_loop" in frames and frames[-1] == "<module>"
         assert main.loop is not None
     assert bundle.options.engine == "pystack"
+
+
+def test_watch_once_says_the_verdict_report_will_print(probe_job, tmp_path):
+    # GIVEN a running 2-rank job
+    job = probe_job()
+    out = tmp_path / "once.json"
+    # WHEN one snapshot is taken, then reported
+    once = subprocess.run([*hangdoc_cmd(), "watch", str(job.pid), "--once", "--no-gpu", "--out", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    report = subprocess.run([*hangdoc_cmd(), "report", str(out)], capture_output=True, text=True, timeout=60)
+    # THEN --once prints the headline `report` prints for that bundle, and says one instant is at most suspect
+    assert once.returncode == 0, once.stderr
+    headline = report.stdout.splitlines()[0]
+    assert headline.startswith("hangdoc: ") and headline in once.stderr.splitlines()
+    assert "from one snapshot a hang reads SUSPECT at most" in once.stderr and f"hangdoc report {out}" in once.stderr
+
+
+def test_check_data_takes_the_world_size_of_the_job_running_here(probe_job, tmp_path):
+    # GIVEN a running 2-rank job on this node, and a shell without torchrun's variables
+    probe_job()
+    listing = tmp_path / "list.txt"
+    listing.write_text("".join(f"{tmp_path}/s{i}.tar\n" for i in range(4)))
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "CUDA_VISIBLE_DEVICES")}
+    # WHEN `hangdoc check data LIST -k 1` runs without --world-size
+    done = subprocess.run([*hangdoc_cmd(), "check", "data", str(listing), "-k", "1"], capture_output=True, text=True,
+                          timeout=60, env=env)
+    # THEN it checks the job's 2 ranks, and says where 2 came from
+    assert "4 shards in 1 list, 2 ranks x 1 worker" in done.stdout, done.stderr
+    assert ("--world-size not given: checking for 2 ranks (the world size of the job running on this node)"
+            in done.stderr)

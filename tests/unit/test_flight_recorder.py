@@ -330,4 +330,4 @@ def test_ps_and_the_live_view_say_whether_fr_is_on(tmp_path):
     configs = (fr_config(rank_info(0, env)), fr_config(rank_info(1, env)))
     assert flight_words(flight_summary(configs)) == "on (2000 entries), pipe on 1 of 2 ranks"
     bundle = load_bundle(GOLDEN / "fr-straggler" / "bundle.json")
-    assert flight_note(build_report(bundle)) == " · FR on (2000 entries), 2 dumps"
+    assert flight_note(build_report(bundle)) == " · flight recorder on (2000 entries), 2 dumps"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from pathlib import Path
 
 from hangdoc.report import build_report
@@ -30,10 +31,10 @@ def test_the_live_table_of_a_bz2_hang_at_80_columns(monkeypatch):
     assert lines == [
         "hangdoc watching 2 ranks · sample 8 · 12:00:00 · quiet 4 s of 4 s (given)",
         "RANK  STATE            FOR  PROGRESS  TOP FRAME",
-        "0     collective-wait  4s   stuck     _engine_run_backward (…/graph.py:979)",
+        "0     collective-wait  4s   still     _engine_run_backward (…/graph.py:979)",
         " w0   idle                            Queue.get (multiprocessing/queues.py:113)",
         " w1   idle                            Queue.get (multiprocessing/queues.py:113)",
-        "1     dataloader-wait  4s   slow      _MultiPro…_get_data (…/dataloader.py:1291)",
+        "1     dataloader-wait  4s   working   _MultiPro…_get_data (…/dataloader.py:1291)",
         " w0   decompressing                   Decompres…eader.read (_compression.py:103)",
         " w1   decompressing                   Decompres…eader.read (_compression.py:103)",
     ]
@@ -57,7 +58,7 @@ def test_off_a_terminal_the_view_is_one_status_line_per_round():
     bundle = load_bundle(GOLDEN / "bz2-shards" / "bundle.json")
     line = status_line(build_report(bundle))
     assert line.startswith("hangdoc: ") and " sample 8 (quiet 4 s of 4 s (given)): " in line
-    assert line.endswith("r0 collective-wait 4s stuck | r1 dataloader-wait 4s slow")
+    assert line.endswith("r0 collective-wait 4s still | r1 dataloader-wait 4s working")
 
 
 def test_a_long_header_drops_the_clock_before_the_pace(monkeypatch):
@@ -70,3 +71,14 @@ def test_a_long_header_drops_the_clock_before_the_pace(monkeypatch):
     # THEN the header fits, and the pace ("quiet N s of M s") is never what is cut
     for head, width in ((wide, 80), (narrow, 60)):
         assert len(head) <= width and "quiet " in head and " of " in head, head
+
+
+def test_the_status_line_says_flight_recorder_in_words_not_fr_default():
+    # GIVEN a job whose ranks leave TORCH_FR_BUFFER_SIZE unset
+    from hangdoc.model import FlightSummary
+
+    bundle = load_bundle(GOLDEN / "bz2-shards" / "bundle.json")
+    report = replace(build_report(bundle), flight=FlightSummary(states=("default",), buffer_sizes=(), pipes=0, ranks=2))
+    # WHEN the status line is written THEN it names the Flight Recorder and says its setting is torch's default
+    line = status_line(report)
+    assert " · flight recorder unset (torch's default): " in line and "FR default" not in line

@@ -1,14 +1,18 @@
 """Finding the job on this node without a pid (`watch --job`, `ps`), on a fake /proc tree."""
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
-from hangdoc.collect.jobs import list_jobs, pick_job
+from hangdoc.collect.jobs import list_jobs, pick_job, user_name
 from hangdoc.collect.procfs import ProcFS
 from hangdoc.base.errors import EXIT_USAGE, HangdocError
 
 TORCHRUN = ("/usr/bin/python3", "/usr/local/bin/torchrun", "--nnodes=2", "train.py")
 TRAIN = ("/usr/bin/python3", "-u", "train.py")
+STARTED = time.strftime("%H:%M", time.localtime(1700000000))    # the fake /proc's boot time: btime
 
 
 class FakeProc:
@@ -61,15 +65,20 @@ def test_several_jobs_are_listed_with_how_to_pick_one(proc):
     # GIVEN two jobs on the node
     proc.agent(1000, "job-a", 29500, node=0, ranks=[0, 1])
     proc.agent(2000, "job-b", 29600, node=0, ranks=[0, 1])
-    # WHEN the job is looked for with no pid THEN exit 2, both listed, and the hint
+    # WHEN the job is looked for with no pid, from a session neither was started in
     with pytest.raises(HangdocError) as err:
-        pick_job(None, ProcFS(proc.root))
+        pick_job(None, ProcFS(proc.root), caller=(os.getuid(), 1))
     message = str(err.value)
+    # THEN exit 2, both listed in words that say what is known, and the hint
     assert err.value.exit_code == EXIT_USAGE
+    user = user_name(os.getuid())
     assert message.splitlines() == [
-        "2 jobs on this node; pick one with --job RUN_ID (or its launcher pid: --job PID, or `hangdoc watch PID`):",
-        "  run job-a at 10.0.0.1:29500, node 0 of 2, world size 4: launcher pid 1000 (torchrun), ranks 0-1",
-        "  run job-b at 10.0.0.1:29600, node 0 of 2, world size 4: launcher pid 2000 (torchrun), ranks 0-1",
+        f"2 jobs of user {user} on this node; pick one with --job RUN_ID (or its launcher pid: --job PID, "
+        "or `hangdoc watch PID`):",
+        f"  launcher pid 1000 (torchrun): ranks 0-1 of 4, node 0 of 2, run job-a, master 10.0.0.1:29500, "
+        f"user {user}, started {STARTED}",
+        f"  launcher pid 2000 (torchrun): ranks 0-1 of 4, node 0 of 2, run job-b, master 10.0.0.1:29600, "
+        f"user {user}, started {STARTED}",
     ]
     # and naming one by run id, or by its launcher pid, picks it
     assert pick_job("job-b", ProcFS(proc.root)).launcher_pid == 2000
@@ -95,3 +104,41 @@ def test_no_job_on_the_node_is_said(proc):
     with pytest.raises(HangdocError, match="no job with run id or pid nope"):
         proc.agent(1000, "job-a", 29500, node=0, ranks=[0])
         pick_job("nope", ProcFS(proc.root))
+
+
+def test_with_no_pid_the_job_of_this_terminal_is_picked_among_this_users(proc):
+    # GIVEN two jobs of this user, the first started from hangdoc's own session (its launcher leads it)
+    proc.agent(1000, "job-a", 29500, node=0, ranks=[0, 1])
+    proc.agent(2000, "job-b", 29600, node=0, ranks=[0, 1])
+    # WHEN the job is looked for with no pid from session 1000 THEN that session's job is watched
+    assert pick_job(None, ProcFS(proc.root), caller=(os.getuid(), 1000)).run_id == "job-a"
+
+
+def test_another_users_job_is_never_picked_without_being_named(proc):
+    # GIVEN the only job on the node runs as another user (its /proc entry is not the caller's uid)
+    proc.agent(1000, "job-a", 29500, node=0, ranks=[0, 1])
+    other = os.getuid() + 1
+    # WHEN a watch with no pid looks for the caller's job
+    with pytest.raises(HangdocError) as err:
+        pick_job(None, ProcFS(proc.root), caller=(other, 1000))
+    # THEN exit 2: none of the caller's, the other user's listed, and how to watch it anyway
+    assert err.value.exit_code == EXIT_USAGE
+    assert str(err.value).startswith(f"no job of user {user_name(other)} on this node, only other users' "
+                                     "(name one to watch it: `hangdoc watch PID` or --job RUN_ID):\n"
+                                     "  launcher pid 1000 (torchrun): ranks 0-1 of 4")
+    # and naming it picks it
+    assert pick_job("1000", ProcFS(proc.root)).run_id == "job-a"
+
+
+def test_a_listing_error_prints_one_job_a_line(monkeypatch, capsys):
+    # GIVEN a watch with no pid on a node whose jobs cannot be told apart
+    import hangdoc.collect.jobs as jobs
+    from hangdoc.cli import main
+
+    def several(*args, **kwargs):
+        raise HangdocError("2 jobs of user alice on this node; pick one:\n  launcher pid 1000\n  launcher pid 2000")
+    monkeypatch.setattr(jobs, "pick_job", several)
+    # WHEN hangdoc watch runs THEN exit 2, and each job on its own line (no literal backslash-n)
+    assert main(["watch"]) == EXIT_USAGE
+    assert capsys.readouterr().err.splitlines() == [
+        "hangdoc: error: 2 jobs of user alice on this node; pick one:", "  launcher pid 1000", "  launcher pid 2000"]

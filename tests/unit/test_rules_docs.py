@@ -32,9 +32,27 @@ def test_every_rule_has_a_page_with_every_section(slug):
 
 @pytest.mark.parametrize("slug", DOCUMENTED)
 def test_explain_prints_the_page(slug, capsys):
-    # WHEN `hangdoc explain <slug>` runs THEN it prints the page and exits 0
+    # WHEN `hangdoc explain <slug>` runs THEN it prints the page, without the markers where its examples
+    # are filled in, and exits 0
     assert main(["explain", slug]) == 0
-    assert capsys.readouterr().out == (DOCS / f"{slug}.md").read_text()
+    out = capsys.readouterr().out
+    assert "<!--" not in out
+    assert out == re.sub(r"<!-- example: \S+ \S+ -->\n\n", "", (DOCS / f"{slug}.md").read_text())
+
+
+def test_explain_glossary_defines_every_word_the_live_view_prints(capsys):
+    # WHEN `hangdoc explain glossary` runs
+    assert main(["explain", "glossary"]) == 0
+    out = capsys.readouterr().out
+    # THEN the header's words, the table's columns, every PROGRESS word and every state are defined there
+    from hangdoc.model import RankState, WorkerState
+    from hangdoc.render.words import PROGRESS_WORDS
+
+    words = ["sample N", "steps up to", "quiet Q s of T s", "flight recorder", "unset (torch's default)",
+             "**RANK**", "**STATE**", "**FOR**", "**PROGRESS**", "**GPU**", "**TOP FRAME**", "`spin`", "`straggler`",
+             "`waits 63%`", "`data 64%`", *(f"`{w}`" for w in PROGRESS_WORDS.values()),
+             *(f"`{s.value}`" for s in (*RankState, *WorkerState))]
+    assert [w for w in words if w not in out] == []
 
 
 @pytest.mark.parametrize("slug", DOCUMENTED)
