@@ -93,6 +93,12 @@ class RankDigest(msgspec.Struct, frozen=True, gc=False):
     # (a collective, its DataLoader, asleep) or standing at one line with its counters still (a
     # host spinning at a sync), and none of its live workers moved. None: it is not so now.
     held_since: float | None = None
+    # In process-group setup: the store its environment points it at (MASTER_ADDR:MASTER_PORT), and
+    # whether one of its sockets is connected there (None: not in setup, or its sockets not read);
+    # which start of the job it belongs to (TORCHELASTIC_RESTART_COUNT).
+    store: str | None = None
+    store_reached: bool | None = None
+    generation: int = 0
 
     @property
     def exit_told(self) -> bool:
