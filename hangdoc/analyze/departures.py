@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from hangdoc.analyze.classify import classify_rank
 from hangdoc.analyze.logs import all_lines, line_rank, rank_exception
+from hangdoc.base.parse import to_int
 from hangdoc.base.words import rank_set
 from hangdoc.model import Bundle, ProcessInfo, RankState
 
@@ -48,11 +49,15 @@ class Departure:
     rank: int
     pid: int                       # on its own node
     time: float                    # when it left: its exit, or the first error naming it
-    how: str                       # "exited with code 0", "closed its connections (still running)"
+    how: str                       # "exited with code 0", "closed its connections (its process still running)"
     code: int | None               # its exit code, where it exited before the others failed
     named_by: tuple[PeerError, ...]   # the others' errors that name its address
     consequences: tuple[int, ...]  # the ranks that failed after it left
     others_in: tuple[tuple[int, str], ...] = ()   # (rank, the collective it was in when the leaver left)
+    # It raised an exception of its own (printed before the others failed, its exit read after
+    # theirs: its process group closed while the interpreter wound down): a crash of its own
+    # making, told as one (rank-died, the exception quoted as the cause).
+    own_error: bool = False
 
     @property
     def summary(self) -> str:
@@ -122,8 +127,8 @@ def departure_of(bundle: Bundle) -> Departure | None:
     """The rank that left first, where a rank's failure followed its leaving; None otherwise (no
     rank failed, the first to go failed on its own, a restarted job: `analyze/restarts.py`)."""
     ranks = list(bundle.job.ranks)
-    if not ranks or any(p.generation for p in ranks):
-        return None
+    if not ranks or any(p.generation or to_int(p.env.get("TORCHELASTIC_MAX_RESTARTS")) for p in bundle.job.all_ranks):
+        return None   # a launcher that restarts: each start's failure is read by analyze/restarts.py
     exits = {p.pid: r for p in ranks if (r := bundle.exit_of(p.pid)) is not None and r.told}
     failed = sorted(((r.time, p) for p in ranks if (r := exits.get(p.pid)) is not None and (r.code or r.signal)),
                     key=lambda item: (item[0], item[1].rank if item[1].rank is not None else -1))
@@ -137,19 +142,19 @@ def departure_of(bundle: Bundle) -> Departure | None:
     record = exits.get(leaver.pid)
     first_failure = failed[0][0] if failed else None
     left_early = record is not None and (first_failure is None or record.time <= first_failure)
-    if left_early and (record.signal is not None or (
-            record.code != 0 and rank_exception(bundle.logs, leaver.rank) is not None)):
-        return None   # it failed first, on its own (a signal, its own exception): rank-died says how
+    if left_early and record.signal is not None:
+        return None   # it died first, by a signal: rank-died says how
+    own_error = rank_exception(bundle.logs, leaver.rank) is not None and (record is None or record.code != 0)
     when = record.time if left_early else (first_failure if first_failure is not None else bundle.last.time)
     if left_early:
         how = f"exited with code {record.code}" if record.signal is None else f"was killed by signal {record.signal}"
     else:
-        how = "closed its connections while still running"
+        how = "closed its connections (its process still running)"
     by = tuple(e for e in named if e.peer == leaver.rank)
     paid = sorted({p.rank for _, p in failed if p.rank != leaver.rank and p.rank is not None}
                   | {e.rank for e in by})
     return Departure(leaver.rank, leaver.node_pid, when, how, record.code if left_early else None, by, tuple(paid),
-                     _others_in(bundle, ranks, leaver, when))
+                     _others_in(bundle, ranks, leaver, when), own_error)
 
 
 def _named_leaver(named: list[PeerError], ranks: list[ProcessInfo]) -> ProcessInfo | None:

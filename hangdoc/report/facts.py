@@ -50,7 +50,7 @@ def crash_cause(report: Report, bundle: Bundle, limit: int = 2) -> tuple[str, ..
     if restarts is not None and restarts.used_up:
         return restart_cause(bundle, restarts)
     left = departure_of(bundle)
-    if left is not None and left.rank in report.culprit_ranks:
+    if left is not None and not left.own_error and left.rank in report.culprit_ranks:
         lines = [left.summary]
         for error in left.named_by[:limit]:
             lines.append(f"  rank {error.rank}: {error.line}: rank {left.rank}'s address (its socket)")

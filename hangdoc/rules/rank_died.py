@@ -78,7 +78,7 @@ def check(ctx: Context) -> list[Finding]:
     explained = {r for f in ctx.findings if f.severity is Severity.CRITICAL for r in f.ranks}
     findings = []
     left = departure_of(ctx.bundle)
-    if left is not None and left.rank in d.culprits and left.rank not in explained:
+    if left is not None and not left.own_error and left.rank in d.culprits and left.rank not in explained:
         return [_left_first(ctx, left)]
     for rank in d.culprits:
         death = None if rank in explained else death_of(ctx.bundle, rank)
