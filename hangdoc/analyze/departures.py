@@ -181,7 +181,8 @@ def _quiet_leaver(ranks: list[ProcessInfo], exits: dict, failed: list) -> Proces
 RECENT_S = 2.0     # a stack this close before the leaving says what a rank was doing then
 
 
-def _others_in(bundle: Bundle, ranks: list[ProcessInfo], leaver: ProcessInfo, when: float) -> tuple[tuple[int, str], ...]:
+def _others_in(bundle: Bundle, ranks: list[ProcessInfo], leaver: ProcessInfo,
+               when: float) -> tuple[tuple[int, str], ...]:
     """The collective each other rank was in when the leaver left: the one its error was raised in
     (torch's own frame), else its stack's at a sample shortly before."""
     doing = []

@@ -38,10 +38,11 @@ def told_by_exits(ranks: Sequence[RankDigest], facts: JobFacts) -> Exits | None:
     (an older bundle), a rank gone with its status unread and no failure read, ranks that exited
     0 under a launcher that failed. A rank that died by a signal or a non-zero code is the crash;
     the ranks that died after it (torchrun's SIGTERM tearing the job down, a peer's "Connection
-    closed") are not culprits. Ranks that exited 0, however far apart, did not crash, unless one left
-    while the others were still in the job and they failed for it (`facts.departure`): it is the culprit. A generation
-    that failed with restarts left is no crash (the launcher starts the next); restarts used up,
-    the crash is the last start's first failure (the earlier starts are its history)."""
+    closed") are not culprits. Ranks that exited 0, however far apart, did not crash, unless one
+    left while the others were still in the job and they failed for it (`facts.departure`): the
+    first to leave is the culprit. A generation that failed with restarts left is no crash (the
+    launcher starts the next); restarts used up, the crash is the last start's first failure (the
+    earlier starts are its history)."""
     restarts = facts.restarts
     if restarts is not None and restarts.pending:
         return Exits(None, ended_well=True)

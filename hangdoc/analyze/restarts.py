@@ -132,7 +132,8 @@ def _first_failure(bundle: Bundle, generation: int, by_generation: dict[int, lis
         return None
     when, _, proc, code, sig = min(failed, key=lambda f: (f[0], f[1], f[2].rank if f[2].rank is not None else -1))
     own = _output_of(bundle, generation, by_generation)
-    raised = rank_exception(own, proc.rank) if code != 0 and sig is None else None
+    # A rank that raised and then aborted as the interpreter wound down (gloo's threads) printed its exception too.
+    raised = rank_exception(own, proc.rank) if code != 0 and sig in (None, signals.SIGABRT) else None
     said = raised.messages[-1] if raised is not None and raised.messages else None
     where = None
     if raised is not None and raised.where:
@@ -185,6 +186,7 @@ _SETUP_ERRORS = ("connectFullMesh", "DistNetworkError", "DistStoreError", "clien
 _SETUP_WHERE = (" in init_process_group", " in _new_process_group_helper", " in _create_c10d_store",
                 " in _store_based_barrier", " in _rendezvous_helper", " in next_rendezvous")
 _ADDRESS = re.compile(r"\[?(\d{1,3}(?:\.\d{1,3}){3})\]?:(\d+)")
+_PAIR = re.compile(r"\((\d{1,3}(?:\.\d{1,3}){3}), (\d+)\)")      # "(127.0.0.1, 9)", as the store's client says
 
 
 def start_name(generation: int) -> str:
@@ -203,14 +205,44 @@ def launcher_made(bundle: Bundle, failure: Failure) -> str | None:
     it, or a connect that the restart's own teardown and start-up refused."""
     if failure.generation == 0 or not in_setup(failure):
         return None
-    named = {f"{host}:{port}" for host, port in _ADDRESS.findall(failure.said or "")}
-    for address in sorted(named):
+    named = _named(failure)
+    for address in named:
         owner = _earlier_owner(bundle, address, failure.generation)
         if owner is not None:
             return (f"the launcher's own making: {address} was {owner}; the store still held the earlier "
                     "start's address and handed it to the restarted ranks (a stale store), not the job's code")
+    store = _store_of(bundle, failure)
+    if store is not None and any(a.rpartition(":")[2] != store.rpartition(":")[2] for a in named):
+        return None     # an address of the job's own: `restart_cause` says so
     return ("the launcher's own making: the restarted ranks could not reach each other or the store in "
             "init_process_group (as after a restart on a loaded machine), not the job's code")
+
+
+def _named(failure: Failure) -> list[str]:
+    """The "host:port" addresses the failure's error names."""
+    said = failure.said or ""
+    return sorted({f"{host}:{port}" for host, port in _ADDRESS.findall(said) + _PAIR.findall(said)})
+
+
+def _store_of(bundle: Bundle, failure: Failure) -> str | None:
+    proc = next((p for p in bundle.job.all_ranks if p.node_pid == failure.pid and p.generation == failure.generation),
+                None)
+    host, port = (proc.env.get("MASTER_ADDR"), proc.env.get("MASTER_PORT")) if proc is not None else (None, None)
+    return f"{host}:{port}" if host and port else None
+
+
+def own_address(bundle: Bundle, failure: Failure) -> str | None:
+    """The line for a rank that failed to reach an address that is not the store its launcher
+    named (an init_method or MASTER_PORT of the job's own), None otherwise."""
+    named = _named(failure)
+    store = _store_of(bundle, failure)
+    if store is None or not named or not in_setup(failure):
+        return None
+    port = store.rpartition(":")[2]
+    if any(a.rpartition(":")[2] == port or _earlier_owner(bundle, a, failure.generation) for a in named):
+        return None
+    return (f"rank {failure.rank} tried {', '.join(named)}, not the store its launcher named ({store}): an "
+            "address of the job's own (an init_method, a MASTER_ADDR / MASTER_PORT set in the script)")
 
 
 def _earlier_owner(bundle: Bundle, address: str, generation: int) -> str | None:
@@ -244,7 +276,7 @@ def restart_cause(bundle: Bundle, restarts: Restarts) -> tuple[str, ...]:
     lines = [f"{start_name(last.generation)} failed{where}: {_told(last, start)}"]
     if last.where:
         lines.append(f"  at {last.where}")
-    if (why := launcher_made(bundle, last)) is not None:
+    if (why := launcher_made(bundle, last) or own_address(bundle, last)) is not None:
         lines.append(f"  {why}")
     lines += [f"before it, {start_name(f.generation)} failed: {_told(f, start)}" for f in restarts.failures[:-1]]
     return tuple(lines)

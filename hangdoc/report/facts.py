@@ -4,8 +4,8 @@ their GPUs over the last samples, and the Flight Recorder settings."""
 from __future__ import annotations
 
 from hangdoc.analyze.classes import stack_classes, stack_tree
-from hangdoc.analyze.flight import flight_summary
 from hangdoc.analyze.departures import departure_of
+from hangdoc.analyze.flight import flight_summary
 from hangdoc.analyze.logs import rank_exception
 from hangdoc.analyze.restarts import restart_cause, restarts_of
 from hangdoc.base.words import rank_label
@@ -40,9 +40,10 @@ def missing_stacks(bundle: Bundle | None, limit: int = 8) -> tuple[str, ...]:
 
 def crash_cause(report: Report, bundle: Bundle, limit: int = 2) -> tuple[str, ...]:
     """For a crash: the exception the culprit rank (or its worker) printed, quoted from the job's
-    output, and where it was raised; a job whose restarts are used up, the last start's failure and
-    the earlier starts'; a rank that left first, its leaving and the errors it caused. The root cause is there, not in the stacks. rank-died says
-    how the rank died and leaves its exception to this line, said once."""
+    output, and where it was raised; for a job whose restarts are used up, the last start's failure
+    and the earlier starts'; for a rank that left first, its leaving and the errors it caused. The
+    root cause is there, not in the stacks. rank-died says how the rank died and leaves its
+    exception to this line, said once."""
     if report.verdict != Verdict.CRASH or any(f.severity is Severity.CRITICAL and f.rule != RANK_DIED.slug
                                               for f in report.findings):
         return ()   # a rule already names the cause, with its evidence
