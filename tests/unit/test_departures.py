@@ -14,6 +14,7 @@ from hangdoc.analyze.rendezvous import not_joined
 from hangdoc.collect.sockets import tcp_sockets
 from hangdoc.live.runner import OutputTail
 from hangdoc.model import TcpSocket
+from hangdoc.render.words import headline
 from hangdoc.report import build_report
 
 # gloo prints a port in network byte order: rank 1's 44063 reads 8108
@@ -122,3 +123,16 @@ def test_a_rank_that_raised_first_is_told_by_its_own_exception_though_its_peer_e
     report = build_report(bundle)
     assert report.culprit_ranks == (1,)
     assert report.cause[0] == "rank 1 raised OSError: transient read error", report.cause
+
+
+def test_a_hang_with_every_rank_in_setup_and_no_culprit_says_so_not_that_the_culprit_is_elsewhere():
+    # GIVEN a hang whose every rank waits in init_process_group, none named the culprit
+    report = build_report(job_bundle({0: 3, 1: 3}, 3))
+    setup = "init_process_group (torch/distributed/distributed_c10d.py:1899)"
+    report = dataclasses.replace(report, verdict="hang", culprit_ranks=(), findings=(),
+                                 ranks=tuple(dataclasses.replace(r, top_frame=setup) for r in report.ranks))
+    # WHEN its headline is written
+    line = headline(report)
+    # THEN it says where they all wait, not that "the culprit is not among them" alone
+    assert line.startswith("HANG: every rank here waits in init_process_group and none got through"), line
+    assert "not among them" not in line
