@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hangdoc.analyze.classify import Reading, parked_in, per_stack, place, signature
+from hangdoc.analyze.departures import Departure, departure_of
 from hangdoc.analyze.ending import crash_of, ended_readably, told_by_exits
 from hangdoc.analyze.flight import fr_pending, fr_step_times
 from hangdoc.analyze.gpu import GPU_WORK
@@ -27,7 +28,7 @@ from hangdoc.analyze.progress import (
 )
 from hangdoc.analyze.shares import is_step_wait, rank_shares, workers_cpu
 from hangdoc.analyze.slow import SlowCall, slow_call
-from hangdoc.analyze.rendezvous import joining, joining_since, not_joined, setup_name
+from hangdoc.analyze.rendezvous import joining, joining_since, not_joined, setup_name, store_fields
 from hangdoc.analyze.restarts import Restarts, restarts_of
 from hangdoc.analyze.timeline import Timeline, raw_points, still, timelines
 from hangdoc.analyze.witnesses import job_witnesses
@@ -122,6 +123,7 @@ class JobFacts:
     fr_pending: tuple[float, int | None, str] | None = None   # the Flight Recorder's oldest pending collective
     restarts: Restarts | None = None   # the launcher's restarts of the ranks (analyze/restarts.py)
     launcher_code: int | None = None   # the launcher's exit code, read as it died (None: not read)
+    departure: Departure | None = None   # the rank that left first, before a failure (analyze/departures.py)
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,8 @@ def job_facts(bundle: Bundle, digest: NodeDigest, hang_after: float | None) -> J
     first = max(bundle.samples[0].time, began) if began is not None else bundle.samples[0].time
     return JobFacts(first, bundle.last.time, bundle.logs, bundle.exit_code,
                     hang_after if hang_after is not None else bundle.options.hang_after_s,
-                    digest.collective_steps, digest.fr_pending, restarts, _launcher_code(bundle))
+                    digest.collective_steps, digest.fr_pending, restarts, _launcher_code(bundle),
+                    departure_of(bundle))
 
 
 def _launcher_code(bundle: Bundle) -> int | None:
@@ -316,7 +319,7 @@ def digest_of(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView])
             started=view.info.start_time, last_ran=_last_ran(first), first_seen=first.time, still=quiet,
             shares=rank_shares(line), held_since=held_since(line, [lines[pid] for pid in live if pid in lines]),
             place=_place_label(view, sample), workers_cpu=workers_cpu(line, [lines[pid] for pid in live if pid in lines]),
-            **_exit_fields(bundle, view.info.pid)))
+            **_exit_fields(bundle, view.info.pid), **store_fields(view.info, sample, view.joining is not None)))
     nodes = max((n for p in bundle.job.ranks if (n := to_int(p.env.get("GROUP_WORLD_SIZE")))), default=None)
     return NodeDigest(DIGEST_VERSION, bundle.samples[0].time, bundle.last.time, tuple(ranks),
                       tuple(fr_step_times(bundle.flight_records)), group_world_size=nodes,

@@ -38,15 +38,19 @@ def told_by_exits(ranks: Sequence[RankDigest], facts: JobFacts) -> Exits | None:
     (an older bundle), a rank gone with its status unread and no failure read, ranks that exited
     0 under a launcher that failed. A rank that died by a signal or a non-zero code is the crash;
     the ranks that died after it (torchrun's SIGTERM tearing the job down, a peer's "Connection
-    closed") are not culprits. Ranks that exited 0, however far apart, did not crash. A generation
-    that failed with restarts left is no crash (the launcher starts the next); restarts used up,
-    the crash is the first failure's."""
+    closed") are not culprits. Ranks that exited 0, however far apart, did not crash, unless one
+    left while the others were still in the job and they failed for it (`facts.departure`): the
+    first to leave is the culprit. A generation that failed with restarts left is no crash (the
+    launcher starts the next); restarts used up, the crash is the last start's first failure (the
+    earlier starts are its history)."""
     restarts = facts.restarts
     if restarts is not None and restarts.pending:
         return Exits(None, ended_well=True)
-    if restarts is not None and restarts.used_up and restarts.first is not None and restarts.first.time is not None:
-        first = restarts.first
-        return Exits(((first.rank,) if first.rank is not None else (), first.time))
+    if facts.departure is not None:      # the first to leave explains the failures that followed
+        return Exits(((facts.departure.rank,), facts.departure.time))
+    if restarts is not None and restarts.used_up and restarts.last is not None and restarts.last.time is not None:
+        last = restarts.last      # what ended the job: the last start's own first failure
+        return Exits(((last.rank,) if last.rank is not None else (), last.time))
     if not any(r.exit_time is not None for r in ranks):
         return None
     gone = sorted((r for r in ranks if gone_at(r) is not None), key=gone_at)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from hangdoc.analyze.classify import per_stack
 from hangdoc.analyze.timeline import Point, Timeline
-from hangdoc.model import Frame, RankDigest, RankState
+from hangdoc.model import Frame, ProcessInfo, ProcSample, RankDigest, RankState
 
 # Process-group setup as torch.distributed's Python frames name it.
 SETUP_FUNCTIONS = frozenset({
@@ -83,10 +83,40 @@ def absent_ranks(ranks: Sequence[RankDigest]) -> tuple[int, ...]:
 
 
 def not_joined(ranks: Sequence[RankDigest]) -> tuple[int, ...]:
-    """The ranks that live ranks wait for in process-group setup: alive elsewhere, or absent from a
-    captured node. Empty when no rank waits there, or when every rank does (a job starting)."""
+    """The ranks that live ranks wait for in process-group setup: alive elsewhere, absent from a
+    captured node, or in setup too but never connected to the store the others reached (pointed
+    elsewhere). Empty when no rank waits there, or when every rank does and reached the store (a
+    job starting)."""
     alive = [r for r in ranks if r.exited_at is None]
     if not any(r.joining for r in alive):
         return ()
     elsewhere = {r.rank for r in alive if not r.joining and r.rank is not None}
-    return tuple(sorted(elsewhere | set(absent_ranks(ranks))))
+    return tuple(sorted(elsewhere | set(absent_ranks(ranks)) | set(off_store(alive))))
+
+
+def off_store(ranks: Sequence[RankDigest]) -> tuple[int, ...]:
+    """Ranks in setup with no connection to the store that other ranks in setup are connected to."""
+    reached = {r.store for r in ranks if r.joining and r.store_reached}
+    return tuple(sorted(r.rank for r in ranks if r.joining and r.store in reached and r.store_reached is False
+                        and r.rank is not None))
+
+
+def store_address(info: ProcessInfo) -> str | None:
+    """"localhost:29500": the store the rank's environment points it at (MASTER_ADDR, MASTER_PORT)."""
+    host, port = info.env.get("MASTER_ADDR"), info.env.get("MASTER_PORT")
+    return f"{host}:{port}" if host and port else None
+
+
+def store_fields(info: ProcessInfo, sample: ProcSample | None, in_setup: bool) -> dict:
+    """The digest's store fields of a rank (`RankDigest.store`, `store_reached`, `generation`)."""
+    fields = {"generation": info.generation}
+    address = store_address(info)
+    if not in_setup or address is None:
+        return fields
+    fields["store"] = address
+    proc = sample.proc if sample is not None and sample.alive else None
+    if proc is not None and proc.full:
+        port = address.rpartition(":")[2]
+        fields["store_reached"] = any(s.state == "ESTABLISHED" and s.remote.rpartition(":")[2] == port
+                                      for s in proc.sockets)
+    return fields

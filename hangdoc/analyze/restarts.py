@@ -4,7 +4,8 @@ When a rank fails and restarts are left, the agent stops the other ranks and sta
 again, with new pids and TORCHELASTIC_RESTART_COUNT one higher in their environment (a
 *generation*). A generation's failure is then an event of the job, not its end: the job is
 judged by its newest generation (`Job.ranks`), and the failures of the earlier ones are said
-(`rules/workers_restarted.py`). Restarts used up, the job's crash is named by its first failure.
+(`rules/workers_restarted.py`). Restarts used up, the job's crash is named by the last start's own
+first failure, the earlier starts its history.
 """
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import re
 import signal as signals
 from dataclasses import dataclass
 
+from hangdoc.analyze.departures import printed_as
 from hangdoc.analyze.logs import all_lines, rank_exception
 from hangdoc.base.parse import to_int
-from hangdoc.model import Bundle, ProcessInfo
+from hangdoc.model import Bundle, LogTail, ProcessInfo
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,7 @@ class Failure:
     code: int | None
     signal: int | None
     said: str | None = None        # the exception it printed, when the job's output was read
+    where: str | None = None       # where it was raised, and its line ("job.py:56 in main: raise ...")
 
     @property
     def how(self) -> str:
@@ -77,6 +80,11 @@ class Restarts:
     def first(self) -> Failure | None:
         return self.failures[0] if self.failures else None
 
+    @property
+    def last(self) -> Failure | None:
+        """The newest start's first failure, where it failed: what ended a job whose restarts are used up."""
+        return self.failures[-1] if self.generation_failed else None
+
 
 def restarts_of(bundle: Bundle) -> Restarts | None:
     """The job's restarts, or None for a job whose launcher may not restart it (no elastic agent
@@ -93,7 +101,7 @@ def restarts_of(bundle: Bundle) -> Restarts | None:
     by_generation: dict[int, list[ProcessInfo]] = {}
     for proc in ranks:
         by_generation.setdefault(proc.generation, []).append(proc)
-    failures = tuple(f for g in sorted(by_generation) if (f := _first_failure(bundle, g, by_generation[g])))
+    failures = tuple(f for g in sorted(by_generation) if (f := _first_failure(bundle, g, by_generation)))
     launcher = bundle.job.launcher_pid
     sample = bundle.last.sample_of(launcher) if launcher is not None and bundle.samples else None
     alive = sample is not None and sample.alive
@@ -102,11 +110,12 @@ def restarts_of(bundle: Bundle) -> Restarts | None:
     return Restarts(generation, max_restarts, failures, alive, failed, started)
 
 
-def _first_failure(bundle: Bundle, generation: int, procs: list[ProcessInfo]) -> Failure | None:
+def _first_failure(bundle: Bundle, generation: int, by_generation: dict[int, list[ProcessInfo]]) -> Failure | None:
     """The generation's first rank to fail: the earliest failed exit, a fatal signal or an error
     before the launcher's SIGTERM when read at one instant. A rank whose status the watch could not
     read (its launcher reaped it first) counts with what torchrun's log says of it, or as unknown."""
     logged = _logged_exits(bundle)
+    procs = by_generation[generation]
     failed = []
     for proc in procs:
         record = bundle.exit_of(proc.pid)
@@ -122,9 +131,33 @@ def _first_failure(bundle: Bundle, generation: int, procs: list[ProcessInfo]) ->
     if not failed:
         return None
     when, _, proc, code, sig = min(failed, key=lambda f: (f[0], f[1], f[2].rank if f[2].rank is not None else -1))
-    raised = rank_exception(bundle.logs, proc.rank) if code != 0 and sig is None else None
+    own = _output_of(bundle, generation, by_generation)
+    # A rank that raised and then aborted as the interpreter wound down (gloo's threads) printed its exception too.
+    raised = rank_exception(own, proc.rank) if code != 0 and sig in (None, signals.SIGABRT) else None
     said = raised.messages[-1] if raised is not None and raised.messages else None
-    return Failure(generation, proc.rank, proc.node_pid, when, code, sig, said)
+    where = None
+    if raised is not None and raised.where:
+        where = raised.where + (f": {raised.code[:200]}" if raised.code else "")
+    return Failure(generation, proc.rank, proc.node_pid, when, code, sig, said, where)
+
+
+def _output_of(bundle: Bundle, generation: int, by_generation: dict[int, list[ProcessInfo]]) -> tuple[LogTail, ...]:
+    """The job's output of one start: the lines after torchrun said the start before it failed
+    ("failed (exitcode: 1) ... (pid: P)" of a pid of an earlier start), up to its saying so of this one."""
+    earlier = {p.node_pid for g, procs in by_generation.items() if g < generation for p in procs}
+    own = {p.node_pid for p in by_generation[generation]}
+    tails = []
+    for tail in bundle.logs:
+        begin, end = 0, len(tail.lines)
+        for i, line in enumerate(tail.lines):
+            for match in _TORCHRUN_FAILED.finditer(line):
+                pid = int(match.group(2))
+                if pid in earlier:
+                    begin = i + 1
+                elif pid in own and end == len(tail.lines):
+                    end = i + 1
+        tails.append(LogTail(tail.source, tail.lines[begin:max(begin, end)]))
+    return tuple(tails)
 
 
 _TORCHRUN_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: \d+ \(pid: (\d+)\)")
@@ -144,3 +177,116 @@ def _signal_name(number: int) -> str:
         return signals.Signals(number).name
     except ValueError:
         return f"signal {number}"
+
+
+# Process-group setup, as a failure in it reads: gloo's connect, the store's errors, or raised in
+# torch's setup functions. A restarted start that fails there fails on what the launcher handed it
+# (the store, the peers' addresses), not on the job's code.
+_SETUP_ERRORS = ("connectFullMesh", "DistNetworkError", "DistStoreError", "client socket has timed out")
+_SETUP_WHERE = (" in init_process_group", " in _new_process_group_helper", " in _create_c10d_store",
+                " in _store_based_barrier", " in _rendezvous_helper", " in next_rendezvous")
+_ADDRESS = re.compile(r"\[?(\d{1,3}(?:\.\d{1,3}){3})\]?:(\d+)")
+_PAIR = re.compile(r"\((\d{1,3}(?:\.\d{1,3}){3}), (\d+)\)")      # "(127.0.0.1, 9)", as the store's client says
+
+
+def start_name(generation: int) -> str:
+    return "the first start" if generation == 0 else f"restart {generation}"
+
+
+def in_setup(failure: Failure) -> bool:
+    """The failure came out of process-group setup (init_process_group, the store, gloo's connect)."""
+    said, where = failure.said or "", failure.where or ""
+    return any(m in said for m in _SETUP_ERRORS) or any(w in where for w in _SETUP_WHERE)
+
+
+def launcher_made(bundle: Bundle, failure: Failure) -> str | None:
+    """Why a restarted start's failure in setup is of the launcher's making (None: it is not, or
+    this is the first start): an address of an earlier start, handed out again by a store that kept
+    it, or a connect that the restart's own teardown and start-up refused."""
+    if failure.generation == 0 or not in_setup(failure):
+        return None
+    named = _named(failure)
+    for address in named:
+        owner = _earlier_owner(bundle, address, failure.generation)
+        if owner is not None:
+            return (f"the launcher's own making: {address} was {owner}; the store still held the earlier "
+                    "start's address and handed it to the restarted ranks (a stale store), not the job's code")
+    store = _store_of(bundle, failure)
+    if store is not None and any(a.rpartition(":")[2] != store.rpartition(":")[2] for a in named):
+        return None     # an address of the job's own: `restart_cause` says so
+    return ("the launcher's own making: the restarted ranks could not reach each other or the store in "
+            "init_process_group (as after a restart on a loaded machine), not the job's code")
+
+
+def _named(failure: Failure) -> list[str]:
+    """The "host:port" addresses the failure's error names."""
+    said = failure.said or ""
+    return sorted({f"{host}:{port}" for host, port in _ADDRESS.findall(said) + _PAIR.findall(said)})
+
+
+def _store_of(bundle: Bundle, failure: Failure) -> str | None:
+    proc = next((p for p in bundle.job.all_ranks if p.node_pid == failure.pid and p.generation == failure.generation),
+                None)
+    host, port = (proc.env.get("MASTER_ADDR"), proc.env.get("MASTER_PORT")) if proc is not None else (None, None)
+    return f"{host}:{port}" if host and port else None
+
+
+def own_address(bundle: Bundle, failure: Failure) -> str | None:
+    """The line for a rank that failed to reach an address that is not the store its launcher
+    named (an init_method or MASTER_PORT of the job's own), None otherwise."""
+    named = _named(failure)
+    store = _store_of(bundle, failure)
+    if store is None or not named or not in_setup(failure):
+        return None
+    port = store.rpartition(":")[2]
+    if any(a.rpartition(":")[2] == port or _earlier_owner(bundle, a, failure.generation) for a in named):
+        return None
+    return (f"rank {failure.rank} tried {', '.join(named)}, not the store its launcher named ({store}): an "
+            "address of the job's own (an init_method, a MASTER_ADDR / MASTER_PORT set in the script)")
+
+
+def _earlier_owner(bundle: Bundle, address: str, generation: int) -> str | None:
+    """Whose address this was in an earlier start: a socket of one of its ranks, or the peer its
+    ranks' errors named."""
+    earlier = {p.pid: p for p in bundle.job.all_ranks if p.generation < generation}
+    for snapshot in bundle.samples:
+        for sample in snapshot.processes:
+            proc = earlier.get(sample.pid)
+            if proc is not None and sample.proc is not None and any(
+                    s.local in printed_as(address) for s in sample.proc.sockets if s.state == "LISTEN"):
+                return f"rank {proc.rank}'s address in {start_name(proc.generation)}"
+    by_generation: dict[int, list[ProcessInfo]] = {}
+    for proc in bundle.job.all_ranks:
+        by_generation.setdefault(proc.generation, []).append(proc)
+    for g in sorted(k for k in by_generation if k < generation):
+        if any(address == f"{host}:{port}" for _, line in all_lines(_output_of(bundle, g, by_generation))
+               for host, port in _ADDRESS.findall(line)):
+            return f"a peer's address in {start_name(g)} (its ranks' errors name it)"
+    return None
+
+
+def restart_cause(bundle: Bundle, restarts: Restarts) -> tuple[str, ...]:
+    """The cause of a job whose restarts are used up: the last start's own first failure (its rank,
+    its error, its time), whose making it was, then the earlier starts as history."""
+    last = restarts.last
+    if last is None:
+        return ()
+    start = bundle.samples[0].time if bundle.samples else None
+    where = " in init_process_group" if in_setup(last) else ""
+    lines = [f"{start_name(last.generation)} failed{where}: {_told(last, start)}"]
+    if last.where:
+        lines.append(f"  at {last.where}")
+    if (why := launcher_made(bundle, last) or own_address(bundle, last)) is not None:
+        lines.append(f"  {why}")
+    lines += [f"before it, {start_name(f.generation)} failed: {_told(f, start)}" for f in restarts.failures[:-1]]
+    return tuple(lines)
+
+
+def _told(failure: Failure, start: float | None) -> str:
+    at = ""
+    if failure.time is not None and start is not None:
+        off = failure.time - start
+        at = f" at +{off:.1f} s" if off >= 0 else f" {-off:.1f} s before the first sample kept"
+    said = f": {failure.said[:300]}" if failure.said else ""
+    who = f"rank {failure.rank}" if failure.rank is not None else "a rank"
+    return f"{who} {failure.how}{at}{said}"

@@ -13,6 +13,7 @@ from typing import Callable
 
 from hangdoc.collect.locks import lock_waits
 from hangdoc.collect.procfs import ProcDenied, ProcFS, ProcGone
+from hangdoc.collect.sockets import tcp_sockets
 from hangdoc.collect.stacks import Dump, DumpRequest, StackError, StackReader, dump_many
 from hangdoc.model import GpuState, Job, ProcessInfo, ProcSample, Role, Snapshot
 
@@ -68,7 +69,8 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
         links = _links_wanted(job)
         procs = {pid: _read_proc(probes.procfs, pid, pid not in light, links.get(pid, ())) for pid in pids}
         procs = _with_lock_holders(probes.procfs, procs)
-        procs = _with_thread_names(probes.procfs, procs, {p.pid for p in job.processes if p.role is Role.RANK} - light)
+        ranks = {p.pid for p in job.processes if p.role is Role.RANK} - light
+        procs = _with_rank_reads(probes.procfs, procs, ranks)
         if stacks_future is not None:
             dumps = stacks_future.result()
         gpu = gpu_future.result()
@@ -134,16 +136,24 @@ def _with_lock_holders(procfs: ProcFS, procs: dict):
     return procs
 
 
-def _with_thread_names(procfs: ProcFS, procs: dict, ranks: set[int]):
-    """The ranks read in full get their threads' names (what tells NCCL from gloo)."""
+def _with_rank_reads(procfs: ProcFS, procs: dict, ranks: set[int]):
+    """The ranks read in full get their threads' names (what tells NCCL from gloo) and their TCP
+    sockets (what names a peer's address, or the store's, as a rank)."""
     for pid in ranks:
         stat, errors, alive = procs.get(pid, (None, (), False))
         if stat is None or not alive:
             continue
         try:
-            procs[pid] = (dataclasses.replace(stat, thread_names=procfs.thread_names(pid)), errors, alive)
+            stat = dataclasses.replace(stat, thread_names=procfs.thread_names(pid))
         except (ProcGone, ProcDenied, OSError):
             pass                     # the names are a hint; the sample stands without them
+        try:
+            stat = dataclasses.replace(stat, sockets=tcp_sockets(pid, str(procfs.root)))
+        except (FileNotFoundError, ProcessLookupError):
+            pass                     # gone since its read: the next sample says so
+        except OSError as exc:
+            errors = errors + (f"sockets: could not collect: {exc.strerror or exc}",)
+        procs[pid] = (stat, errors, alive)
     return procs
 
 

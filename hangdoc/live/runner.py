@@ -25,7 +25,7 @@ from hangdoc.live.capture import make_bundle
 from hangdoc.live.options import WatchOptions
 from hangdoc.live.proc import RunningJob, outliving, stop_job
 from hangdoc.live.watcher import Outcome, Watcher
-from hangdoc.model import Bundle, Ending, GpuState, Job, LogTail, Snapshot, StopReason
+from hangdoc.model import Bundle, Ending, GpuState, Job, LogTail, Snapshot, StopReason, Verdict
 from hangdoc.report.judge import End, judge
 
 TAIL_LINES = 2000
@@ -63,10 +63,13 @@ class OutputTail:
         """hangdoc is about to end the job: what its launcher prints of the SIGTERM is teardown."""
         self._ending = True
 
-    def say_ended(self) -> None:
-        """The one line that takes the teardown traceback's place."""
+    def say_ended(self, failed: bool = False) -> None:
+        """The one line that takes the teardown traceback's place. `failed`: the job had failed on
+        its own (a crash) and hangdoc stopped what was left of it (a launcher still tearing down)."""
         gone = f"; its launcher's SignalException traceback ({self.left_out} lines) is left out" if self.left_out else ""
-        self._write(f"hangdoc: the job was ended by hangdoc, not by a failure of its own{gone}\n")
+        said = ("the job had failed on its own; hangdoc stopped what was left of it" if failed
+                else "the job was ended by hangdoc, not by a failure of its own")
+        self._write(f"hangdoc: {said}{gone}\n")
 
     def _pump(self, stream) -> None:
         for raw in iter(stream.readline, b""):
@@ -123,6 +126,7 @@ def run_command(cmd: list[str], options: WatchOptions, probes, sink: TextIO,
     began = time.monotonic()
     watcher = None
     interrupted = None
+    outcome = None
     try:
         watcher = _attach(popen, job, options, probes, tail, began, sleep)
         outcome = _follow(watcher, popen, job, tail, options, on_sample, began, fail_on_slow)
@@ -136,7 +140,7 @@ def run_command(cmd: list[str], options: WatchOptions, probes, sink: TextIO,
         interrupted = _stop(job, popen, interrupted)
         tail.join()
         if ended_here:
-            tail.say_ended()
+            tail.say_ended(failed=outcome is not None and outcome.judgement.report.verdict == Verdict.CRASH)
     if interrupted is not None:
         ending = End(Ending.INTERRUPTED, signal_exit=interrupted, returncode=popen.returncode, run=True)
         outcome = (watcher.stopped(interrupted, ending) if watcher is not None else None) or \

@@ -68,6 +68,16 @@ class FdLink:
 
 
 @dataclass(frozen=True)
+class TcpSocket:
+    """A TCP socket a rank holds, as /proc/PID/net/tcp names it by the inode of one of its
+    descriptors: what tells a peer's "Connection closed by peer [addr]:port" to be that rank."""
+
+    local: str                     # "127.0.0.1:33674"
+    remote: str                    # "127.0.0.1:29500"; "0.0.0.0:0" for a listening socket
+    state: str                     # "ESTABLISHED", "LISTEN", "SYN_SENT", ...
+
+
+@dataclass(frozen=True)
 class FileLock:
     """A file lock a process waits for, from /proc/locks, with the process that holds it."""
 
@@ -115,6 +125,9 @@ class ProcStat:
     syscall_name: str | None = None
     syscall_path: str | None = None
     syscall_path_error: str | None = None
+    # A rank's TCP sockets (its store connection, gloo's pairs), read from its descriptors and the
+    # kernel's tables. Empty where not read (workers, light reads, older bundles).
+    sockets: tuple[TcpSocket, ...] = ()
 
     @property
     def cpu_s(self) -> float:

@@ -15,7 +15,9 @@ import msgspec
 # 6: the place its main thread stands at (place), a spin line whichever of its frames a sample
 #    caught; loop counters read only where a frame holds integers (rhythm.has_locals); steps seen
 #    by every witness (the stack going round, a waiting rank woken, bytes); the start-up's gap
-#    left out of the rhythm.
+#    left out of the rhythm; where its time went by place (shares.places), its workers' cores
+#    (workers_cpu); in setup, the store it was pointed at and whether it reached it (store,
+#    store_reached), and which start of the job it belongs to (generation).
 DIGEST_VERSION = 6
 
 
@@ -117,6 +119,12 @@ class RankDigest(msgspec.Struct, frozen=True, gc=False):
     # The cores its live DataLoader workers used over its share window (v6): with its own shares,
     # what tells a straggler slowed by its data from one slowed by its own compute. None: not read.
     workers_cpu: float | None = None
+    # In process-group setup: the store its environment points it at (MASTER_ADDR:MASTER_PORT), and
+    # whether one of its sockets is connected there (None: not in setup, or its sockets not read);
+    # which start of the job it belongs to (TORCHELASTIC_RESTART_COUNT).
+    store: str | None = None
+    store_reached: bool | None = None
+    generation: int = 0
 
     @property
     def exit_told(self) -> bool:

@@ -16,6 +16,9 @@ def headline(report: Report) -> str:
             who = "nothing moves (no CPU, no I/O, same frames)"
         elif culprits:
             who = f"rank {culprits} is the culprit"
+        elif (setup := _all_in_setup(report)) is not None:
+            who = (f"every rank here waits in {setup} and none got through: the rank or store they wait for is "
+                   "not among the processes watched (see the findings)")
         else:
             who = "every rank here waits in the same collective; the culprit is not among them"
         after = _onset(report)
@@ -39,6 +42,18 @@ def headline(report: Report) -> str:
     if report.verdict == Verdict.INTERRUPTED:
         return "INTERRUPTED: stopped before a verdict; the report shows what was seen so far"
     return "HEALTHY: no hang found"
+
+
+_SETUP_CALLS = ("init_process_group", "new_group", "_new_process_group_helper", "_store_based_barrier",
+                "rendezvous", "_create_c10d_store", "next_rendezvous", "TCPStore")
+
+
+def _all_in_setup(report: Report) -> str | None:
+    """The process-group setup call every rank waits in, by its top frame; None when not all do."""
+    calls = {(r.top_frame or "").split(" ", 1)[0] for r in report.ranks}
+    if not report.ranks or not calls <= set(_SETUP_CALLS):
+        return None
+    return "init_process_group" if len(calls) > 1 else calls.pop()
 
 
 def slow_headline(report: Report) -> str:

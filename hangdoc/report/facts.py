@@ -4,8 +4,10 @@ their GPUs over the last samples, and the Flight Recorder settings."""
 from __future__ import annotations
 
 from hangdoc.analyze.classes import stack_classes, stack_tree
+from hangdoc.analyze.departures import departure_of
 from hangdoc.analyze.flight import flight_summary
 from hangdoc.analyze.logs import rank_exception
+from hangdoc.analyze.restarts import restart_cause, restarts_of
 from hangdoc.base.words import rank_label
 
 from hangdoc.model import BeforeAttach, Bundle, GpuTrend, Report, Severity, Slowness, StackClass, Verdict
@@ -38,11 +40,22 @@ def missing_stacks(bundle: Bundle | None, limit: int = 8) -> tuple[str, ...]:
 
 def crash_cause(report: Report, bundle: Bundle, limit: int = 2) -> tuple[str, ...]:
     """For a crash: the exception the culprit rank (or its worker) printed, quoted from the job's
-    output, and where it was raised. The root cause is there, not in the stacks. rank-died says
-    how the rank died and leaves its exception to this line, said once."""
+    output, and where it was raised; for a job whose restarts are used up, the last start's failure
+    and the earlier starts'; for a rank that left first, its leaving and the errors it caused. The
+    root cause is there, not in the stacks. rank-died says how the rank died and leaves its
+    exception to this line, said once."""
     if report.verdict != Verdict.CRASH or any(f.severity is Severity.CRITICAL and f.rule != RANK_DIED.slug
                                               for f in report.findings):
         return ()   # a rule already names the cause, with its evidence
+    restarts = restarts_of(bundle)
+    if restarts is not None and restarts.used_up:
+        return restart_cause(bundle, restarts)
+    left = departure_of(bundle)
+    if left is not None and not left.own_error and left.rank in report.culprit_ranks:
+        lines = [left.summary]
+        for error in left.named_by[:limit]:
+            lines.append(f"  rank {error.rank}: {error.line}: rank {left.rank}'s address (its socket)")
+        return tuple(lines)
     lines = []
     for rank in (report.culprit_ranks or (None,))[:limit]:
         raised = rank_exception(bundle.logs, rank)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from hangdoc.analyze.classify import parked_in
 from hangdoc.analyze.diagnose import RankView
-from hangdoc.analyze.rendezvous import setup_name
+from hangdoc.analyze.rendezvous import setup_name, store_address
 from hangdoc.base.parse import to_int
 from hangdoc.base.words import rank_ranges, rank_set
 from hangdoc.model import Finding, Frame, Job, ProcSample, Severity, Verdict
@@ -85,6 +85,7 @@ def not_joined(ctx: Context) -> list[Finding]:
     findings = []
     for view in ctx.culprit_views():
         if view.joining is not None:
+            findings += _off_store(ctx, view, joined, evidence, severity)
             continue
         own = _own_line(ctx, view)
         where = own.label if own is not None else "a line hangdoc could not read"
@@ -109,6 +110,38 @@ def not_joined(ctx: Context) -> list[Finding]:
         fix = ABSENT_FIX.format(ranks=rank_set(absent), call=call)
         findings.append(finding(RULE, absent, title, lines, fix, severity=severity))
     return findings
+
+
+def _off_store(ctx: Context, view: RankView, joined: list[RankView], evidence: list[str],
+               severity: Severity) -> list[Finding]:
+    """A rank in setup too, but never connected to the store the others wait on: pointed elsewhere."""
+    store = store_address(view.info)
+    reached = [r for v in joined if v is not view for r in v.ranks]
+    if store is None or not reached:
+        return []
+    start = _start_of(view)
+    call = setup_name(view.joining)
+    title = (f"Rank {view.info.rank}{start} never reached the store at {store}: {rank_set(reached)} "
+             f"{_wait(reached)} in {call} on it for rank {view.info.rank}, which waits in {call} too, elsewhere")
+    lines = evidence + [
+        f"{rank_set(reached)} {'holds' if len(reached) == 1 else 'hold'} a connection to the store at {store} "
+        f"(MASTER_ADDR:MASTER_PORT in the ranks' environment; their sockets, read from /proc)",
+        f"rank {view.info.rank} (pid {view.info.node_pid}) holds none: it waits in {call} for another address "
+        f"(an init_method or MASTER_ADDR / MASTER_PORT of its own, a stale address)"]
+    stack = frames_line(ctx.bundle, view.info.pid)
+    if stack:
+        lines.append(f"rank {view.info.rank} stack: {stack}")
+    fix = (f"Every rank must reach the same store: find where rank {view.info.rank} sets its address (an "
+           "`init_method=\"tcp://...\"`, a MASTER_ADDR / MASTER_PORT set in the script or its config) and let "
+           f"the launcher's environment decide it; give {call} a timeout so a rank that cannot reach the store "
+           "fails the job in minutes, not 30.")
+    return [finding(RULE, [view.info.rank], title, lines, fix, severity=severity)]
+
+
+def _start_of(view: RankView) -> str:
+    """" of restart 1": which start of a job its launcher restarted the rank belongs to."""
+    generation = view.info.generation
+    return f" of restart {generation}" if generation else ""
 
 
 def _waiting_line(ctx: Context, joined: list[RankView], call: str, world: int | None, now: float) -> str:

@@ -4,8 +4,9 @@ from __future__ import annotations
 import signal as signals
 from dataclasses import dataclass
 
+from hangdoc.analyze.departures import Departure, departure_of
 from hangdoc.analyze.logs import all_lines, line_rank, rank_exception, torchrun_root_cause
-from hangdoc.base.words import mb
+from hangdoc.base.words import mb, rank_set
 from hangdoc.model import Bundle, Finding, ProcessExit, Severity, Verdict
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import samples_of, strip_rank
@@ -76,6 +77,9 @@ def check(ctx: Context) -> list[Finding]:
         return []
     explained = {r for f in ctx.findings if f.severity is Severity.CRITICAL for r in f.ranks}
     findings = []
+    left = departure_of(ctx.bundle)
+    if left is not None and not left.own_error and left.rank in d.culprits and left.rank not in explained:
+        return [_left_first(ctx, left)]
     for rank in d.culprits:
         death = None if rank in explained else death_of(ctx.bundle, rank)
         if death is not None:
@@ -103,6 +107,39 @@ def _finding(ctx: Context, death: Death) -> Finding:
     mismatch = any(_GLOO_MISMATCH in line for line in native)
     return finding(RULE, [death.rank], title, evidence, f"{RULE.fix} {_advice(death, oom, mismatch, raised, growth)}",
                    max_evidence=16)
+
+
+def _left_first(ctx: Context, left: Departure) -> Finding:
+    """The rank that left while the others were still in the job: the failures after it are its doing."""
+    start = ctx.bundle.samples[0].time
+    title = f"Rank {left.rank} (pid {left.pid}) left first: it {left.how}" + _doing_title(left)
+    evidence = [f"rank {left.rank} {left.how} at +{left.time - start:.1f} s, before any other rank failed"]
+    for error in left.named_by:
+        evidence.append(f"rank {error.rank} then failed: {error.line}, rank {left.rank}'s own end of their "
+                        f"connection (its socket, read from /proc): a consequence")
+    named = {e.rank for e in left.named_by}
+    for rank in left.consequences:
+        if rank not in named:
+            evidence.append(f"rank {rank} failed after it: a consequence")
+    death = death_of(ctx.bundle, left.rank)
+    if death is not None and left.code is None:
+        evidence.append(f"rank {left.rank} then {death.how} ({death.told_by})")
+    evidence += _where_lines(ctx, death) if death is not None else []
+    fix = (f"{RULE.fix} Here: rank {left.rank} ran fewer collectives than the others and left (or tore its "
+           "process group down) while they waited in one; the errors the others printed are the consequence. "
+           "Every rank must call the same collectives in the same order: look for a collective under a "
+           "condition on the rank (`if rank != ...: dist.barrier()`), a loop with fewer steps on one rank "
+           "(uneven data), or an early return; TORCH_DISTRIBUTED_DEBUG=DETAIL checks every collective across "
+           "ranks.")
+    return finding(RULE, [left.rank], title, evidence, fix, max_evidence=16)
+
+
+def _doing_title(left: Departure) -> str:
+    calls = sorted({call for _, call in left.others_in})
+    if not calls:
+        return " while the others were still in the job"
+    ranks = rank_set(r for r, _ in left.others_in)
+    return f" while {ranks} {'was' if len(left.others_in) == 1 else 'were'} in {' / '.join(calls)}"
 
 
 def _how_line(bundle: Bundle, death: Death) -> str:

@@ -3,7 +3,7 @@ failed, how and why, and which restart of how many this is. The job is judged by
 generation; this says what the earlier ones went through."""
 from __future__ import annotations
 
-from hangdoc.analyze.restarts import Failure, Restarts, restarts_of
+from hangdoc.analyze.restarts import Failure, Restarts, launcher_made, restarts_of
 from hangdoc.model import Finding, Severity, Verdict
 from hangdoc.rules.base import Context, Rule, finding
 
@@ -19,6 +19,9 @@ def check(ctx: Context) -> list[Finding]:
     elif restarts.used_up:
         times = f"{restarts.generation} time{'s' if restarts.generation != 1 else ''}"
         title = f"The ranks were restarted {times}{of}, and the last start failed too"
+        last = restarts.last
+        if last is not None and not _same_failure(restarts):
+            title += f" (rank {_rank(last)} {last.how})"
     else:
         title = f"The launcher restarted the ranks: restart {restarts.generation}{of}"
     if first is not None:
@@ -31,7 +34,7 @@ def check(ctx: Context) -> list[Finding]:
                         f"output says how (TORCHELASTIC_RESTART_COUNT={restarts.generation} in the ranks' environment)")
     evidence.append(_now(ctx, restarts))
     ranks = [f.rank for f in restarts.failures]
-    return [finding(RULE, ranks, title, evidence, _fix(restarts))]
+    return [finding(RULE, ranks, title, evidence, _fix(ctx, restarts))]
 
 
 def _rank(failure: Failure) -> str:
@@ -62,11 +65,24 @@ def _now(ctx: Context, restarts: Restarts) -> str:
     return f"restart {restarts.generation} is the job now{left}: the verdict is its"
 
 
-def _fix(restarts: Restarts) -> str:
-    if restarts.used_up:
+def _fix(ctx: Context, restarts: Restarts) -> str:
+    if restarts.used_up and _same_failure(restarts):
         return (f"{RULE.fix} Here the same failure came back every start: it is no transient error; fix it "
                 "where it was raised (the cause at the top of the report).")
+    if restarts.used_up and restarts.last is not None and launcher_made(ctx.bundle, restarts.last):
+        return (f"{RULE.fix} Here the restart failed otherwise than the first start, in process-group setup, "
+                "of the launcher's making: the first start's failure is the one to fix; for the restarts to "
+                "work, use the c10d rendezvous (`--rdzv-backend=c10d --rdzv-endpoint=HOST:PORT`) and give "
+                "init_process_group a timeout.")
+    if restarts.used_up:
+        return (f"{RULE.fix} Here the restart failed otherwise than the first start: the cause at the top of the "
+                "report is the last start's failure; the first start's is history, and may need fixing too.")
     return RULE.fix
+
+
+def _same_failure(restarts: Restarts) -> bool:
+    """Every start failed the same way: the same rank, the same error."""
+    return len({(f.rank, f.said) for f in restarts.failures}) == 1
 
 
 RULE = Rule(
@@ -79,7 +95,7 @@ RULE = Rule(
             "code or signal, read as it died) and the exception it printed; restart k of the maximum "
             "(TORCHELASTIC_RESTART_COUNT / TORCHELASTIC_MAX_RESTARTS in the ranks' environment). The verdict "
             "is the newest start's: a job that recovered ends healthy with this warning; with the restarts "
-            "used up it is a crash named by the first failure.",
+            "used up it is a crash named by the last start's own first failure, the earlier starts its history.",
     fix="A restart hides a failure: read why the rank failed; a failure that comes back every start is a bug, "
         "not a transient error, and only costs the restarts' time.",
 )

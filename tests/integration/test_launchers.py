@@ -105,15 +105,18 @@ def test_job_that_recovers_through_max_restarts_exits_0_under_run():
 
 
 @pytest.mark.timeout(300)
-def test_job_that_uses_up_its_restarts_is_a_crash_named_by_the_first_failure():
+def test_job_that_uses_up_its_restarts_is_a_crash_named_by_its_last_start_with_the_first_as_history():
     # GIVEN torchrun --max-restarts=2 whose rank 1 raises in every start
     # WHEN it runs under `hangdoc run`
     result = cell("elastic_ddp", FAULTS["raise_always"], "run")
-    # THEN a crash (exit 4), rank 1 the culprit, the first failure's error said, both starts listed
+    # THEN a crash (exit 4), rank 1 the culprit, the last start's failure first in the cause, its error
+    # said, the starts before it listed
     assert (result.exit_code, result.verdict, result.culprits) == (4, "crash", [1]), result.describe()
     restarted = next(f for f in result.findings if f["rule"] == "workers-restarted")
     assert restarted["evidence"][0].startswith("the first start: rank 1"), result.describe()
     assert any("RuntimeError" in c for c in result.cause), result.describe()
+    assert result.cause[0].startswith("restart 2 failed: rank 1 "), result.describe()
+    assert any(c.startswith("before it, the first start failed: rank 1 ") for c in result.cause), result.describe()
 
 
 MATRIX = os.environ.get("HANGDOC_LAUNCHER_MATRIX") == "1"
