@@ -330,6 +330,7 @@ class ProcFS:
             main_thread=self._thread_counters(pid, pid, status),
             full=full,
             fd_links=fd_links,
+            cpus_allowed=_status_text(status, "Cpus_allowed_list"),
         )
 
     def _syscall(self, pid: int, line: str) -> dict:
@@ -412,6 +413,15 @@ def _status_field(status: str, key: str) -> int | None:
     end = status.find("\n", at + 1)
     words = status[at + len(key) + 2:end if end >= 0 else None].split()
     return to_int(words[0]) if words else 0
+
+
+def _status_text(status: str, key: str) -> str | None:
+    """One line's value of a /proc status file, as written ("Cpus_allowed_list:\t0-3" -> "0-3")."""
+    at = status.find(f"\n{key}:")
+    if at < 0:
+        return None
+    end = status.find("\n", at + 1)
+    return status[at + len(key) + 2:end if end >= 0 else None].strip() or None
 
 
 def _rss_bytes(status: str) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from hangdoc.base.parse import to_int
+from hangdoc.base.parse import cpu_list, to_int
 from hangdoc.model.flight import FlightRecord, FrConfig, RasStatus
 from hangdoc.model.stack import Stack
 from hangdoc.model.vocab import Role
@@ -115,10 +115,24 @@ class ProcStat:
     syscall_name: str | None = None
     syscall_path: str | None = None
     syscall_path_error: str | None = None
+    # The CPUs the process may run on, as /proc/PID/status's Cpus_allowed_list writes them ("0-3,8").
+    # None: not read (bundles saved before it was).
+    cpus_allowed: str | None = None
 
     @property
     def cpu_s(self) -> float:
         return self.utime_s + self.stime_s
+
+    @property
+    def allowed_cpus(self) -> frozenset[int] | None:
+        """The CPUs it may run on; None where not read."""
+        return cpu_list(self.cpus_allowed) if self.cpus_allowed is not None else None
+
+    @property
+    def in_futex(self) -> bool:
+        """Asleep in a futex (a lock or condition variable), as the kernel says: futex is syscall
+        202 on x86_64 and 98 on aarch64, and its wait functions are named futex_*."""
+        return self.syscall in ("202", "98") or "futex" in (self.wchan or "")
 
     @property
     def in_file_lock(self) -> bool:

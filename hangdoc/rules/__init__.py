@@ -19,6 +19,7 @@ RULE_MODULES = (
     "helper_thread_died",
     "slow_decompression",
     "tar_member_decode",
+    "worker_native_lock",
     "worker_deadlock",
     "fork_unsafe_arm",
     "worker_error",

@@ -1,0 +1,45 @@
+"""What a data pipeline may use, on real torchrun jobs (tests/jobs/pipeline_job.py): a native pool
+its workers inherited through fork, the CPUs its workers may run on."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from conftest import JOBS, mode_jobs, run_hangdoc
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+
+@pytest.fixture
+def pipeline_job(tmp_path):
+    """GIVEN a real 2-rank gloo job of tests/jobs/pipeline_job.py in the chosen mode; the whole job is
+    ended whatever happens."""
+    yield from mode_jobs(tmp_path, JOBS / "pipeline_job.py", timeout=90, outlive_check=True)
+
+
+def watch(pid: int, out, *extra: str, code: int = 3) -> dict:
+    done = run_hangdoc("watch", str(pid), "--format", "json", "--no-live", "--no-gpu", "--interval", "0.5",
+                       "--out", str(out), *extra, timeout=120)
+    assert done.returncode == code, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def test_a_worker_stuck_in_openmp_after_fork_is_named_with_the_library_and_its_fix(pipeline_job, tmp_path):
+    # GIVEN rank 1 ran an OpenMP region (libgomp) before its DataLoader forked, and its worker 0 runs one after
+    job = pipeline_job("gomp-fork")
+    # WHEN hangdoc watches it, with no flag
+    began = time.monotonic()
+    report = watch(job.pid, tmp_path / "bundle.json", "--hang-after", "4")
+    took = time.monotonic() - began
+    # THEN rank 1 is the culprit and its worker 0 is named stuck inside GNU OpenMP, with OpenMP's own fix
+    assert report["verdict"] == "hang" and report["culprit_ranks"] == [1]
+    found = next(f for f in report["findings"] if f["rule"] == "worker-native-lock")
+    assert found["title"].startswith("DataLoader worker 0 of rank 1 waits for ever inside GNU OpenMP (libgomp"), \
+        found["title"]
+    assert any("native stack: libgomp" in e for e in found["evidence"]), found["evidence"]
+    assert "OpenMP region in the parent" in found["fix"] and "spawn" in found["fix"]
+    # AND the bare lock finding gives way to it, and it comes within a few seconds of the hang's
+    assert "worker-deadlock" not in {f["rule"] for f in report["findings"]}
+    assert took < 30, took
