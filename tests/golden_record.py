@@ -55,7 +55,7 @@ ALL_RULES = ("slow-decompression", "tar-member-decode", "uneven-shards", "worker
              "worker-deadlock", "fork-unsafe-arm", "dataloader-stall", "gpu-starved",
              "collective-straggler", "collective-mismatch", "flight-recorder", "rank-died", "slow-rank",
              "debugger-prompt", "file-lock-wait", "child-process-wait", "helper-thread-died", "workers-restarted",
-             "worker-native-lock")
+             "worker-native-lock", "workers-cpu-confined")
 
 
 @dataclass(frozen=True)
@@ -190,6 +190,12 @@ CASES = [
     Case("gomp-fork", "rank 1 runs an OpenMP region (libgomp) before its DataLoader forks; its worker 0 runs one "
          "after the fork and waits for ever for the pool's threads",
          "hang", (1,), ("worker-native-lock", "collective-straggler"), pipeline_job("gomp-fork")),
+    Case("workers-pinned", "every DataLoader worker pins itself to the first CPU in worker_init_fn (as llvm-openmp 16 "
+         "does to a forked worker): 4 workers share one core, both ranks wait on their data",
+         "slow", (), ("workers-cpu-confined", "gpu-starved"), pipeline_job("pinned", fault=False), timeout_s=20),
+    Case("workers-unpinned", "the workers-pinned job with the workers' CPUs left alone: 4 workers on 2 shared cores, "
+         "the ranks wait on their data (rank 0 most: the straggler here), the workers are not confined",
+         "slow", (0,), ("slow-rank",), pipeline_job("plain", fault=False), timeout_s=20),
     Case("stuck-fetch", "a rank-1 worker sleeps in recv() on a store that never answers",
          "hang", (1,), ("dataloader-stall", "collective-straggler"), rules_job("stuck-fetch")),
     Case("compute-straggler", "rank 1 loops in heavy_compute(); its workers idle on their index queues",

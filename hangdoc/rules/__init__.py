@@ -26,6 +26,7 @@ RULE_MODULES = (
     "worker_died",
     "uneven_shards",
     "dataloader_stall",
+    "workers_cpu_confined",
     "gpu_starved",
     "slow_rank",
     "collective_straggler",

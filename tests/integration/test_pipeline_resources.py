@@ -3,6 +3,7 @@ its workers inherited through fork, the CPUs its workers may run on."""
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -43,3 +44,36 @@ def test_a_worker_stuck_in_openmp_after_fork_is_named_with_the_library_and_its_f
     # AND the bare lock finding gives way to it, and it comes within a few seconds of the hang's
     assert "worker-deadlock" not in {f["rule"] for f in report["findings"]}
     assert took < 30, took
+
+
+def test_workers_pinned_to_one_cpu_are_named_as_the_cause_of_a_data_bound_job(pipeline_job, tmp_path):
+    # GIVEN every DataLoader worker pins itself to the first CPU in worker_init_fn (what llvm-openmp 16
+    # does to a forked worker), while its rank may run on every CPU
+    job = pipeline_job("pinned", wait_fault=False)
+    # WHEN hangdoc watches it for a while
+    began = time.monotonic()
+    done = run_hangdoc("watch", str(job.pid), "--format", "json", "--no-live", "--no-gpu", "--interval", "0.5",
+                       "--timeout", "15", "--out", str(tmp_path / "bundle.json"), timeout=120)
+    took = time.monotonic() - began
+    assert done.returncode in (0, 8), done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    # THEN the workers are named confined to CPU 0, with the figures, and the verdict's headline carries it
+    found = next(f for f in report["findings"] if f["rule"] == "workers-cpu-confined")
+    assert "confined to CPU 0" in found["title"] and found["cause"] == "workers confined to CPU 0"
+    assert any("Cpus_allowed_list 0" in e for e in found["evidence"]), found["evidence"]
+    assert any(f"may run on {len(os.sched_getaffinity(0))} CPUs" in e for e in found["evidence"]), found["evidence"]
+    replay = run_hangdoc("report", str(tmp_path / "bundle.json"))
+    assert "data-bound: workers confined to CPU 0" in replay.stdout.splitlines()[0], replay.stdout[:500]   # a straggler's too
+    assert took < 40, took
+
+
+def test_workers_left_on_their_rank_s_cpus_are_not_called_confined(pipeline_job, tmp_path):
+    # GIVEN the same data-bound job with the workers' CPUs left alone
+    job = pipeline_job("plain", wait_fault=False)
+    # WHEN hangdoc watches it
+    done = run_hangdoc("watch", str(job.pid), "--format", "json", "--no-live", "--no-gpu", "--interval", "0.5",
+                       "--timeout", "12", "--out", str(tmp_path / "bundle.json"), timeout=120)
+    # THEN nothing says the workers are confined
+    assert done.returncode in (0, 8), done.stderr[-2000:]
+    assert "workers-cpu-confined" not in {f["rule"] for f in json.loads(done.stdout)["findings"]}
+    assert "confined" not in done.stderr

@@ -51,3 +51,4 @@ def test_a_stack_with_no_library_of_its_own_names_none():
     # THEN no library is named (worker-deadlock says what the Python frames show)
     assert stuck_in((LIBC, native("python3.11", "take_gil"), PYTHON)) is None
     assert stuck_in((PYTHON,)) is None
+
