@@ -55,15 +55,16 @@ def hangdoc_cmd() -> list[str]:
 
 
 def mode_jobs(tmp_path: Path, script: Path, timeout: float = 60, outlive_check: bool = False):
-    """`start(mode, *extra, wait_fault=True)` for a 2-rank job of tests/jobs/ that writes WORKDIR/ready.r
-    and WORKDIR/fault; a generator for a fixture to yield from: every job started is ended after the
+    """`start(mode, *extra, wait_fault=True, env=())` for a 2-rank job of tests/jobs/ that writes
+    WORKDIR/ready.r and WORKDIR/fault (`env`: NAME=VALUE settings it starts with); a generator for a fixture to yield from: every job started is ended after the
     test (with `outlive_check`, no process of it may outlive that)."""
     import psutil
 
     started = []
 
-    def start(mode: str, *extra: str, wait_fault: bool = True):
+    def start(mode: str, *extra: str, wait_fault: bool = True, env: tuple[str, ...] = ()):
         cmd = torchrun_cmd(script, "--workdir", str(tmp_path), "--mode", mode, *extra)
+        cmd = ["env", *env, *cmd] if env else cmd
         job = start_job(cmd, cwd=tmp_path, log_path=tmp_path / "job.log")
         started.append(job)
         markers = [tmp_path / "ready.0", tmp_path / "ready.1"] + ([tmp_path / "fault"] if wait_fault else [])

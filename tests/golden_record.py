@@ -55,7 +55,8 @@ ALL_RULES = ("slow-decompression", "tar-member-decode", "uneven-shards", "worker
              "worker-deadlock", "fork-unsafe-arm", "dataloader-stall", "gpu-starved",
              "collective-straggler", "collective-mismatch", "flight-recorder", "rank-died", "slow-rank",
              "debugger-prompt", "file-lock-wait", "child-process-wait", "helper-thread-died", "workers-restarted",
-             "worker-native-lock", "workers-cpu-confined")
+             "worker-native-lock", "workers-cpu-confined",
+             "threads-oversubscribed")
 
 
 @dataclass(frozen=True)
@@ -137,10 +138,12 @@ def own_waits_job(mode: str):
     return start
 
 
-def pipeline_job(mode: str, *extra: str, fault: bool = True):
-    """A mode of tests/jobs/pipeline_job.py: a native pool used before fork, workers' CPUs."""
+def pipeline_job(mode: str, *extra: str, fault: bool = True, env: tuple[str, ...] = ()):
+    """A mode of tests/jobs/pipeline_job.py: a native pool used before fork, workers' CPUs, threads;
+    `env`: NAME=VALUE settings the job starts with."""
     def start(workdir: Path):
         cmd = torchrun_cmd(JOBS / "pipeline_job.py", "--workdir", str(workdir), "--mode", mode, *extra)
+        cmd = ["env", *env, *cmd] if env else cmd
         return cmd, [workdir / "ready.0", workdir / "ready.1"] + ([workdir / "fault"] if fault else [])
     return start
 
@@ -196,6 +199,12 @@ CASES = [
     Case("workers-unpinned", "the workers-pinned job with the workers' CPUs left alone: 4 workers on 2 shared cores, "
          "the ranks wait on their data (rank 0 most: the straggler here), the workers are not confined",
          "slow", (0,), ("slow-rank",), pipeline_job("plain", fault=False), timeout_s=20),
+    Case("omp-oversubscribed", "OMP_NUM_THREADS=8 for 2 ranks that multiply matrices every step, on a 2-core node",
+         "healthy", (), ("threads-oversubscribed",),
+         pipeline_job("compute", "--workers", "1", fault=False, env=("OMP_NUM_THREADS=8",)), timeout_s=14),
+    Case("omp-one-thread", "the omp-oversubscribed job with OMP_NUM_THREADS=1 (torchrun's default): one thread a CPU",
+         "healthy", (), (), pipeline_job("compute", "--workers", "1", fault=False, env=("OMP_NUM_THREADS=1",)),
+         timeout_s=14),
     Case("stuck-fetch", "a rank-1 worker sleeps in recv() on a store that never answers",
          "hang", (1,), ("dataloader-stall", "collective-straggler"), rules_job("stuck-fetch")),
     Case("compute-straggler", "rank 1 loops in heavy_compute(); its workers idle on their index queues",

@@ -259,7 +259,17 @@ class ProcFS:
             cpu_s=(int(fields[11]) + int(fields[12])) / self._ticks,
             voluntary_switches=_status_field(status, "voluntary_ctxt_switches") or 0,
             involuntary_switches=_status_field(status, "nonvoluntary_ctxt_switches") or 0,
+            runqueue_s=self._runqueue_s(pid, tid),
         )
+
+    def _runqueue_s(self, pid: int, tid: int) -> float | None:
+        """Seconds the thread has waited on a run queue (schedstat); None where the kernel does not say."""
+        try:
+            words = self.read_text(pid, f"task/{tid}/schedstat").split()
+        except (ProcGone, ProcDenied, OSError):
+            return None
+        wait = to_int(words[1]) if len(words) >= 2 else None
+        return None if wait is None else round(wait / 1e9, 4)
 
     def sched_clock_ms(self) -> float | None:
         """The scheduler's clock as this thread last saw it (its own se.exec_start, in ms): the

@@ -55,6 +55,9 @@ class ThreadCounters:
     # se.exec_start against the reader's own), read before the round's stack dump woke it: at
     # the first sample, how long it had been asleep before hangdoc arrived. None: not read.
     off_cpu_s: float | None = None
+    # Seconds it has waited on a run queue, runnable but not running (/proc/PID/task/TID/schedstat's
+    # second field): its growth against the clock is how starved of CPU the thread is. None: not read.
+    runqueue_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ RULE_MODULES = (
     "uneven_shards",
     "dataloader_stall",
     "workers_cpu_confined",
+    "threads_oversubscribed",
     "gpu_starved",
     "slow_rank",
     "collective_straggler",

@@ -77,3 +77,25 @@ def test_workers_left_on_their_rank_s_cpus_are_not_called_confined(pipeline_job,
     assert done.returncode in (0, 8), done.stderr[-2000:]
     assert "workers-cpu-confined" not in {f["rule"] for f in json.loads(done.stdout)["findings"]}
     assert "confined" not in done.stderr
+
+
+@pytest.mark.parametrize("threads, oversubscribed", [("8", True), ("1", False)])
+def test_intra_op_threads_past_the_cores_are_named_and_one_a_cpu_is_not(pipeline_job, tmp_path, threads,
+                                                                         oversubscribed):
+    # GIVEN 2 ranks that multiply matrices every step with OMP_NUM_THREADS=8 (or 1, torchrun's default)
+    job = pipeline_job("compute", "--workers", "1", wait_fault=False, env=(f"OMP_NUM_THREADS={threads}",))
+    # WHEN hangdoc watches it for a while
+    began = time.monotonic()
+    done = run_hangdoc("watch", str(job.pid), "--format", "json", "--no-live", "--no-gpu", "--interval", "0.5",
+                       "--timeout", "12", "--out", str(tmp_path / "bundle.json"), timeout=120)
+    took = time.monotonic() - began
+    assert done.returncode in (0, 8), done.stderr[-2000:]
+    found = [f for f in json.loads(done.stdout)["findings"] if f["rule"] == "threads-oversubscribed"]
+    # THEN 16 threads on this node's CPUs are named, with the run-queue wait and the fix; 2 threads are not
+    cpus = len(os.sched_getaffinity(0))
+    if not oversubscribed or 16 < 2 * cpus:
+        assert not found, found
+        return
+    assert found and f"16 intra-op threads set for {cpus}" in found[0]["title"], found
+    assert any("waited for a CPU" in e for e in found[0]["evidence"]), found[0]["evidence"]
+    assert "OMP_NUM_THREADS" in found[0]["fix"] and took < 40

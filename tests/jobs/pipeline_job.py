@@ -7,6 +7,8 @@
                   conda's llvm-openmp 16 does to a forked worker: the workers share one CPU and
                   every rank waits on its data
 --mode plain      the same CPU-heavy loading with the workers' CPUs left alone
+--mode compute    each step multiplies matrices on torch's intra-op threads (as many as the job's
+                  OMP_NUM_THREADS says: run it with OMP_NUM_THREADS=8 to oversubscribe the cores)
 Rank r writes WORKDIR/ready.r after its first step; the faulting process writes WORKDIR/fault.
 """
 from __future__ import annotations
@@ -85,7 +87,11 @@ def main() -> None:
     init = pin_to_first_cpu if args.mode == "pinned" else None
     loader = DataLoader(Samples(args, lib), batch_size=4, num_workers=args.workers, worker_init_fn=init)
     total = torch.zeros(1)
+    weights = torch.rand(384, 384)
     for step, batch in enumerate(loader):
+        if args.mode == "compute":
+            for _ in range(20):
+                weights = torch.tanh(weights @ weights)
         total += batch.sum()
         dist.all_reduce(total)
         if step == 0:
