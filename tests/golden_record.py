@@ -23,6 +23,7 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -56,7 +57,7 @@ ALL_RULES = ("slow-decompression", "tar-member-decode", "uneven-shards", "worker
              "collective-straggler", "collective-mismatch", "flight-recorder", "rank-died", "slow-rank",
              "debugger-prompt", "file-lock-wait", "child-process-wait", "helper-thread-died", "workers-restarted",
              "worker-native-lock", "workers-cpu-confined",
-             "threads-oversubscribed")
+             "threads-oversubscribed", "shm-exhausted")
 
 
 @dataclass(frozen=True)
@@ -138,14 +139,23 @@ def own_waits_job(mode: str):
     return start
 
 
-def pipeline_job(mode: str, *extra: str, fault: bool = True, env: tuple[str, ...] = ()):
-    """A mode of tests/jobs/pipeline_job.py: a native pool used before fork, workers' CPUs, threads;
-    `env`: NAME=VALUE settings the job starts with."""
+def pipeline_job(mode: str, *extra: str, fault: bool = True, env: tuple[str, ...] = (), shm_mb: int | None = None):
+    """A mode of tests/jobs/pipeline_job.py: a native pool used before fork, workers' CPUs, threads,
+    /dev/shm; `env`: NAME=VALUE settings the job starts with; `shm_mb`: a /dev/shm of that size of its
+    own (a tmpfs in a mount namespace: needs root, as in a container)."""
     def start(workdir: Path):
         cmd = torchrun_cmd(JOBS / "pipeline_job.py", "--workdir", str(workdir), "--mode", mode, *extra)
         cmd = ["env", *env, *cmd] if env else cmd
+        if shm_mb is not None:
+            cmd = own_shm(cmd, shm_mb)
         return cmd, [workdir / "ready.0", workdir / "ready.1"] + ([workdir / "fault"] if fault else [])
     return start
+
+
+def own_shm(cmd: list[str], size_mb: int) -> list[str]:
+    """`cmd` in a mount namespace of its own whose /dev/shm is a tmpfs of `size_mb` MB (Docker's is 64)."""
+    return ["unshare", "-m", "sh", "-c",
+            f"mount -t tmpfs -o size={size_mb}m tmpfs /dev/shm && exec {shlex.join(cmd)}"]
 
 
 def on_aarch64(bundle: Bundle) -> Bundle:
@@ -204,6 +214,13 @@ CASES = [
          pipeline_job("compute", "--workers", "1", fault=False, env=("OMP_NUM_THREADS=8",)), timeout_s=14),
     Case("omp-one-thread", "the omp-oversubscribed job with OMP_NUM_THREADS=1 (torchrun's default): one thread a CPU",
          "healthy", (), (), pipeline_job("compute", "--workers", "1", fault=False, env=("OMP_NUM_THREADS=1",)),
+         timeout_s=14),
+    Case("shm-small", "a 16 MB /dev/shm of the job's own; after 6 s the workers hand over 8 MB batches: "
+         "'unable to allocate shared memory', the job crashes (the rank that fails first, 1 here, is the culprit)",
+         "crash", (1,), ("shm-exhausted", "worker-error"),
+         pipeline_job("big-batches", "--sample-mb", "2", "--fault-after", "6", fault=False, shm_mb=16)),
+    Case("shm-roomy", "the shm-small job with the machine's /dev/shm: the 8 MB batches fit, the job runs on",
+         "healthy", (), (), pipeline_job("big-batches", "--sample-mb", "2", "--fault-after", "6", fault=False),
          timeout_s=14),
     Case("stuck-fetch", "a rank-1 worker sleeps in recv() on a store that never answers",
          "hang", (1,), ("dataloader-stall", "collective-straggler"), rules_job("stuck-fetch")),

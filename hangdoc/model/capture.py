@@ -249,11 +249,21 @@ class ProcSample:
 
 
 @dataclass(frozen=True)
+class ShmUse:
+    """The /dev/shm the ranks see (through the first rank's root: a container's own), where the
+    DataLoader workers put the batches they hand over."""
+
+    size_bytes: int
+    used_bytes: int
+
+
+@dataclass(frozen=True)
 class Snapshot:
     time: float                    # seconds since the epoch, when the capture began
     took_s: float
     processes: tuple[ProcSample, ...]
     gpu: GpuState
+    shm: ShmUse | None = None      # the ranks' /dev/shm at this capture; None: not read
 
     def sample_of(self, pid: int) -> ProcSample | None:
         return self._by_pid.get(pid)

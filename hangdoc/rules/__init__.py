@@ -22,6 +22,7 @@ RULE_MODULES = (
     "worker_native_lock",
     "worker_deadlock",
     "fork_unsafe_arm",
+    "shm_exhausted",
     "worker_error",
     "worker_died",
     "uneven_shards",

@@ -99,3 +99,42 @@ def test_intra_op_threads_past_the_cores_are_named_and_one_a_cpu_is_not(pipeline
     assert found and f"16 intra-op threads set for {cpus}" in found[0]["title"], found
     assert any("waited for a CPU" in e for e in found[0]["evidence"]), found[0]["evidence"]
     assert "OMP_NUM_THREADS" in found[0]["fix"] and took < 40
+
+
+def own_shm_allowed() -> bool:
+    """Whether a mount namespace with a tmpfs of its own at /dev/shm can be made here (root, as in a container)."""
+    import subprocess
+
+    done = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
+                          capture_output=True, timeout=30)
+    return done.returncode == 0
+
+
+def test_a_dev_shm_too_small_for_the_batches_is_named_with_its_size(tmp_path):
+    # GIVEN a job in a mount namespace whose /dev/shm is 16 MB; after 6 s its workers hand over 8 MB batches
+    if not own_shm_allowed():
+        pytest.skip("no mount namespace of its own here: the golden case shm-small holds a recorded one")
+    import shlex
+
+    from hangdoc.scenarios.launch import start_job, stop_job, torchrun_cmd, wait_for
+
+    cmd = torchrun_cmd(JOBS / "pipeline_job.py", "--workdir", str(tmp_path), "--mode", "big-batches",
+                       "--sample-mb", "2", "--fault-after", "6")
+    job = start_job(["unshare", "-m", "sh", "-c",
+                     f"mount -t tmpfs -o size=16m tmpfs /dev/shm && exec {shlex.join(cmd)}"],
+                    cwd=tmp_path, log_path=tmp_path / "job.log")
+    try:
+        assert wait_for([tmp_path / "ready.0", tmp_path / "ready.1"], job, timeout=90), \
+            (tmp_path / "job.log").read_text()[-3000:]
+        # WHEN hangdoc watches it until it crashes
+        began = time.monotonic()
+        report = watch(job.pid, tmp_path / "bundle.json", code=4)   # a crash
+        took = time.monotonic() - began
+    finally:
+        stop_job(job)
+    # THEN the crash is put down to /dev/shm, its size named, with the fix
+    assert report["verdict"] == "crash", report["verdict"]
+    found = next(f for f in report["findings"] if f["rule"] == "shm-exhausted")
+    assert found["title"].startswith("/dev/shm (16.8 MB) ran out"), found["title"]
+    assert any("unable to allocate shared memory" in e for e in found["evidence"]), found["evidence"]
+    assert "--shm-size" in found["fix"] and took < 40, took

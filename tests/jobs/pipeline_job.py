@@ -7,6 +7,8 @@
                   conda's llvm-openmp 16 does to a forked worker: the workers share one CPU and
                   every rank waits on its data
 --mode plain      the same CPU-heavy loading with the workers' CPUs left alone
+--mode big-batches  after --fault-after s the workers hand over --sample-mb per sample through
+                  /dev/shm (start the job with a small /dev/shm of its own to see them fail)
 --mode compute    each step multiplies matrices on torch's intra-op threads (as many as the job's
                   OMP_NUM_THREADS says: run it with OMP_NUM_THREADS=8 to oversubscribe the cores)
 Rank r writes WORKDIR/ready.r after its first step; the faulting process writes WORKDIR/fault.
@@ -62,6 +64,8 @@ class Samples(Dataset):
             end = time.process_time() + self.args.work_s   # CPU-heavy augmentation
             while time.process_time() < end:
                 pass
+        if self.args.mode == "big-batches" and late:
+            return torch.ones(int(self.args.sample_mb * (1 << 20)) // 4)
         return torch.ones(16)
 
 
@@ -77,6 +81,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--work-s", type=float, default=0.05)
     p.add_argument("--max-steps", type=int, default=0)
+    p.add_argument("--sample-mb", type=float, default=4.0)
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
