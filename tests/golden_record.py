@@ -57,7 +57,7 @@ ALL_RULES = ("slow-decompression", "tar-member-decode", "uneven-shards", "worker
              "collective-straggler", "collective-mismatch", "flight-recorder", "rank-died", "slow-rank",
              "debugger-prompt", "file-lock-wait", "child-process-wait", "helper-thread-died", "workers-restarted",
              "worker-native-lock", "workers-cpu-confined",
-             "threads-oversubscribed", "shm-exhausted")
+             "threads-oversubscribed", "shm-exhausted", "cpu-quota-throttled")
 
 
 @dataclass(frozen=True)
@@ -139,15 +139,19 @@ def own_waits_job(mode: str):
     return start
 
 
-def pipeline_job(mode: str, *extra: str, fault: bool = True, env: tuple[str, ...] = (), shm_mb: int | None = None):
+def pipeline_job(mode: str, *extra: str, fault: bool = True, env: tuple[str, ...] = (), shm_mb: int | None = None,
+                 cpus: float | None = None):
     """A mode of tests/jobs/pipeline_job.py: a native pool used before fork, workers' CPUs, threads,
-    /dev/shm; `env`: NAME=VALUE settings the job starts with; `shm_mb`: a /dev/shm of that size of its
-    own (a tmpfs in a mount namespace: needs root, as in a container)."""
+    /dev/shm, a CPU quota; `env`: NAME=VALUE settings the job starts with; `shm_mb`: a /dev/shm of that
+    size of its own (a tmpfs in a mount namespace); `cpus`: a cgroup CPU quota of that many CPUs (both
+    need root, as in a container)."""
     def start(workdir: Path):
         cmd = torchrun_cmd(JOBS / "pipeline_job.py", "--workdir", str(workdir), "--mode", mode, *extra)
         cmd = ["env", *env, *cmd] if env else cmd
         if shm_mb is not None:
             cmd = own_shm(cmd, shm_mb)
+        if cpus is not None:
+            cmd = in_cpu_quota(cmd, cpus)
         return cmd, [workdir / "ready.0", workdir / "ready.1"] + ([workdir / "fault"] if fault else [])
     return start
 
@@ -156,6 +160,20 @@ def own_shm(cmd: list[str], size_mb: int) -> list[str]:
     """`cmd` in a mount namespace of its own whose /dev/shm is a tmpfs of `size_mb` MB (Docker's is 64)."""
     return ["unshare", "-m", "sh", "-c",
             f"mount -t tmpfs -o size={size_mb}m tmpfs /dev/shm && exec {shlex.join(cmd)}"]
+
+
+def in_cpu_quota(cmd: list[str], cpus: float, name: str = "hangdoc-golden-quota") -> list[str]:
+    """`cmd` in a cgroup of its own whose CPU quota is `cpus` CPUs (cgroup v1's cpu hierarchy, else v2)."""
+    period = 100_000
+    v1 = Path("/sys/fs/cgroup/cpu")
+    group = (v1 if v1.is_dir() else Path("/sys/fs/cgroup")) / name
+    group.mkdir(exist_ok=True)
+    if v1.is_dir():
+        (group / "cpu.cfs_period_us").write_text(str(period))
+        (group / "cpu.cfs_quota_us").write_text(str(int(cpus * period)))
+    else:
+        (group / "cpu.max").write_text(f"{int(cpus * period)} {period}")
+    return ["sh", "-c", f"echo $$ > {group / 'cgroup.procs'} && exec {shlex.join(cmd)}"]
 
 
 def on_aarch64(bundle: Bundle) -> Bundle:
@@ -222,6 +240,12 @@ CASES = [
     Case("shm-roomy", "the shm-small job with the machine's /dev/shm: the 8 MB batches fit, the job runs on",
          "healthy", (), (), pipeline_job("big-batches", "--sample-mb", "2", "--fault-after", "6", fault=False),
          timeout_s=14),
+    Case("cpu-quota", "a cgroup CPU quota of 0.2 CPUs over 2 ranks x 2 workers of CPU-heavy loading: throttled most "
+         "periods, every rank waits on its data",
+         "slow", (), ("cpu-quota-throttled", "gpu-starved"), pipeline_job("plain", fault=False, cpus=0.2),
+         timeout_s=20),
+    Case("cpu-quota-roomy", "the cpu-quota job under a quota of 4 CPUs, more than the node has: never throttled",
+         "slow", (), ("gpu-starved",), pipeline_job("plain", fault=False, cpus=4), timeout_s=20),
     Case("stuck-fetch", "a rank-1 worker sleeps in recv() on a store that never answers",
          "hang", (1,), ("dataloader-stall", "collective-straggler"), rules_job("stuck-fetch")),
     Case("compute-straggler", "rank 1 loops in heavy_compute(); its workers idle on their index queues",

@@ -14,7 +14,7 @@ from hangdoc.model.flight import FlightRecord, FrConfig, FrEntry, FrFrame, FrGro
 from hangdoc.model.capture import (
     BUNDLE_SCHEMA, FILE_LOCK_WCHANS, PID_STRIDE, Bundle, DataListCopy, FdLink, FileLock, GpuDevice, GpuProcess,
     GpuState, Host, IoCounters, Job, LogTail, OomCount, OpenFile, Options, ProcessExit, ProcessInfo, ProcSample,
-    ProcStat, ShmUse, Snapshot, ThreadCounters,
+    ProcStat, ShmUse, Snapshot, ThreadCounters, CpuQuota,
 )
 from hangdoc.model.digest import DIGEST_VERSION, DigestWorker, NodeDigest, RankDigest, ShareCounts, StepSummary
 from hangdoc.model.report import (
@@ -70,6 +70,7 @@ __all__ = [
     "RasComm",
     "RasStatus",
     "ShmUse",
+    "CpuQuota",
     "Snapshot",
     "Stack",
     "Thread",

@@ -258,12 +258,25 @@ class ShmUse:
 
 
 @dataclass(frozen=True)
+class CpuQuota:
+    """The tightest CPU quota over the first rank's cgroup and its parents (cgroup v2 cpu.max, v1
+    cpu.cfs_quota_us), with that cgroup's throttling counters (cpu.stat) at one capture."""
+
+    cgroup: str                    # "/docker/3f2a...", as /proc/PID/cgroup names it
+    cores: float                   # quota / period: the CPUs' worth of time the job may use
+    periods: int                   # nr_periods
+    throttled_periods: int         # nr_throttled
+    throttled_s: float             # throttled_usec (v2) or throttled_time (v1), in seconds
+
+
+@dataclass(frozen=True)
 class Snapshot:
     time: float                    # seconds since the epoch, when the capture began
     took_s: float
     processes: tuple[ProcSample, ...]
     gpu: GpuState
     shm: ShmUse | None = None      # the ranks' /dev/shm at this capture; None: not read
+    cpu_quota: CpuQuota | None = None   # the ranks' CPU quota and its throttling; None: none set, or not read
 
     def sample_of(self, pid: int) -> ProcSample | None:
         return self._by_pid.get(pid)

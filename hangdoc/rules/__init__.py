@@ -28,6 +28,7 @@ RULE_MODULES = (
     "uneven_shards",
     "dataloader_stall",
     "workers_cpu_confined",
+    "cpu_quota_throttled",
     "threads_oversubscribed",
     "gpu_starved",
     "slow_rank",

@@ -90,10 +90,11 @@ def check(ctx: Context) -> list[Finding]:
                 evidence.append(f"rank {rank.rank} {habit.text}")
                 lines.update([habit.line] if habit.line else [])
     room = cores // max(nranks, 1)
-    confined = next((f for f in ctx.findings if f.rule == "workers-cpu-confined"), None)
-    if confined is not None:
-        here = (f" Here: the workers are {confined.cause}, fewer CPUs than their rank may use "
-                "(workers-cpu-confined): give them their rank's CPUs back first; more workers will not help.")
+    # A rule before this one that named what holds the workers back (their CPUs, a quota) says the fix.
+    held = next((f for f in ctx.findings if f.cause), None)
+    if held is not None:
+        here = (f" Here: what holds the workers back is {held.cause} ({held.rule}): lift that first; "
+                "more workers will not help.")
     elif busy and sum(busy) / len(busy) < WAITING_WORKER:
         at = f", most often at {lines.most_common(1)[0][0]}" if lines else ""
         here = (f" Here: the workers use {100 * sum(busy) / len(busy):.0f}% of a core each: they wait{at}, "

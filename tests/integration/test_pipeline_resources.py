@@ -138,3 +138,54 @@ def test_a_dev_shm_too_small_for_the_batches_is_named_with_its_size(tmp_path):
     assert found["title"].startswith("/dev/shm (16.8 MB) ran out"), found["title"]
     assert any("unable to allocate shared memory" in e for e in found["evidence"]), found["evidence"]
     assert "--shm-size" in found["fix"] and took < 40, took
+
+
+def quota_group(name: str, cpus: float):
+    """A cgroup with a CPU quota of `cpus` CPUs that this test may make (root, cgroup v1 cpu or v2), or None."""
+    from pathlib import Path
+
+    period = 100_000
+    v1 = Path("/sys/fs/cgroup/cpu")
+    group = (v1 if v1.is_dir() else Path("/sys/fs/cgroup")) / name
+    try:
+        group.mkdir(exist_ok=True)
+        if v1.is_dir():
+            (group / "cpu.cfs_quota_us").write_text(str(int(cpus * period)))
+        else:
+            (group / "cpu.max").write_text(f"{int(cpus * period)} {period}")
+    except OSError:
+        return None
+    return group
+
+
+def test_a_cpu_quota_that_throttles_a_data_bound_job_is_named_with_its_share(tmp_path):
+    # GIVEN 2 ranks x 2 workers of CPU-heavy loading in a cgroup whose CPU quota is 0.2 CPUs
+    group = quota_group(f"hangdoc-test-{os.getpid()}", 0.2)
+    if group is None:
+        pytest.skip("no cgroup with a CPU quota can be made here: the golden case cpu-quota holds a recorded one")
+    import shlex
+
+    from hangdoc.scenarios.launch import start_job, stop_job, torchrun_cmd, wait_for
+
+    cmd = torchrun_cmd(JOBS / "pipeline_job.py", "--workdir", str(tmp_path), "--mode", "plain")
+    job = start_job(["sh", "-c", f"echo $$ > {group / 'cgroup.procs'} && exec {shlex.join(cmd)}"],
+                    cwd=tmp_path, log_path=tmp_path / "job.log")
+    try:
+        assert wait_for([tmp_path / "ready.0", tmp_path / "ready.1"], job, timeout=120), \
+            (tmp_path / "job.log").read_text()[-3000:]
+        # WHEN hangdoc watches it for a while
+        began = time.monotonic()
+        done = run_hangdoc("watch", str(job.pid), "--format", "json", "--no-live", "--no-gpu", "--interval", "0.5",
+                           "--timeout", "15", "--out", str(tmp_path / "bundle.json"), timeout=120)
+        took = time.monotonic() - began
+    finally:
+        stop_job(job)
+        group.rmdir()
+    # THEN the quota is named, with the share of periods it throttled, and the headline carries it
+    assert done.returncode in (0, 8), done.stderr[-2000:]
+    found = next(f for f in json.loads(done.stdout)["findings"] if f["rule"] == "cpu-quota-throttled")
+    assert found["title"].startswith("The job's CPU quota (0.2 CPUs) throttles it in "), found["title"]
+    assert any("periods" in e and "cpu.stat" in e for e in found["evidence"]), found["evidence"]
+    replay = run_hangdoc("report", str(tmp_path / "bundle.json"))
+    assert "a CPU quota of 0.2 CPUs" in replay.stdout.splitlines()[0], replay.stdout[:500]
+    assert took < 40, took
