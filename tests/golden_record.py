@@ -246,6 +246,10 @@ CASES = [
          timeout_s=20),
     Case("cpu-quota-roomy", "the cpu-quota job under a quota of 4 CPUs, more than the node has: never throttled",
          "slow", (), ("gpu-starved",), pipeline_job("plain", fault=False, cpus=4), timeout_s=20),
+    Case("tokenizers-fork", "rank 1 tokenizes a batch (Hugging Face tokenizers, TOKENIZERS_PARALLELISM=true) before its "
+         "DataLoader forks; its worker 0 tokenizes after the fork and waits for ever for the rayon pool",
+         "hang", (1,), ("worker-native-lock", "collective-straggler"),
+         pipeline_job("tokenizers-fork", env=("TOKENIZERS_PARALLELISM=true",))),
     Case("stuck-fetch", "a rank-1 worker sleeps in recv() on a store that never answers",
          "hang", (1,), ("dataloader-stall", "collective-straggler"), rules_job("stuck-fetch")),
     Case("compute-straggler", "rank 1 loops in heavy_compute(); its workers idle on their index queues",

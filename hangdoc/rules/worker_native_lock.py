@@ -10,6 +10,7 @@ from hangdoc.rules.native_libs import native_probe, stuck_in
 from hangdoc.rules.snippets import SPAWN_SNIPPET
 
 QUEUE_WAIT = "waiting for work on its index queue"
+POOL_ENV = ("TOKENIZERS_PARALLELISM", "OMP_NUM_THREADS", "MKL_NUM_THREADS")   # what sizes or allows the pools
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -40,6 +41,9 @@ def check(ctx: Context) -> list[Finding]:
                          if any(lib.endswith("/" + s.shared_object) for _, s, _ in named)})
         if mapped:
             evidence.append(f"rank {view.info.rank} maps {', '.join(mapped)} itself")
+        settings = [f"{k}={view.info.env[k]}" for k in POOL_ENV if k in view.info.env]
+        if settings:
+            evidence.append(f"rank {view.info.rank}'s environment: {', '.join(settings)}")
         worker, stuck, reading = named[0]
         index = worker.worker_index if worker.worker_index is not None else "?"
         at = f" at {reading.frame.label}" if reading.frame else ""

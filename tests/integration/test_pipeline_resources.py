@@ -46,6 +46,19 @@ def test_a_worker_stuck_in_openmp_after_fork_is_named_with_the_library_and_its_f
     assert took < 30, took
 
 
+def test_a_worker_stuck_in_the_tokenizers_pool_after_fork_is_told_to_turn_parallelism_off(pipeline_job, tmp_path):
+    pytest.importorskip("tokenizers")
+    # GIVEN rank 1 tokenized a batch (TOKENIZERS_PARALLELISM=true) before its DataLoader forked; worker 0 tokenizes
+    job = pipeline_job("tokenizers-fork", env=("TOKENIZERS_PARALLELISM=true",))
+    # WHEN hangdoc watches it, with no flag
+    report = watch(job.pid, tmp_path / "bundle.json", "--hang-after", "4")
+    # THEN the worker is named stuck in the tokenizers' rayon pool, with the tokenizers' own fix
+    found = next(f for f in report["findings"] if f["rule"] == "worker-native-lock")
+    assert "inside Hugging Face tokenizers' rayon pool" in found["title"], found["title"]
+    assert any("TOKENIZERS_PARALLELISM=true" in e for e in found["evidence"]), found["evidence"]
+    assert found["fix"].startswith("Set TOKENIZERS_PARALLELISM=false")
+
+
 def test_workers_pinned_to_one_cpu_are_named_as_the_cause_of_a_data_bound_job(pipeline_job, tmp_path):
     # GIVEN every DataLoader worker pins itself to the first CPU in worker_init_fn (what llvm-openmp 16
     # does to a forked worker), while its rank may run on every CPU

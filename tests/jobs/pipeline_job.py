@@ -3,6 +3,9 @@
 --mode gomp-fork  rank 1 runs an OpenMP parallel region (libgomp, loaded with ctypes) before its
                   DataLoader forks; its worker 0 runs one too after --fault-after s and waits
                   for ever for the pool threads the fork left behind
+--mode tokenizers-fork  rank 1 tokenizes a batch in parallel (Hugging Face tokenizers, its rayon
+                  pool; run it with TOKENIZERS_PARALLELISM=true) before its DataLoader forks; its worker 0
+                  tokenizes after --fault-after s and waits for ever for the pool's threads
 --mode pinned     every worker calls os.sched_setaffinity(0, {first CPU}) in worker_init_fn, as
                   conda's llvm-openmp 16 does to a forked worker: the workers share one CPU and
                   every rank waits on its data
@@ -55,11 +58,14 @@ class Samples(Dataset):
 
     def __getitem__(self, index):
         late = time.monotonic() - self.started > self.args.fault_after
-        if self.args.mode == "gomp-fork" and RANK == 1 and late and torch.utils.data.get_worker_info().id == 0:
+        if self.args.mode in ("gomp-fork", "tokenizers-fork") and RANK == 1 and late \
+                and torch.utils.data.get_worker_info().id == 0:
             path = Path(self.args.workdir, "fault")
             if not path.exists():
-                path.write_text(f"{time.time()} rank {RANK} pid {os.getpid()}: OpenMP region after fork\n")
-            parallel_region(self.lib)        # never returns
+                path.write_text(f"{time.time()} rank {RANK} pid {os.getpid()}: {self.args.mode}\n")
+            if self.args.mode == "gomp-fork":
+                parallel_region(self.lib)    # never returns
+            self.lib.encode_batch(TEXTS)     # never returns
         if self.args.mode in ("pinned", "plain"):
             end = time.process_time() + self.args.work_s   # CPU-heavy augmentation
             while time.process_time() < end:
@@ -67,6 +73,20 @@ class Samples(Dataset):
         if self.args.mode == "big-batches" and late:
             return torch.ones(int(self.args.sample_mb * (1 << 20)) // 4)
         return torch.ones(16)
+
+
+def tokenizer():
+    """A small BPE tokenizer trained in memory (nothing to download)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(["the quick brown fox jumps over the lazy dog " * 20] * 100,
+                            trainers.BpeTrainer(vocab_size=120, special_tokens=["[UNK]"]))
+    return tok
+
+
+TEXTS = ["the quick brown fox jumps over the lazy dog"] * 2000
 
 
 def pin_to_first_cpu(worker_id: int) -> None:
@@ -89,6 +109,9 @@ def main() -> None:
     if args.mode == "gomp-fork" and rank == 1:
         lib = openmp()
         parallel_region(lib)                 # the pool's threads exist in this process only
+    if args.mode == "tokenizers-fork" and rank == 1:
+        lib = tokenizer()
+        lib.encode_batch(TEXTS)              # the rayon pool starts here, in this process only
     init = pin_to_first_cpu if args.mode == "pinned" else None
     loader = DataLoader(Samples(args, lib), batch_size=4, num_workers=args.workers, worker_init_fn=init)
     total = torch.zeros(1)
