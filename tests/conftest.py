@@ -54,17 +54,21 @@ def hangdoc_cmd() -> list[str]:
     return [sys.executable, "-m", "hangdoc"]
 
 
-@pytest.fixture
-def stall_job(tmp_path):
-    """GIVEN a real 2-rank gloo job that stalls in the chosen --mode (tests/jobs/stall_job.py)."""
+def mode_jobs(tmp_path: Path, script: Path, timeout: float = 60, outlive_check: bool = False):
+    """`start(mode, *extra, wait_fault=True, env=())` for a 2-rank job of tests/jobs/ that writes
+    WORKDIR/ready.r and WORKDIR/fault (`env`: NAME=VALUE settings it starts with); a generator for a fixture to yield from: every job started is ended after the
+    test (with `outlive_check`, no process of it may outlive that)."""
+    import psutil
+
     started = []
 
-    def start(mode: str, *extra: str, wait_fault: bool = True):
-        cmd = torchrun_cmd(JOBS / "stall_job.py", "--workdir", str(tmp_path), "--mode", mode, *extra)
+    def start(mode: str, *extra: str, wait_fault: bool = True, env: tuple[str, ...] = ()):
+        cmd = torchrun_cmd(script, "--workdir", str(tmp_path), "--mode", mode, *extra)
+        cmd = ["env", *env, *cmd] if env else cmd
         job = start_job(cmd, cwd=tmp_path, log_path=tmp_path / "job.log")
         started.append(job)
         markers = [tmp_path / "ready.0", tmp_path / "ready.1"] + ([tmp_path / "fault"] if wait_fault else [])
-        if not wait_for(markers, job, timeout=60):
+        if not wait_for(markers, job, timeout=timeout):
             log = (tmp_path / "job.log").read_text(errors="replace")[-3000:]
             pytest.fail(f"job did not reach its markers; log tail:\n{log}")
         return job
@@ -72,6 +76,15 @@ def stall_job(tmp_path):
     yield start
     for job in started:
         stop_job(job)
+        if outlive_check:
+            left = [p for p in job.procs.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+            assert not left, f"processes of the job outlived it: {left}"
+
+
+@pytest.fixture
+def stall_job(tmp_path):
+    """GIVEN a real 2-rank gloo job that stalls in the chosen --mode (tests/jobs/stall_job.py)."""
+    yield from mode_jobs(tmp_path, JOBS / "stall_job.py")
 
 
 def run_hangdoc(*args: str, timeout: float = 120) -> "subprocess.CompletedProcess":

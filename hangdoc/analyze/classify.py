@@ -281,9 +281,9 @@ def classify_worker(sample: ProcSample | None) -> Reading:
     if sample is None or not sample.alive or (sample.proc and sample.proc.state in ("Z", "X")):
         return Reading(WorkerState.EXITED, None, None)
     main = sample.stack.main if sample.stack else None
-    if main is None or not main.frames:
+    frames = signature(sample)          # a native probe's Python frames stand for its stack
+    if main is None or not frames:
         return Reading(WorkerState.UNKNOWN, None, None)
-    frames = main.frames
     seen = _worker_frames(frames)
     above = seen.above
     if above and above[-1].name.endswith("get") and "queue" in above[-1].filename.lower():

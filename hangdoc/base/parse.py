@@ -14,3 +14,15 @@ def to_int(value) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         return None
+
+
+def cpu_list(text: str, limit: int = 1 << 16) -> frozenset[int]:
+    """The CPUs of a kernel CPU list ("0-3,8,10-11"); what does not parse, or lies past `limit`, is left out."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        low, _, high = part.partition("-")
+        first, last = to_int(low.strip()), to_int((high or low).strip())
+        if first is None or last is None or not 0 <= first <= last < limit:
+            continue
+        cpus.update(range(first, last + 1))
+    return frozenset(cpus)

@@ -266,7 +266,17 @@ class ProcFS:
             cpu_s=(int(fields[11]) + int(fields[12])) / self._ticks,
             voluntary_switches=_status_field(status, "voluntary_ctxt_switches") or 0,
             involuntary_switches=_status_field(status, "nonvoluntary_ctxt_switches") or 0,
+            runqueue_s=self._runqueue_s(pid, tid),
         )
+
+    def _runqueue_s(self, pid: int, tid: int) -> float | None:
+        """Seconds the thread has waited on a run queue (schedstat); None where the kernel does not say."""
+        try:
+            words = self.read_text(pid, f"task/{tid}/schedstat").split()
+        except (ProcGone, ProcDenied, OSError):
+            return None
+        wait = to_int(words[1]) if len(words) >= 2 else None
+        return None if wait is None else round(wait / 1e9, 4)
 
     def sched_clock_ms(self) -> float | None:
         """The scheduler's clock as this thread last saw it (its own se.exec_start, in ms): the
@@ -337,6 +347,7 @@ class ProcFS:
             main_thread=self._thread_counters(pid, pid, status),
             full=full,
             fd_links=fd_links,
+            cpus_allowed=_status_text(status, "Cpus_allowed_list"),
         )
 
     def _syscall(self, pid: int, line: str) -> dict:
@@ -419,6 +430,15 @@ def _status_field(status: str, key: str) -> int | None:
     end = status.find("\n", at + 1)
     words = status[at + len(key) + 2:end if end >= 0 else None].split()
     return to_int(words[0]) if words else 0
+
+
+def _status_text(status: str, key: str) -> str | None:
+    """One line's value of a /proc status file, as written ("Cpus_allowed_list:\t0-3" -> "0-3")."""
+    at = status.find(f"\n{key}:")
+    if at < 0:
+        return None
+    end = status.find("\n", at + 1)
+    return status[at + len(key) + 2:end if end >= 0 else None].strip() or None
 
 
 def _rss_bytes(status: str) -> int:

@@ -13,6 +13,7 @@ from typing import Callable
 
 from hangdoc.collect.locks import lock_waits
 from hangdoc.collect.procfs import ProcDenied, ProcFS, ProcGone
+from hangdoc.collect.resources import cpu_quota, shm_use
 from hangdoc.collect.sockets import tcp_sockets
 from hangdoc.collect.stacks import Dump, DumpRequest, StackError, StackReader, dump_many
 from hangdoc.model import GpuState, Job, ProcessInfo, ProcSample, Role, Snapshot
@@ -92,7 +93,8 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
             errors = errors + (f"stack: could not collect: {dump}",)
         samples.append(ProcSample(pid=pid, alive=alive, proc=proc, stack=stack, errors=errors))
     snapshot = Snapshot(time=started, took_s=round(time.monotonic() - t0, 4),
-                        processes=tuple(samples), gpu=gpu)
+                        processes=tuple(samples), gpu=gpu, shm=shm_use(job, probes.procfs.root),
+                        cpu_quota=cpu_quota(job, probes.procfs.root))
     return snapshot, refine_job(job, dumps)
 
 

@@ -25,6 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+from hangdoc.analyze.classify import signature
 from hangdoc.analyze.progress import WAKEUPS_PER_DUMP, dwells, place, spins
 from hangdoc.analyze.restarts import restarts_of
 from hangdoc.analyze.timeline import LiveTimelines
@@ -235,7 +236,9 @@ class Watcher:
         # Workers nobody looks at this round get the cheap /proc read (no open files, no kernel wait).
         light = {p.pid for p in self.job.processes if p.role is Role.WORKER and p.pid not in wanted
                  and p.rank_pid not in waiting_on_data}
-        probe = self._spinning() & wanted          # read paused, with native frames, this once
+        blocked = self._blocked_workers(waiting_on_data)
+        wanted |= blocked
+        probe = (self._spinning() | blocked) & wanted   # read paused, with native frames, this once
         snapshot, self.job = capture(self.job, self.probes, stack_pids=wanted, native=self.options.native or probe,
                                      nonblocking=self._gentle_pids() - probe, light=light)
         self.samples.append(snapshot)
@@ -277,6 +280,36 @@ class Watcher:
             self.probed.add((rank.pid, place(fresh[-1].sig)))
             chosen.add(rank.pid)
         return chosen
+
+    def _blocked_workers(self, waiting_on_data: set[int]) -> set[int]:
+        """Workers to probe natively this round, once per stack: a worker of a rank that waits on
+        its data, asleep in a futex at its last two samples with no CPU used between them. A lock
+        in native code (a thread pool its parent used before forking it) shows no Python frame of
+        its own; the native frames name the library (rules/native_libs.py)."""
+        if self.options.nonblocking or len(self.samples) < 2 or not isinstance(self.probes.pyspy, PySpy):
+            return set()
+        before, last = self.samples[-2], self.samples[-1]
+        chosen = set()
+        for proc in self.job.processes:
+            if proc.role is not Role.WORKER or proc.rank_pid not in waiting_on_data:
+                continue
+            now, then = last.sample_of(proc.pid), before.sample_of(proc.pid)
+            if now is None or then is None or now.proc is None or then.proc is None \
+                    or not (now.proc.in_futex and then.proc.in_futex) or now.proc.cpu_s != then.proc.cpu_s:
+                continue
+            key = (proc.pid, self._stack_key(proc.pid))
+            if key[1] is not None and key not in self.probed:
+                self.probed.add(key)
+                chosen.add(proc.pid)
+        return chosen
+
+    def _stack_key(self, pid: int) -> tuple | None:
+        """The Python frames of the newest stack read of `pid`; None: none read yet."""
+        for snapshot in reversed(self.samples):
+            sample = snapshot.sample_of(pid)
+            if sample is not None and sample.stack is not None:
+                return signature(sample)
+        return None
 
     def _gentle_pids(self) -> set[int]:
         """Processes read without pausing them: all with --nonblocking, else the stepping ranks'."""

@@ -14,7 +14,7 @@ from hangdoc.model.flight import FlightRecord, FrConfig, FrEntry, FrFrame, FrGro
 from hangdoc.model.capture import (
     BUNDLE_SCHEMA, FILE_LOCK_WCHANS, PID_STRIDE, Bundle, DataListCopy, FdLink, FileLock, GpuDevice, GpuProcess,
     GpuState, Host, IoCounters, Job, LogTail, OomCount, OpenFile, Options, ProcessExit, ProcessInfo, ProcSample,
-    ProcStat, Snapshot, TcpSocket, ThreadCounters,
+    ProcStat, ShmUse, Snapshot, TcpSocket, ThreadCounters, CpuQuota,
 )
 from hangdoc.model.digest import DIGEST_VERSION, DigestWorker, NodeDigest, RankDigest, ShareCounts, StepSummary
 from hangdoc.model.report import (
@@ -69,6 +69,8 @@ __all__ = [
     "ProcStat",
     "RasComm",
     "RasStatus",
+    "ShmUse",
+    "CpuQuota",
     "Snapshot",
     "Stack",
     "TcpSocket",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from hangdoc.base.parse import to_int
+from hangdoc.base.parse import cpu_list, to_int
 from hangdoc.model.flight import FlightRecord, FrConfig, RasStatus
 from hangdoc.model.stack import Stack
 from hangdoc.model.vocab import Role
@@ -55,6 +55,9 @@ class ThreadCounters:
     # se.exec_start against the reader's own), read before the round's stack dump woke it: at
     # the first sample, how long it had been asleep before hangdoc arrived. None: not read.
     off_cpu_s: float | None = None
+    # Seconds it has waited on a run queue, runnable but not running (/proc/PID/task/TID/schedstat's
+    # second field): its growth against the clock is how starved of CPU the thread is. None: not read.
+    runqueue_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -128,10 +131,24 @@ class ProcStat:
     # A rank's TCP sockets (its store connection, gloo's pairs), read from its descriptors and the
     # kernel's tables. Empty where not read (workers, light reads, older bundles).
     sockets: tuple[TcpSocket, ...] = ()
+    # The CPUs the process may run on, as /proc/PID/status's Cpus_allowed_list writes them ("0-3,8").
+    # None: not read (bundles saved before it was).
+    cpus_allowed: str | None = None
 
     @property
     def cpu_s(self) -> float:
         return self.utime_s + self.stime_s
+
+    @property
+    def allowed_cpus(self) -> frozenset[int] | None:
+        """The CPUs it may run on; None where not read."""
+        return cpu_list(self.cpus_allowed) if self.cpus_allowed is not None else None
+
+    @property
+    def in_futex(self) -> bool:
+        """Asleep in a futex (a lock or condition variable), as the kernel says: futex is syscall
+        202 on x86_64 and 98 on aarch64, and its wait functions are named futex_*."""
+        return self.syscall in ("202", "98") or "futex" in (self.wchan or "")
 
     @property
     def in_file_lock(self) -> bool:
@@ -245,11 +262,34 @@ class ProcSample:
 
 
 @dataclass(frozen=True)
+class ShmUse:
+    """The /dev/shm the ranks see (through the first rank's root: a container's own), where the
+    DataLoader workers put the batches they hand over."""
+
+    size_bytes: int
+    used_bytes: int
+
+
+@dataclass(frozen=True)
+class CpuQuota:
+    """The tightest CPU quota over the first rank's cgroup and its parents (cgroup v2 cpu.max, v1
+    cpu.cfs_quota_us), with that cgroup's throttling counters (cpu.stat) at one capture."""
+
+    cgroup: str                    # "/docker/3f2a...", as /proc/PID/cgroup names it
+    cores: float                   # quota / period: the CPUs' worth of time the job may use
+    periods: int                   # nr_periods
+    throttled_periods: int         # nr_throttled
+    throttled_s: float             # throttled_usec (v2) or throttled_time (v1), in seconds
+
+
+@dataclass(frozen=True)
 class Snapshot:
     time: float                    # seconds since the epoch, when the capture began
     took_s: float
     processes: tuple[ProcSample, ...]
     gpu: GpuState
+    shm: ShmUse | None = None      # the ranks' /dev/shm at this capture; None: not read
+    cpu_quota: CpuQuota | None = None   # the ranks' CPU quota and its throttling; None: none set, or not read
 
     def sample_of(self, pid: int) -> ProcSample | None:
         return self._by_pid.get(pid)

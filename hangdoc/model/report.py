@@ -17,6 +17,9 @@ class Finding:
     title: str                     # one line
     evidence: tuple[str, ...]      # frames, files, numbers, log lines
     fix: str
+    # What makes a job that moves data-bound, in a few words a slow or healthy verdict's headline
+    # carries ("workers confined to CPU 0"); None: the finding names no such cause.
+    cause: str | None = None
 
 
 @dataclass(frozen=True)

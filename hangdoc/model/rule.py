@@ -36,7 +36,7 @@ class Rule:
 
 def finding(rule: Rule, ranks: Iterable[int | None], title: str, evidence: Iterable[str],
             fix: str | None = None, severity: Severity | None = None, *,
-            max_evidence: int | None = None) -> Finding:
+            max_evidence: int | None = None, cause: str | None = None) -> Finding:
     """A finding of `rule`: its fix unless the finding words its own (with figures of this job).
 
     `max_evidence` cuts long evidence to that many lines, the last one counting the rest."""
@@ -45,4 +45,4 @@ def finding(rule: Rule, ranks: Iterable[int | None], title: str, evidence: Itera
         lines = lines[:max_evidence - 1] + (f"... and {len(lines) - max_evidence + 1} more",)
     return Finding(rule=rule.slug, severity=severity or rule.severity,
                    ranks=tuple(sorted({r for r in ranks if r is not None})),
-                   title=title, evidence=lines, fix=fix if fix is not None else rule.fix)
+                   title=title, evidence=lines, fix=fix if fix is not None else rule.fix, cause=cause)

@@ -41,7 +41,13 @@ def headline(report: Report) -> str:
         return "ENDED, cause unknown: every rank is gone and nothing readable says whether it failed"
     if report.verdict == Verdict.INTERRUPTED:
         return "INTERRUPTED: stopped before a verdict; the report shows what was seen so far"
-    return "HEALTHY: no hang found"
+    cause = data_cause(report)
+    return "HEALTHY: no hang found" + (f"; data-bound: {cause}" if cause else "")
+
+
+def data_cause(report: Report) -> str | None:
+    """The first finding's word on what makes the job data-bound ("workers confined to CPU 0")."""
+    return next((f.cause for f in report.findings if f.cause), None)
 
 
 _SETUP_CALLS = ("init_process_group", "new_group", "_new_process_group_helper", "_store_based_barrier",
@@ -61,10 +67,14 @@ def slow_headline(report: Report) -> str:
     if slow is None:
         return "SLOW: the job moves, slowly"
     if slow.kind == SlowKind.DATA_BOUND:
-        return (f"SLOW: data-bound: every rank waits on its DataLoader at least {slow.others_wait:.0%} of the time "
+        cause = data_cause(report)
+        return (f"SLOW: data-bound{f': {cause};' if cause else ':'} every rank waits on its DataLoader at least "
+                f"{slow.others_wait:.0%} of the time "
                 f"(up to {slow.speedup_at_most:.1f}x faster with its data on time)")
     who = rank_ranges(slow.stragglers)
     noun, verb = ("rank", "is the straggler") if len(slow.stragglers) == 1 else ("ranks", "are the stragglers")
+    cause = data_cause(report) if slow.doing == RankState.DATALOADER else None
+    verb += f" (data-bound: {cause})" if cause else ""
     return (f"SLOW: {noun} {who} {verb}: the others wait {slow.others_wait:.0%} of every step for it "
             f"(up to {slow.speedup_at_most:.1f}x faster without it)")
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from hangdoc.model import Finding, RankState, Severity
 from hangdoc.rules import (file_lock_wait, fork_unsafe_arm, slow_decompression, tar_member_decode, worker_deadlock,
-                           worker_died, worker_error)
+                           worker_died, worker_error, worker_native_lock)
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import (above_worker_loop, chain, cpu_use, file_read_line, file_reads,
                                     kernel_wait, latest_frames, rank_line, samples_of, worker_doing, worker_name)
@@ -11,7 +11,8 @@ from hangdoc.rules.evidence import (above_worker_loop, chain, cpu_use, file_read
 # The rules that name a cause for a rank's workers; when one fires for a rank, this one stays quiet.
 # They run before this one (hangdoc/rules/__init__.py), so their findings are in the context.
 SPECIFIC = frozenset(m.RULE.slug for m in (slow_decompression, tar_member_decode, worker_deadlock, worker_died,
-                                           worker_error, fork_unsafe_arm, file_lock_wait))
+                                           worker_error, fork_unsafe_arm, file_lock_wait,
+                                           worker_native_lock))
 
 
 def check(ctx: Context) -> list[Finding]:

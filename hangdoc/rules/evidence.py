@@ -9,7 +9,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from hangdoc.analyze.classify import is_gpu_sync, own_frame
+from hangdoc.analyze.classify import is_gpu_sync, own_frame, signature
 from hangdoc.analyze.diagnose import RankView
 from hangdoc.analyze.gpu import gpu_activity
 from hangdoc.analyze.logs import killed_workers
@@ -24,7 +24,6 @@ COMPRESSED_SUFFIXES = {".bz2": "bz2", ".tbz2": "bz2", ".tbz": "bz2", ".gz": "gzi
                        ".xz": "xz", ".lzma": "xz", ".txz": "xz", ".zst": "zstd", ".zstd": "zstd"}
 DECOMPRESS_FILES = {"bz2.py": "bz2", "lzma.py": "xz", "gzip.py": "gzip", "zlib": "zlib",
                     "_compression.py": None, "zstandard": "zstd", "zstd": "zstd"}
-FUTEX_SYSCALLS = ("202", "98")           # futex on x86_64, on aarch64
 _PREFIX = re.compile(r"^\[(?:default)?rank\d+\]:\s?")
 
 
@@ -125,8 +124,9 @@ def latest_frames(bundle: Bundle, pid: int) -> tuple[Frame, ...]:
     """The main thread's frames (innermost first) from the newest sample that has a stack."""
     for _, sample in reversed(samples_of(bundle, pid)):
         if sample.stack is not None and sample.stack.main is not None:
-            return sample.stack.main.frames
+            return signature(sample)   # a native probe's Python frames stand for its stack
     return ()
+
 
 
 def recent_worker_frames(bundle: Bundle, pid: int, shows, recent: int = 8) -> tuple[Frame, ...] | None:
@@ -397,7 +397,7 @@ def kernel_wait(bundle: Bundle, sample: ProcSample) -> str:
 
 def in_futex(sample: ProcSample) -> bool:
     proc = sample.proc
-    return proc is not None and (proc.syscall in FUTEX_SYSCALLS or "futex" in (proc.wchan or ""))
+    return proc is not None and proc.in_futex
 
 
 def worker_name(worker) -> str:

@@ -15,7 +15,7 @@ IDLE_GPU_PCT = 10
 WAITING_WORKER = 0.5     # workers busy less than half a core on average wait (I/O, a remote store)
 
 
-def _shares(ctx: Context) -> list[tuple[int, int, int]]:
+def data_shares(ctx: Context) -> list[tuple[int, int, int]]:
     """(rank, samples waiting in DataLoader.__next__, samples alive) for each rank."""
     out = []
     for view in ctx.diagnosis.ranks:
@@ -53,7 +53,7 @@ def check(ctx: Context) -> list[Finding]:
     slow = ctx.diagnosis.slow
     if slow is not None and slow.kind == SlowKind.STRAGGLER:
         return []    # not the job's data but one rank's: slow-rank names it, the data rules say why
-    shares = [s for s in _shares(ctx) if s[2] >= MIN_SAMPLES]
+    shares = [s for s in data_shares(ctx) if s[2] >= MIN_SAMPLES]
     starved = [s for s in shares if s[1] / s[2] >= STARVED_SHARE]
     if not starved:
         return []
@@ -90,7 +90,12 @@ def check(ctx: Context) -> list[Finding]:
                 evidence.append(f"rank {rank.rank} {habit.text}")
                 lines.update([habit.line] if habit.line else [])
     room = cores // max(nranks, 1)
-    if busy and sum(busy) / len(busy) < WAITING_WORKER:
+    # A rule before this one that named what holds the workers back (their CPUs, a quota) says the fix.
+    held = next((f for f in ctx.findings if f.cause), None)
+    if held is not None:
+        here = (f" Here: what holds the workers back is {held.cause} ({held.rule}): lift that first; "
+                "more workers will not help.")
+    elif busy and sum(busy) / len(busy) < WAITING_WORKER:
         at = f", most often at {lines.most_common(1)[0][0]}" if lines else ""
         here = (f" Here: the workers use {100 * sum(busy) / len(busy):.0f}% of a core each: they wait{at}, "
                 "they do not compute. More workers overlap those waits (a waiting worker needs no core, so "

@@ -30,9 +30,12 @@ def asleep_in_futex(ctx: Context, pid: int) -> tuple[float, float, str] | None:
 
 
 def check(ctx: Context) -> list[Finding]:
-    d = ctx.diagnosis
+    # A worker's lock that worker-native-lock (before this rule) named the library of is said there.
+    named = {r for f in ctx.findings if f.rule == "worker-native-lock" for r in f.ranks}
     findings = []
     for view in ctx.starved_culprits():
+        if view.info.rank in named:
+            continue
         evidence, stuck = [rank_line(ctx, view)], []
         for worker, reading, alive in view.workers:
             if not alive or reading.detail == QUEUE_WAIT or reading.state not in ("lock-wait", "idle"):

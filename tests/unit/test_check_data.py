@@ -317,7 +317,7 @@ def test_json_has_the_check_schema_and_findings_shaped_like_model_finding(tmp_pa
     _, report = run_json(capsys, str(data), "-w", "2", "-k", "2")
     assert report["schema"] == "hangdoc/check-v1"
     assert report["command"] == "data"
-    assert set(report["findings"][0]) == {"rule", "severity", "ranks", "title", "evidence", "fix"}
+    assert set(report["findings"][0]) == {"rule", "severity", "ranks", "title", "evidence", "fix", "cause"}
     assert {"shards", "classic", "torch", "throughput", "lists"} <= set(report["facts"])
 
 

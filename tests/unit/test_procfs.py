@@ -45,3 +45,25 @@ def test_a_command_line_that_cannot_be_read_is_empty(tmp_path):
     # THEN pid 5's is its words, and a gone pid, pid 0 or None read as ()
     assert procfs.cmdline_or_empty(5) == ("torchrun", "--nproc_per_node=2", "train.py")
     assert procfs.cmdline_or_empty(6) == procfs.cmdline_or_empty(0) == procfs.cmdline_or_empty(None) == ()
+
+
+def test_a_process_s_allowed_cpus_and_its_run_queue_wait_are_read_with_each_sample():
+    # GIVEN this process, pinned for the test to one of its CPUs
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(before)})
+    try:
+        # WHEN its /proc entry is read the way every round reads it (even light)
+        stat = ProcFS().proc_stat(os.getpid(), full=False)
+    finally:
+        os.sched_setaffinity(0, before)
+    # THEN it may run on that CPU alone, and its main thread's run-queue wait is a figure
+    assert stat.cpus_allowed == str(min(before)) and stat.allowed_cpus == frozenset({min(before)})
+    assert stat.main_thread.runqueue_s is not None and stat.main_thread.runqueue_s >= 0
+
+
+def test_a_kernel_cpu_list_parses_and_nonsense_is_left_out():
+    from hangdoc.base.parse import cpu_list
+
+    assert cpu_list("0-3,8,10-11\n") == frozenset({0, 1, 2, 3, 8, 10, 11})
+    assert cpu_list("x,5-2,,7") == frozenset({7})
+    assert cpu_list("0-99999999") == frozenset()
