@@ -205,8 +205,8 @@ JOBS: dict[str, Job] = {j.name: j for j in [
     Job("plain_ddp", duration_s=20, step_s=0.013, length=("--epochs", 1.7)),
     # Loop styles (tests/ordinary/README.md): the loop at module level, and `while True: next(it)`
     # with the step on an object; --nccl-shape: NCCL's wait on CPU (the sync line spins).
-    Job("module_loop", duration_s=30, step_s=0.02, length=("--steps", 0.02)),
-    Job("next_loop", duration_s=30, step_s=0.02, length=("--steps", 0.02)),
+    Job("module_loop", duration_s=30, step_s=0.02, length=("--steps", 0.015)),
+    Job("next_loop", duration_s=30, step_s=0.02, length=("--steps", 0.015)),
     Job("plain_ddp_nccl", file="plain_ddp", args=("--nccl-shape",), duration_s=30, step_s=0.05,
         length=("--epochs", 6.4)),
     Job("module_loop_nccl", file="module_loop", args=("--nccl-shape", "--steps", "600"), duration_s=35,
