@@ -132,9 +132,10 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="bench-results")
     args = parser.parse_args(argv)
     out = Path(args.out)
-    results = bench_loops(parse_names(args.styles, LOOP_STYLES, "styles"), parse_names(args.faults, LOOP_FAULTS, "faults"),
-                          parse_names(args.modes, dict.fromkeys(MODES), "modes"), args.healthy_s, args.healthy_runs,
-                          args.interval, out)
+    results = bench_loops(parse_names(args.styles, LOOP_STYLES, "styles"),
+                          parse_names(args.faults, LOOP_FAULTS, "faults"),
+                          parse_names(args.modes, dict.fromkeys(MODES), "modes"),
+                          args.healthy_s, args.healthy_runs, args.interval, out)
     print()
     print_loops(results)
     print(f"written to {write_json(results, out, 'loops.json')}")
