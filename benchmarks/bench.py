@@ -1,12 +1,14 @@
 """`make bench`: the speed, overhead and accuracy figures, as tables and as JSON.
 
-    python -m benchmarks.bench [--only headline,snapshot,latency,engines,overhead,zoo,check,merge,matrix,late,slow,fuzz] [--out DIR]
+    python -m benchmarks.bench [--only headline,snapshot,latency,engines,overhead,zoo,check,merge,matrix,loops,late,slow,fuzz] [--out DIR]
 
 `headline` measures the figures benchmarks/baseline.json holds (report DIR at 65,536 and 131,072
 ranks, the default watch's share of a core, `watch --once` CPU, a steady watch round) and compares them as ratios: one
 more than 25 % worse than its baseline ends the bench with exit 1, naming it (benchmarks/headline.py).
 
 `matrix` runs the quick ordinary-jobs matrix; the whole of it: python -m benchmarks.bench_matrix.
+`loops` runs the loop-style matrix with one 60 s healthy run a style; the whole of it (three 240 s
+healthy runs a style): python -m benchmarks.bench_loops.
 `late` attaches to the zoo's hung jobs 5, 30 and 120 s after the fault, and to healthy ones at random;
 `slow` scores the slow verdict (stragglers, speed-up estimated against measured, 0 on balanced jobs).
 `fuzz` feeds `hangdoc report` Hypothesis-made and crafted bundles, digests and FR dumps under 1 GiB.
@@ -33,7 +35,7 @@ from hangdoc.scenarios import SCENARIOS
 from hangdoc.scenarios.launch import start_job, stop_job, wait_for
 
 SECTIONS = ("headline", "snapshot", "locals", "latency", "engines", "analysis", "overhead", "false-alarms", "detection", "zoo",
-            "check", "merge", "matrix", "late", "slow", "fuzz")
+            "check", "merge", "matrix", "loops", "late", "slow", "fuzz")
 
 
 def write_results(results: dict, out: str | Path, name: str) -> Path:
@@ -336,6 +338,10 @@ def main(argv=None) -> int:
         from benchmarks.bench_matrix import bench_matrix, print_matrix
 
         print_matrix(results.setdefault("matrix", bench_matrix(quick=True)))
+    if "loops" in wanted:
+        from benchmarks.bench_loops import bench_loops, print_loops
+
+        print_loops(results.setdefault("loops", bench_loops(healthy_s=60, healthy_runs=1)))
     if "slow" in wanted:
         from benchmarks.bench_slow import bench_slow, print_slow
 

@@ -70,7 +70,7 @@ def bench_matrix(jobs: list[str] | None = None, faults: list[str] | None = None,
     the cells already in out/matrix.json are kept and not run again."""
     jobs = jobs or list(JOBS)
     cells = plan(jobs, faults or list(FAULTS), modes or list(MODES), healthy_runs, quick)
-    results: dict = {"machine": _machine(), "date": time.strftime("%Y-%m-%d %H:%M"), "cells": [], "skipped": []}
+    results: dict = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M"), "cells": [], "skipped": []}
     if resume and out and (out / "matrix.json").exists():
         results["cells"] = json.loads((out / "matrix.json").read_text())["cells"]
     done = [CellResult(**r) for r in results["cells"]]
@@ -90,7 +90,7 @@ def bench_matrix(jobs: list[str] | None = None, faults: list[str] | None = None,
         progress(f"[{n}/{len(cells)}] " + "  ".join(map(str, row(results["cells"][-1])))
                  + (f"  ({'; '.join(result.why)})" if result.why else ""))
         if out:
-            _write(results, out)
+            write_json(results, out)
     results["summary"] = summarise(done)
     return results
 
@@ -115,21 +115,21 @@ def print_matrix(results: dict, out=print) -> None:
         f"invalid cells: {s['invalid']}\n")
 
 
-def _machine() -> str:
+def machine() -> str:
     import os
     import platform
 
     return f"{platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}"
 
 
-def _write(results: dict, out: Path) -> Path:
+def write_json(results: dict, out: Path, name: str = "matrix.json") -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "matrix.json"
+    path = out / name
     path.write_text(json.dumps(results, indent=2, default=str))
     return path
 
 
-def _names(value: str | None, known: dict, what: str) -> list[str] | None:
+def parse_names(value: str | None, known: dict, what: str) -> list[str] | None:
     if not value:
         return None
     names = [n for n in value.split(",") if n]
@@ -152,13 +152,13 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="bench-results")
     parser.add_argument("--resume", action="store_true", help="keep the cells already in OUT/matrix.json; run the rest")
     args = parser.parse_args(argv)
-    modes = _names(args.modes, dict.fromkeys(ALL_MODES), "modes")
+    modes = parse_names(args.modes, dict.fromkeys(ALL_MODES), "modes")
     out = Path(args.out)
-    results = bench_matrix(_names(args.jobs, JOBS, "jobs"), _names(args.faults, FAULTS, "faults"), modes,
+    results = bench_matrix(parse_names(args.jobs, JOBS, "jobs"), parse_names(args.faults, FAULTS, "faults"), modes,
                            args.healthy_runs, args.quick, args.interval, out, args.fault_rank, args.resume)
     print()
     print_matrix(results)
-    print(f"written to {_write(results, out)}")
+    print(f"written to {write_json(results, out)}")
     return 0
 
 

@@ -62,10 +62,22 @@ class Job:
     launcher: str = "torchrun"        # one of LAUNCHERS: how its ranks are started
     file: str | None = None           # the script's name in jobs/ (None: the job's name)
     args: tuple[str, ...] = ()        # more arguments for the script
+    step_s: float | None = None       # one steady step, roughly: a fault's delay_steps counts in it
+    length: tuple[str, float] | None = None   # the argument that sets how long it trains, and the
+                                              # seconds one unit of it takes, roughly
 
     @property
     def script(self) -> Path:
         return JOB_SCRIPTS / f"{self.file or self.name}.py"
+
+    def lasting(self, seconds: float) -> Job:
+        """The same job set to train for about `seconds` (its start-up on top)."""
+        if self.length is None:
+            raise ValueError(f"{self.name}: no argument sets its length")
+        flag, unit_s = self.length
+        units = max(1, round(seconds / unit_s))
+        return dataclasses.replace(self, args=self.args + (flag, str(units)),
+                                   duration_s=seconds + 15)
 
     def missing(self) -> list[str]:
         return [m for m in self.needs if importlib.util.find_spec(m) is None]
@@ -101,6 +113,8 @@ class Fault:
                                                    # outlasts run's time: watched only)
     restarted: Expect | None = None                # the truth under a launcher that restarts the ranks
                                                    # (torchrun --max-restarts: the elastic jobs)
+    delay_steps: float | None = None   # rank_slow's HANGDOC_FAULT_DELAY in the job's own steps (Job.step_s)
+    slows: float = 1.0                 # the job takes up to this many times its length (run's --timeout)
 
     @property
     def healthy(self) -> bool:
@@ -170,6 +184,10 @@ _ALL_FAULTS = [
     # The watch's --timeout ends it, slow (exit 8); under run the job would outlast the cell.
     Fault("rank_slow", Expect("slow", (FAULT_RANK,), frozenset({"slow-rank"})), "rank_slow", watch_s=40,
           modes=("watch", "watch-quiet")),
+    # Rank 1 computes two of the job's own steps more every step from step 20 on (3x slower): the job
+    # still ends by itself, so run reads it too.
+    Fault("rank_3x", Expect("slow", (FAULT_RANK,), frozenset({"slow-rank"})), "rank_slow", watch_s=60,
+          delay_steps=2.0, slows=4.0),
     # A transient error, in the first start only: torchrun --max-restarts starts the ranks again and the
     # job ends 0 (healthy, the restart named); under a launcher that does not restart, the crash.
     Fault("raise_once", _crash("rank-died", cause=("RuntimeError",)), "raise", attach="before",
@@ -184,7 +202,17 @@ COMPANIONS = frozenset({"collective-straggler", "collective-mismatch", "dataload
 FAULTS: dict[str, Fault] = {f.name: f for f in _ALL_FAULTS}
 
 JOBS: dict[str, Job] = {j.name: j for j in [
-    Job("plain_ddp", duration_s=20),
+    Job("plain_ddp", duration_s=20, step_s=0.013, length=("--epochs", 1.7)),
+    # Loop styles (tests/ordinary/README.md): the loop at module level, and `while True: next(it)`
+    # with the step on an object; --nccl-shape: NCCL's wait on CPU (the sync line spins).
+    Job("module_loop", duration_s=30, step_s=0.02, length=("--steps", 0.015)),
+    Job("next_loop", duration_s=30, step_s=0.02, length=("--steps", 0.015)),
+    Job("plain_ddp_nccl", file="plain_ddp", args=("--nccl-shape",), duration_s=30, step_s=0.05,
+        length=("--epochs", 6.4)),
+    Job("module_loop_nccl", file="module_loop", args=("--nccl-shape", "--steps", "600"), duration_s=35,
+        step_s=0.05, length=("--steps", 0.05)),
+    Job("next_loop_nccl", file="next_loop", args=("--nccl-shape", "--steps", "600"), duration_s=35,
+        step_s=0.05, length=("--steps", 0.05)),
     # The same kind of job under every common launcher (see LAUNCHERS).
     Job("elastic_ddp", file="plain_ddp", launcher="elastic", duration_s=22),
     Job("spawn_tcp", file="spawn_ddp", launcher="spawn", args=("--start", "spawn", "--init", "tcp"), duration_s=20),
@@ -196,9 +224,9 @@ JOBS: dict[str, Job] = {j.name: j for j in [
     Job("accelerate_launch", file="accelerate_loop", launcher="accelerate", needs=("accelerate",), duration_s=26),
     Job("lightning_own", file="lightning_ddp", launcher="lightning", needs=("pytorch_lightning",), duration_s=22),
     Job("iterable_ddp", nproc=3, duration_s=24),
-    Job("lightning_ddp", needs=("pytorch_lightning",), duration_s=20),
-    Job("accelerate_loop", needs=("accelerate",), duration_s=24),
-    Job("hf_trainer", needs=("transformers",), duration_s=22),
+    Job("lightning_ddp", needs=("pytorch_lightning",), duration_s=20, step_s=0.013, length=("--epochs", 2.0)),
+    Job("accelerate_loop", needs=("accelerate",), duration_s=24, step_s=0.014, length=("--epochs", 2.0)),
+    Job("hf_trainer", needs=("transformers",), duration_s=22, step_s=0.03, length=("--epochs", 5.0)),
     Job("webdataset_stream", needs=("webdataset",), duration_s=21),
 ]}
 
@@ -227,6 +255,7 @@ class CellResult:
     wall_s: float = 0.0
     job_rc: int | None = None
     fault_record: dict | None = None
+    threshold: dict | None = None     # how hang was told from slow: the report's threshold
     findings: list[dict] = field(default_factory=list)
     cause: list[str] = field(default_factory=list)
     ranks: list[str] = field(default_factory=list)
@@ -424,7 +453,7 @@ class _Paths:
         self.faults.mkdir()
 
 
-def job_env(fault: Fault, paths: _Paths, sample: int, gated: bool = False) -> dict[str, str]:
+def job_env(fault: Fault, paths: _Paths, sample: int, gated: bool = False, job: Job | None = None) -> dict[str, str]:
     """The variables the job runs with, on top of the harness's own environment."""
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(INJECTOR), os.environ.get("PYTHONPATH")])),
            "HANGDOC_TEST_READY": str(paths.ready), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
@@ -435,6 +464,8 @@ def job_env(fault: Fault, paths: _Paths, sample: int, gated: bool = False) -> di
                     "HANGDOC_FAULT_RECORD": str(paths.record), "HANGDOC_FAULT_DIR": str(paths.faults)})
         if gated:
             env["HANGDOC_FAULT_GATE"] = str(paths.gate)
+        if fault.delay_steps and job is not None and job.step_s:
+            env["HANGDOC_FAULT_DELAY"] = f"{fault.delay_steps * job.step_s:g}"
         env.update(dict(fault.settings))
     return env
 
@@ -521,7 +552,7 @@ def _watch(job: Job, fault: Fault, paths: _Paths, result: CellResult, extra: lis
            quiet: bool = False, attach: str = "launcher") -> None:
     timeout = watch_timeout(job, fault)
     gated = bool(fault.kind) and fault.attach == "before"
-    env = dict(_clean_environ(), **job_env(fault, paths, sample, gated))
+    env = dict(_clean_environ(), **job_env(fault, paths, sample, gated, job))
     with open(os.devnull if quiet else paths.log, "wb") as log:
         launcher = subprocess.Popen(launch(job, paths.out), cwd=paths.out, env=env, stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -571,9 +602,9 @@ def _watch(job: Job, fault: Fault, paths: _Paths, result: CellResult, extra: lis
 
 
 def _run(job: Job, fault: Fault, paths: _Paths, result: CellResult, extra: list[str], sample: int) -> None:
-    timeout = watch_timeout(job, fault) + job.duration_s
+    timeout = watch_timeout(job, fault) + job.duration_s * fault.slows
     gated = bool(fault.kind) and not fault.early
-    variables = [f"{k}={v}" for k, v in job_env(fault, paths, sample, gated).items()]
+    variables = [f"{k}={v}" for k, v in job_env(fault, paths, sample, gated, job).items()]
     cmd = [*hangdoc(), "run", "--format", "json", "--no-gpu", "--out", str(paths.bundle), "--timeout", str(timeout),
            *extra, "--", "env", *variables, *launch(job, paths.out)]
     with open(paths.log, "w") as log:
@@ -658,6 +689,7 @@ def _read_report(result: CellResult, stdout: str, stderr: str) -> None:
     result.findings = [{"rule": f["rule"], "severity": f.get("severity"), "ranks": f.get("ranks"),
                         "title": f.get("title"), "evidence": (f.get("evidence") or [])[:4]} for f in findings]
     result.cause = [str(c) for c in report.get("cause") or []]
+    result.threshold = report.get("threshold")
     for rank in report.get("ranks") or []:
         workers = ", ".join(f"w{w.get('index')} {w.get('state')}{'' if w.get('alive', True) else ' (dead)'}"
                             for w in rank.get("workers") or [])
@@ -692,8 +724,10 @@ def judge(expect: Expect, result: CellResult) -> list[str]:
     why = []
     if result.verdict != expect.verdict:
         why.append(f"verdict {result.verdict}, expected {expect.verdict}")
-    if result.exit_code != EXIT_FOR[expect.verdict]:
-        why.append(f"exit {result.exit_code}, expected {EXIT_FOR[expect.verdict]}")
+    # `run` keeps its command's exit code on a slow job that ends well (8 only with --fail-on slow).
+    exit_code = 0 if expect.verdict == "slow" and result.mode == "run" else EXIT_FOR[expect.verdict]
+    if result.exit_code != exit_code:
+        why.append(f"exit {result.exit_code}, expected {exit_code}")
     if tuple(result.culprits) != expect.culprits:
         why.append(f"culprits {result.culprits}, expected {list(expect.culprits)}")
     if expect.verdict == "healthy" and result.critical:
@@ -757,6 +791,47 @@ LAUNCHER_CELLS = (
     ("accelerate_launch", "healthy", "watch", "launcher"), ("accelerate_launch", "kill9", "run", "launcher"),
     ("lightning_own", "healthy", "watch", "launcher"), ("lightning_own", "worker_futex", "watch", "worker"),
 )
+
+
+# The loop-style matrix: how a script writes its loop x what goes wrong, no flag, watched from the
+# launcher's pid (`python -m benchmarks.bench_loops`). A column is a fault on the style's job, or on
+# the same loop in NCCL's wait shape (--nccl-shape: the sync line spins while the others wait).
+@dataclass(frozen=True)
+class LoopStyle:
+    """One way of writing the training loop: its job, and its NCCL-shape variant where one can be written."""
+
+    name: str
+    job: str
+    nccl_job: str | None = None
+
+
+NCCL_NA = "the NCCL wait shape cannot be written on CPU without rewriting the framework's loop"
+LOOP_STYLES: dict[str, LoopStyle] = {s.name: s for s in [
+    LoopStyle("main", "plain_ddp", "plain_ddp_nccl"),           # the loop inside main()
+    LoopStyle("module", "module_loop", "module_loop_nccl"),     # the loop at module level
+    LoopStyle("next", "next_loop", "next_loop_nccl"),           # while True: batch = next(it)
+    LoopStyle("lightning", "lightning_ddp"),
+    LoopStyle("accelerate", "accelerate_loop"),
+    LoopStyle("hf_trainer", "hf_trainer"),
+]}
+# column -> (the fault, whether it strikes the NCCL-shape variant)
+LOOP_FAULTS: dict[str, tuple[str, bool]] = {
+    "healthy": ("healthy", False),
+    "worker_block": ("worker_socket", False),     # a DataLoader worker blocked on data: hang, rank 1
+    "rank_3x": ("rank_3x", False),                # rank 1 three times slower: slow, rank 1
+    "nccl_data_stall": ("worker_socket", True),   # the same worker, the others spinning at their sync
+    "nccl_straggler": ("rank_3x", True),          # the same straggler, the others spinning at their sync
+}
+
+
+def loop_cell(style: str, column: str) -> tuple[Job, Fault] | str:
+    """The job and the fault of one cell of the loop matrix, or why the cell has none."""
+    fault, nccl = LOOP_FAULTS[column]
+    loop = LOOP_STYLES[style]
+    job = loop.nccl_job if nccl else loop.job
+    if job is None:
+        return NCCL_NA
+    return JOBS[job], FAULTS[fault]
 
 
 def launcher_table(results: list[tuple[tuple, CellResult]]) -> str:
