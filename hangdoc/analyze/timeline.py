@@ -178,6 +178,10 @@ class LiveTimelines:
                 continue
             series.append(_point(snapshot.time, sample, False, self._rank_reading(pid, sample, snapshot)))
 
+    def waits_at(self, pid: int, frames: tuple) -> bool:
+        """A native read of the rank at this place found it waiting on the others."""
+        return place(frames) in self._learned.get(pid, {})
+
     def _rank_reading(self, pid: int, sample: ProcSample, snapshot: Snapshot) -> Reading:
         """The rank's reading: what its frames say, a wait a native probe of the same stack found,
         and a sync on its GPU stream judged by what its GPU does."""

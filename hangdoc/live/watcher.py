@@ -266,18 +266,21 @@ class Watcher:
         for rank in self.job.by_role(Role.RANK):
             line = self.judgement.lines.get(rank.pid)
             fresh = [p for p in line.points[-6:] if p.fresh] if line is not None else []
-            if len(fresh) < 2 or (rank.pid, place(fresh[-1].sig)) in self.probed:
+            if len(fresh) < 2:
                 continue
+            key = (rank.pid, place(fresh[-1].sig))
             # A rank that steps but spends most of each step at one line (three samples in a row)
-            # is probed too, at most DWELL_PROBES times a watch: a straggler's peers wait there.
-            frozen = spins(fresh[-2], fresh[-1])
-            dwelling = (len(fresh) >= DWELL_SAMPLES and dwells(fresh[-DWELL_SAMPLES:])
-                        and self.dwell_probes.get(rank.pid, 0) < DWELL_PROBES)
+            # is probed too, at most DWELL_PROBES times a watch: a straggler's peers wait there. A
+            # place probed once without a wait found may be probed again within that bound: a read
+            # that caught the Python side of a spin loop says nothing of what the loop waits on.
+            frozen = key not in self.probed and spins(fresh[-2], fresh[-1])
+            dwelling = (len(fresh) >= DWELL_SAMPLES and self.dwell_probes.get(rank.pid, 0) < DWELL_PROBES
+                        and not self.live.waits_at(rank.pid, fresh[-1].sig) and dwells(fresh[-DWELL_SAMPLES:]))
             if not (frozen or dwelling):
                 continue
             if not frozen:
                 self.dwell_probes[rank.pid] = self.dwell_probes.get(rank.pid, 0) + 1
-            self.probed.add((rank.pid, place(fresh[-1].sig)))
+            self.probed.add(key)
             chosen.add(rank.pid)
         return chosen
 

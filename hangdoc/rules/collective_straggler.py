@@ -36,7 +36,9 @@ def _quiet(ctx, waiting) -> str:
     (a lower bound)."""
     d = ctx.diagnosis
     now = d.decided_at
-    seen = min(v.blocked_since or now for v in waiting)
+    # No rank has stepped since the hang's onset, whatever the last sample caught a waiting rank
+    # doing: a rank that moved into its wait since still has not stepped.
+    seen = min([v.blocked_since or now for v in waiting] + ([d.onset] if d.onset is not None else []))
     since = on_clock(ctx, seen)
     if since < seen:
         return f"none of them stepped for at least {now - since:.0f} s, since before hangdoc attached"
