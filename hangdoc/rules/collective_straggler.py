@@ -38,7 +38,9 @@ def _quiet(ctx, waiting) -> str:
     now = d.decided_at
     # No rank has stepped since the hang's onset, whatever the last sample caught a waiting rank
     # doing: a rank that moved into its wait since still has not stepped.
-    seen = min([v.blocked_since or now for v in waiting] + ([d.onset] if d.onset is not None else []))
+    seen = min(v.blocked_since or now for v in waiting)
+    if d.onset is not None and ctx.bundle.samples and ctx.bundle.samples[0].time <= d.onset < seen:
+        seen = d.onset
     since = on_clock(ctx, seen)
     if since < seen:
         return f"none of them stepped for at least {now - since:.0f} s, since before hangdoc attached"
