@@ -20,6 +20,7 @@ from hangdoc.analyze.classify import Reading, parked_in, per_stack, place, signa
 from hangdoc.analyze.departures import Departure, departure_of
 from hangdoc.analyze.ending import crash_of, ended_readably, told_by_exits
 from hangdoc.analyze.flight import fr_pending, fr_step_times
+from hangdoc.analyze.logs import output_steps
 from hangdoc.analyze.gpu import GPU_WORK
 from hangdoc.analyze.past import Before, a_pause, before_attach, confirmed, gone_at
 from hangdoc.analyze.past import hang_after as past_hang_after
@@ -153,7 +154,8 @@ def diagnose(bundle: Bundle, hang_after: float | None = None, lines: dict[int, T
         since = min(decision.rhythm.quiet_since, decision.onset or decision.rhythm.quiet_since)
         ranks = [(v.info.rank, lines[v.info.pid]) for v in views if v.exited_at is None]
         workers = [lines[w.pid] for v in views for w, _, alive in v.workers if alive and w.pid in lines]
-        diagnosis = dataclasses.replace(diagnosis, witnesses=job_witnesses(ranks, workers, since))
+        outputs = [(s.time, s.output_step) for s in bundle.samples]
+        diagnosis = dataclasses.replace(diagnosis, witnesses=job_witnesses(ranks, workers, since, outputs))
     return diagnosis
 
 
@@ -178,7 +180,7 @@ def job_facts(bundle: Bundle, digest: NodeDigest, hang_after: float | None) -> J
     first = max(bundle.samples[0].time, began) if began is not None else bundle.samples[0].time
     return JobFacts(first, bundle.last.time, bundle.logs, bundle.exit_code,
                     hang_after if hang_after is not None else bundle.options.hang_after_s,
-                    digest.collective_steps, digest.fr_pending, restarts, _launcher_code(bundle),
+                    digest.collective_steps + digest.output_steps, digest.fr_pending, restarts, _launcher_code(bundle),
                     departure_of(bundle))
 
 
@@ -322,7 +324,7 @@ def digest_of(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView])
             **_exit_fields(bundle, view.info.pid), **store_fields(view.info, sample, view.joining is not None)))
     nodes = max((n for p in bundle.job.ranks if (n := to_int(p.env.get("GROUP_WORLD_SIZE")))), default=None)
     return NodeDigest(DIGEST_VERSION, bundle.samples[0].time, bundle.last.time, tuple(ranks),
-                      tuple(fr_step_times(bundle.flight_records)), group_world_size=nodes,
+                      tuple(fr_step_times(bundle.flight_records)), output_steps(bundle.samples), group_world_size=nodes,
                       fr_pending=fr_pending(bundle.flight_records))
 
 

@@ -16,6 +16,36 @@ _FAILURE = ("ChildFailedError", "Traceback (most recent call last)", "is killed 
             "exited unexpectedly", "Segmentation fault", "exitcode  :")
 
 
+# A line that counts the training loop: "step 360", "Step: 12", "iter=7", "global_step 40", "epoch 2
+# batch 17", or tqdm's "| 120/500 [". The last such number a job printed is its output's step.
+_STEP_LINE = re.compile(r"\b(?:global_step|step|iter|iteration|batch|batch_idx)['\"]?\s*[=:#]?\s*(\d{1,12})\b"
+                        r"|\|\s*(\d{1,12})/\d{1,12}\s*\[", re.IGNORECASE)
+
+
+def output_step(logs: tuple[LogTail, ...]) -> int | None:
+    """The largest of the step numbers each output source printed last (None: no such line)."""
+    last = []
+    for tail in logs:
+        for line in reversed(tail.lines):
+            found = _STEP_LINE.findall(line)
+            if found:
+                last.append(max(int(a or b) for a, b in found))
+                break
+    return max(last) if last else None
+
+
+def output_steps(samples) -> tuple[float, ...]:
+    """When the job's output printed a step beyond any it had printed before, sample by sample."""
+    times, seen = [], None
+    for snapshot in samples:
+        step = snapshot.output_step
+        if step is not None and seen is not None and step > seen:
+            times.append(snapshot.time)
+        if step is not None:
+            seen = step if seen is None else max(seen, step)
+    return tuple(times)
+
+
 @dataclass(frozen=True)
 class RootCause:
     rank: int

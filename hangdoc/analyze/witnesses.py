@@ -23,14 +23,16 @@ def _window(line: Timeline, since: float, fresh: bool = True) -> list[Point]:
 
 
 def job_witnesses(ranks: Sequence[tuple[int | None, Timeline]], workers: Sequence[Timeline],
-                  since: float) -> tuple[Witness, ...]:
-    """What each witness said of the ranks (rank number, timeline) and their live workers since
-    `since`. A witness that could not be read says so (moved None)."""
+                  since: float, outputs: Sequence[tuple[float, int | None]] = ()) -> tuple[Witness, ...]:
+    """What each witness said of the ranks (rank number, timeline), their live workers and the job's
+    output (each sample's time and the step its output had printed last) since `since`. A witness
+    that could not be read says so (moved None)."""
     windows = [(rank, _window(line, since)) for rank, line in ranks]
     windows = [(rank, points) for rank, points in windows if len(points) >= 2]
     if not windows:
         return ()
-    return (_counters(windows), _stack(windows), _threads(windows), _bytes(windows), _workers(workers, since))
+    return (_counters(windows), _stack(windows), _threads(windows), _bytes(windows), _workers(workers, since),
+            _output(outputs, since))
 
 
 def _name(rank: int | None) -> str:
@@ -101,3 +103,13 @@ def _workers(workers: Sequence[Timeline], since: float) -> Witness:
     if busy:
         return Witness("workers", True, f"{busy} of {plural(len(windows), 'worker')} used CPU or moved bytes")
     return Witness("workers", False, f"all {plural(len(windows), 'worker')} still")
+
+
+def _output(outputs: Sequence[tuple[float, int | None]], since: float) -> Witness:
+    steps = [step for time, step in outputs if time >= since and step is not None]
+    if not steps:
+        return Witness("output", None, "no step line read in the job's output (none written to a file hangdoc "
+                                       "could read, or none printed)")
+    if max(steps) > steps[0]:
+        return Witness("output", True, f"the job printed step {steps[0]} then step {max(steps)}")
+    return Witness("output", False, f"the last step the job printed stayed at {steps[-1]}")

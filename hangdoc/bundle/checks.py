@@ -142,6 +142,8 @@ def check_digest(digest: NodeDigest | None, source: str) -> None:
     _number(digest.last, "digest.last", source)
     for t in digest.collective_steps:
         _number(t, "a collective step's time", source)
+    for t in digest.output_steps:
+        _number(t, "an output step's time", source)
     if _ranks_within(digest.ranks):
         return
     for rank in digest.ranks:          # one is not: name it

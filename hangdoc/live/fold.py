@@ -87,7 +87,8 @@ def diagnose_by_class(nodes: Sequence[NodeRead], hang_after: float | None = None
         logs=tuple(LogTail(f"{n.host}:{log.source}", log.lines) for n in nodes for log in n.logs),
         exit_code=exit_code_of([n.exit_code for n in nodes]),
         hang_after=hang_after if hang_after is not None else (min(given) if given else None),
-        collective_steps=tuple(t for n in nodes for t in n.digest.collective_steps) + tuple(fr_step_times(records)),
+        collective_steps=tuple(t for n in nodes for t in n.digest.collective_steps + n.digest.output_steps)
+        + tuple(fr_step_times(records)),
         fr_pending=min((p for p in [*(n.digest.fr_pending for n in nodes), fr_pending(records)] if p is not None),
                        key=lambda p: p[0], default=None),
     )

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from hangdoc.analyze.classify import signature
+from hangdoc.analyze.logs import output_step
 from hangdoc.analyze.progress import WAKEUPS_PER_DUMP, dwells, place, spins
 from hangdoc.analyze.restarts import restarts_of
 from hangdoc.analyze.timeline import LiveTimelines
@@ -121,6 +122,9 @@ class Watcher:
 
     def bundle(self) -> Bundle:
         logs = self.extra_logs() + (read_tails(self.sources) if self.sources else ())
+        if self.samples and self.samples[-1].output_step is None:
+            # What the job's output said at this round: a witness of progress (analyze/logs.py).
+            self.samples[-1] = dataclasses.replace(self.samples[-1], output_step=output_step(logs))
         return dataclasses.replace(
             make_bundle(self.job, tuple(self.samples), self.probes.procfs,
                         self.options.record(engine_name(self.probes.pyspy)),

@@ -290,6 +290,10 @@ class Snapshot:
     gpu: GpuState
     shm: ShmUse | None = None      # the ranks' /dev/shm at this capture; None: not read
     cpu_quota: CpuQuota | None = None   # the ranks' CPU quota and its throttling; None: none set, or not read
+    # The step the job's output had printed last at this capture ("step 360", "iter 12", tqdm's
+    # "120/500"): a witness of progress where no loop counter can be read. None: no such line, or
+    # no output read.
+    output_step: int | None = None
 
     def sample_of(self, pid: int) -> ProcSample | None:
         return self._by_pid.get(pid)

@@ -141,6 +141,8 @@ class NodeDigest(msgspec.Struct, frozen=True, gc=False):
     last: float
     ranks: tuple[RankDigest, ...]
     collective_steps: tuple[float, ...] = ()    # Flight Recorder completions (signs of progress)
+    # When the job's output printed a step it had not printed before (v6: signs of progress too).
+    output_steps: tuple[float, ...] = ()
     # The oldest collective a rank's Flight Recorder shows pending: (created, rank, op); None: none.
     fr_pending: tuple[float, int | None, str] | None = None
     group_world_size: int | None = None         # nodes in the job, as torchrun told the ranks

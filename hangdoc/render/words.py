@@ -175,8 +175,8 @@ def threshold_line(report: Report) -> str | None:
     if t.source == "given":
         rule = f"hang after {t.hang_after_s:g} s (--hang-after)"
     elif t.source == "learned":
-        rule = (f"a rank's loop moved at least every {t.longest_step_s:.1f} s ({t.steps_seen} moves seen), "
-                f"so hang after {t.hang_after_s:g} s")
+        rule = (f"a rank's loop moved at least every {t.longest_step_s:.1f} s ({t.steps_seen} moves seen; "
+                f"each rank's first gap, its start-up, left out), so hang after {t.hang_after_s:g} s")
     else:
         rule = f"no step seen yet, so hang after the default {t.hang_after_s:g} s (--hang-after sets it)"
     signal = "" if t.signal == "loop" else (" [no loop counters could be read: judged by the stack going round "

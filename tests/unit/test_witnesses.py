@@ -12,9 +12,10 @@ import dataclasses
 import pytest
 
 from hangdoc.analyze.classify import place
+from hangdoc.analyze.logs import output_step, output_steps
 from hangdoc.analyze.progress import DEFAULT_HANG_AFTER_S, HANG_FLOOR_S, region
-from hangdoc.model import (BUNDLE_SCHEMA, Bundle, GpuState, Host, IoCounters, Job, Options, ProcessInfo, ProcSample,
-                           ProcStat, Role, Snapshot, ThreadCounters)
+from hangdoc.model import (BUNDLE_SCHEMA, Bundle, GpuState, Host, IoCounters, Job, LogTail, Options, ProcessInfo,
+                           ProcSample, ProcStat, Role, Snapshot, ThreadCounters)
 from hangdoc.report.judge import judge
 from tests.unit.test_progress import SITE, TRAIN, dump, main_frame, pyframe
 
@@ -55,8 +56,9 @@ def sample(pid, frames, cpu, io=1000, woken=0, active=None, probe=False) -> Proc
     return ProcSample(pid=pid, alive=True, proc=stat, stack=dataclasses.replace(stack, probe=True) if probe else stack)
 
 
-def job_bundle(rows, interval: float = 2.0) -> Bundle:
-    """rows: one list per sample of dicts per rank: frames, and cpu / io / woken (cumulative)."""
+def job_bundle(rows, interval: float = 2.0, outputs=None) -> Bundle:
+    """rows: one list per sample of dicts per rank: frames, and cpu / io / woken (cumulative);
+    outputs: the step the job's output had printed last at each sample."""
     n = len(rows[0])
     ranks = tuple(ProcessInfo(pid=100 + r, ppid=1, role=Role.RANK, cmdline=("python", "train.py"), exe=None,
                               start_time=0.0, env={}, rank=r, world_size=n, rank_pid=100 + r)
@@ -64,7 +66,7 @@ def job_bundle(rows, interval: float = 2.0) -> Bundle:
     samples = tuple(
         Snapshot(time=1000.0 + i * interval, took_s=0.05,
                  processes=tuple(sample(100 + r, **cell) for r, cell in enumerate(row)),
-                 gpu=GpuState(status="unavailable", reason="test"))
+                 gpu=GpuState(status="unavailable", reason="test"), output_step=outputs[i] if outputs else None)
         for i, row in enumerate(rows))
     return Bundle(schema=BUNDLE_SCHEMA, hangdoc_version="0", created=1.0,
                   host=Host("node-1", "x86_64", "6.1", 8, "3.11", "2.13.0"),
@@ -221,3 +223,28 @@ def test_a_hang_says_what_each_witness_saw():
     # AND a healthy report carries none (nothing went quiet)
     moving = [[{"frames": SHAPES[(i + r) % 3](), "cpu": 1.0 + i} for r in range(2)] for i in range(30)]
     assert judge(job_bundle(moving)).report.threshold.witnesses == ()
+
+
+def test_the_step_lines_a_job_prints_are_read_as_its_output_step():
+    # GIVEN output of the shapes users print: a log line, a key=value, tqdm's bar, a framework's
+    tails = (LogTail("a", ("[rank 0] step 360 loss 2.490 7.6 steps/s", "warming up")),
+             LogTail("b", ("Epoch 1:  45%|####5     | 120/264 [00:10<00:12, 11.6it/s, loss=0.3]",)),
+             LogTail("c", ("iter=7 lr=0.1", "{'loss': 0.31, 'global_step': 412}")))
+    # THEN each source's last step line counts, and the largest is the output's step
+    assert output_step(tails) == 412
+    assert output_step((LogTail("a", ("Epoch 1 done, batch_size=32, 7.6 steps/s",)),)) is None
+    assert output_steps(job_bundle([[{"frames": forward(30), "cpu": 1.0}]] * 4, outputs=[None, 5, 5, 9]).samples) \
+        == (1006.0,)
+
+
+def test_a_job_whose_frames_stand_but_whose_output_prints_new_steps_is_not_hung():
+    # GIVEN a module-level job caught in the same all_reduce at every sample, asleep, no bytes (what a
+    # sampler unlucky with a fast loop could see), whose output prints a new step every sample
+    rows = [[{"frames": in_backward_allreduce(31), "cpu": 1.0}] * 2 for _ in range(SECONDS // 2)]
+    report = judge(job_bundle(rows, outputs=[40 * i for i in range(SECONDS // 2)])).report
+    # THEN it is not a hang: the output is a witness of its steps
+    assert report.verdict != "hang" and report.threshold.steps_seen == 0
+    # AND the same job whose output stood is, with the output witness saying so
+    stood = judge(job_bundle(rows, outputs=[400] * (SECONDS // 2))).report
+    said = {w.name: w for w in stood.threshold.witnesses}
+    assert stood.verdict == "hang" and said["output"].moved is False and "stayed at 400" in said["output"].said
