@@ -69,8 +69,12 @@ def count(points: list[Point]) -> ShareCounts:
             compute += 1
         elif state == RankState.IO:
             io += 1
-        if state in (RankState.COMPUTE, RankState.COLLECTIVE) and not is_step_wait(detail) and point.sig:
-            label = place(point.sig)[0].label
+        spot = place(point.sig)[0] if point.sig else None
+        # The job's own lines only: a sync line is the job's (`.item()`, a flag it spins on); a
+        # barrier or a broadcast in torch's frames is a pause, counted above.
+        if state in (RankState.COMPUTE, RankState.COLLECTIVE) and not is_step_wait(detail) and spot is not None \
+                and spot.is_job_code:
+            label = spot.label
             places[label] += 1
             if state == RankState.COLLECTIVE:
                 waited.add(label)

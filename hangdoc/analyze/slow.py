@@ -138,7 +138,7 @@ def _cause(mine: ShareCounts, theirs: ShareCounts, late: list[RankDigest], other
     rank is caught computing (its workers take the cores its compute needs)."""
     def shares(counts: ShareCounts) -> dict[RankState, float]:
         n = counts.n or 1
-        compute = counts.compute - (counts.at(at) if at is not None else 0)
+        compute = max(0, counts.compute - (counts.at(at) if at is not None else 0))
         return {RankState.COMPUTE: compute / n, RankState.DATALOADER: counts.data / n, RankState.IO: counts.io / n}
 
     own, base = shares(mine), shares(theirs)

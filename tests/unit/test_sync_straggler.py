@@ -96,3 +96,16 @@ def test_a_straggler_cause_is_the_activity_it_spends_more_of_the_step_on_than_th
     cause = next(e for e in finding.evidence if e.startswith("what keeps it:"))
     assert "waiting on its DataLoader 50% of a step (the others 0%)" in cause
     assert "its own compute 50% of a step (the others 20%)" in cause
+
+
+def test_ranks_waiting_in_a_barrier_while_one_validates_are_a_pause_not_a_sync_line():
+    # GIVEN 3 ranks: rank 0 validating (computing at its own line), ranks 1 and 2 in a barrier in
+    # torch's frames most samples (the zoo's validation-pause, one rank more)
+    barrier = [pyframe("barrier", SITE + "torch/distributed/distributed_c10d.py", 5356, {}),
+               pyframe("_exception_logger.<locals>.wrapper", SITE + "torch/distributed/c10d_logger.py", 83, {})]
+    rows = [[{"frames": busy(i), "cpu": 1.0 + 2 * i}]
+            + [{"frames": barrier + busy(i)[1:] if i % 5 else busy(i), "cpu": 1.0 + i}] * 2 for i in range(SAMPLES)]
+    # WHEN judged
+    report = judge(job_bundle(rows)).report
+    # THEN no straggler: a barrier is a pause of torch's, not a sync line of the job's own
+    assert report.verdict == "healthy" and report.slow is None
