@@ -50,8 +50,9 @@ def test_a_wheel_build_and_an_editable_install_leave_the_checkout_as_it_was(tmp_
     # WHEN a wheel is built from it (as `pip install PATH` and `make dist` do) and it is installed editable
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                             str(src), "-w", str(tmp_path / "dist")], capture_output=True, text=True, timeout=300)
+    # --ignore-installed: pip would otherwise uninstall the hangdoc of the venv running these tests
     editable = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                               "--prefix", str(tmp_path / "prefix"), "-e", str(src)],
+                               "--ignore-installed", "--prefix", str(tmp_path / "prefix"), "-e", str(src)],
                               capture_output=True, text=True, timeout=300)
     # THEN both succeed, and the checkout holds the same files, unchanged: no build/, no hangdoc.egg-info
     assert built.returncode == 0, built.stderr
