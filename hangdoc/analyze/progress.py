@@ -40,7 +40,7 @@ import bisect
 import itertools
 from dataclasses import dataclass
 
-from hangdoc.analyze.classify import NESTED_EXPRESSION, place
+from hangdoc.analyze.classify import place
 from hangdoc.analyze.timeline import Point, Timeline, moved, moved_bytes
 from hangdoc.model import Frame, FrameMark, LoopMark, Progress, RankState, StepSummary
 
@@ -150,10 +150,7 @@ def region(frames: tuple[Frame, ...]) -> tuple[tuple[str, str, int], ...]:
     hit = _REGIONS.get(id(frames))
     if hit is not None and hit[0] is frames:
         return hit[1]
-    job = [f for f in frames if f.is_job_code]
-    while len(job) >= 2 and NESTED_EXPRESSION.search(job[0].name) and job[0].line == job[1].line \
-            and job[0].filename == job[1].filename:
-        job = job[1:]
+    job = place(tuple(f for f in frames if f.is_job_code))
     key = tuple((f.name, f.filename, f.line) for f in reversed(job))
     if len(_REGIONS) >= 4096:
         _REGIONS.clear()
