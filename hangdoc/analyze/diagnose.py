@@ -312,7 +312,7 @@ def digest_of(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView])
             top_frame=view.reading.frame.label if view.reading.frame else None,
             stack_key=stack_key(signature(sample)), state_since=view.state_since,
             blocked_since=view.blocked_since, exited_at=view.exited_at, progress=view.progress,
-            rhythm=rank_progress(line), unmoved_since=max(since) if since else None, points=len(line.points),
+            rhythm=rank_progress(line, [lines[pid] for pid in live if pid in lines]), unmoved_since=max(since) if since else None, points=len(line.points),
             joining=setup_name(view.joining) if view.joining else None, world_size=view.info.world_size,
             local_rank=view.info.local_rank, local_world_size=to_int(view.info.env.get("LOCAL_WORLD_SIZE")),
             workers=tuple(DigestWorker(pid=w.node_pid, index=w.worker_index, state=r.state if alive else WorkerState.EXITED,

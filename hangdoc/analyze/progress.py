@@ -28,6 +28,15 @@ A rank blocked for good shows none of them: its frames stand, its main thread sl
 sockets are quiet. "No step seen" is never read as "no step": the hang needs a witness that
 saw nothing move.
 
+Data moving is progress too (`data_sign`): a rank whose DataLoader workers read new ground in
+their files (past the furthest offset each had reached: a bz2 shard decompressed at a few MB/s, a
+step longer than any threshold) is slow, not hung; the slow verdict and its rules say why. A
+reader that rewinds and reads the same start again (random access into a compressed stream) is
+no sign. A GPU at work is progress too (`gpu_sign`: two readings in a row of kernels with memory
+traffic and power, not NCCL's spin, which reads 100 % as well): a GPU straggler's step. A
+`--hang-after` given is the user's own bound on a step and stands, data or GPU moving or not:
+the witnesses still say that they moved.
+
 The threshold: with a `--hang-after` it is that. Otherwise hangdoc learns the longest gap
 between steady steps it has seen (any rank; a rank's first STARTUP_GAPS gaps are its start-up:
 workers starting, a first batch, a compile, a checkpoint load) and calls a hang when no rank has
@@ -41,8 +50,8 @@ import itertools
 from dataclasses import dataclass
 
 from hangdoc.analyze.classify import place
-from hangdoc.analyze.timeline import Point, Timeline, moved, moved_bytes
-from hangdoc.model import Frame, FrameMark, LoopMark, Progress, RankState, StepSummary
+from hangdoc.analyze.timeline import IO_NOISE_BYTES, Point, Timeline, moved, moved_bytes
+from hangdoc.model import Frame, FrameMark, GpuActivity, LoopMark, Progress, RankState, StepSummary
 
 STEP_MULTIPLE = 3.0
 HANG_FLOOR_S = 10.0
@@ -291,8 +300,9 @@ def step_times(line: Timeline) -> list[float]:
     return [(a.time + b.time) / 2 for a, b in zip(fresh, fresh[1:]) if stepped(a, b)]
 
 
-def rank_progress(line: Timeline) -> StepSummary:
-    """What a rank's timeline says about its rhythm, in a few numbers (see StepSummary)."""
+def rank_progress(line: Timeline, workers: list[Timeline] = ()) -> StepSummary:
+    """What a rank's timeline says about its rhythm, in a few numbers (see StepSummary); `workers`:
+    its live DataLoader workers' timelines, whose reads are its data moving."""
     steps: list[float] = []
     last_sign = None
     has_locals = any(p.loop is not None and counted(p.loop) for p in line.points)
@@ -309,7 +319,58 @@ def rank_progress(line: Timeline) -> StepSummary:
         prev = point
     gaps = [b - a for a, b in zip(steps, steps[1:])]
     steady = gaps[STARTUP_GAPS:] or gaps      # the start-up's gap alone still bounds the rhythm
-    return StepSummary(len(steps), max(steady) if steady else None, last_sign, has_locals)
+    return StepSummary(len(steps), max(steady) if steady else None, last_sign, has_locals,
+                       data_sign(workers) if workers else None, gpu_sign(line))
+
+
+def gpu_sign(line: Timeline) -> float | None:
+    """The last point at which the rank's GPU had been at work since the point before (busy at both:
+    kernels with memory traffic and power; a spin or an idle GPU is no sign)."""
+    for a, b in zip(reversed(line.points[:-1]), reversed(line.points)):
+        if b.gpu is None:
+            continue
+        if a.gpu is GpuActivity.BUSY and b.gpu is GpuActivity.BUSY:
+            return b.time
+    return None
+
+
+def data_sign(workers: list[Timeline]) -> float | None:
+    """The last point at which one of a rank's live DataLoader workers read new ground: an offset
+    past the furthest it had reached in that file (by more than noise). The data moves toward the
+    next batch. Reading a file's start again after a rewind (random access into a compressed
+    stream decompresses from the start at every backward seek) is no new ground."""
+    signs = [t for line in workers if (t := new_ground(line)[1]) is not None]
+    return max(signs) if signs else None
+
+
+def new_ground(line: Timeline) -> tuple[int, float | None]:
+    """The bytes a process read past the furthest offset it had reached in each file it holds
+    open, over its timeline, and the last point at which it did (None: never).
+
+    A watch asks every round: the furthest offsets travel with the last point worked out (its
+    memo), so a round costs its new points, not the whole history."""
+    points = line.points
+    i = len(points) - 1
+    while i > 0 and "ground" not in points[i].memo:
+        i -= 1
+    furthest, total, last = ({}, 0, None)
+    if "ground" in points[i].memo:
+        known, total, last = points[i].memo["ground"]
+        furthest = dict(known)
+        i += 1
+    for point in points[i:]:
+        if point.reads is not None:
+            gained = 0
+            for fd, path, pos in point.reads:
+                key = (fd, path)
+                reached = furthest.get(key)
+                if reached is None or pos > reached:
+                    furthest[key] = pos
+                    gained += pos - reached if reached is not None else 0
+            if gained > IO_NOISE_BYTES:
+                total, last = total + gained, point.time
+        point.memo["ground"] = (furthest, total, last)
+    return total, last
 
 
 @dataclass(frozen=True)
@@ -322,6 +383,9 @@ class Rhythm:
     steps_seen: int
     quiet_since: float              # the last sign of progress (or the first sample)
     has_locals: bool
+    stepped_since: float | None = None   # the last step or I/O of a rank's own (quiet_since without the data)
+    data_since: float | None = None      # the last time data or a GPU moved, when after the last step
+    moved_by: str | None = None          # which: "data" (workers reading new ground) or "gpu" (a GPU at work)
 
 
 def rhythm(progress: list[StepSummary], first: float, hang_after: float | None,
@@ -332,7 +396,12 @@ def rhythm(progress: list[StepSummary], first: float, hang_after: float | None,
     a sum over ranks, so the ranks of thousands of nodes fold in any order."""
     gaps = [p.longest_gap_s for p in progress if p.longest_gap_s is not None]
     signs = [p.last_sign for p in progress if p.last_sign is not None] + list(collective_steps)
-    quiet_since = max(signs) if signs else first
+    stepped_since = max(signs) if signs else first
+    # Data or a GPU moving after the last step; a bound the user gave holds all the same (module doc).
+    moving = [(s, what) for p in progress for s, what in ((p.data_sign, "data"), (p.gpu_sign, "gpu"))
+              if s is not None and s > stepped_since] if hang_after is None else []
+    data_since, moved_by = max(moving) if moving else (None, None)
+    quiet_since = data_since or stepped_since
     longest = round(max(gaps), 2) if gaps else None
     if hang_after is not None:
         source, threshold = "given", hang_after
@@ -341,7 +410,7 @@ def rhythm(progress: list[StepSummary], first: float, hang_after: float | None,
     else:
         source, threshold = "default", DEFAULT_HANG_AFTER_S
     return Rhythm(source, round(threshold, 1), longest, sum(p.steps for p in progress),
-                  quiet_since, any(p.has_locals for p in progress))
+                  quiet_since, any(p.has_locals for p in progress), stepped_since, data_since, moved_by)
 
 
 def progress_word(line: Timeline, worker_lines: list[Timeline]) -> Progress:

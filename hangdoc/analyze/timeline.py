@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from hangdoc.analyze.classify import Reading, classify_rank, classify_worker, is_gpu_sync, place, signature
+from hangdoc.analyze.classify import WORK_WAIT, Reading, classify_rank, classify_worker, is_gpu_sync, place, signature
 from hangdoc.analyze.gpu import gpu_activity, judged_by_gpu
-from hangdoc.model import Bundle, LoopMark, ProcSample, RankState, Role, Snapshot, ThreadCounters
+from hangdoc.model import Bundle, GpuActivity, LoopMark, ProcSample, RankState, Role, Snapshot, ThreadCounters
 
 # Bytes a process may move between samples without it counting as progress (store pings).
 IO_NOISE_BYTES = 4096
@@ -31,6 +31,10 @@ class Point:
     loop: LoopMark | None = None           # the main thread's loop position, when locals were read
     main: ThreadCounters | None = None     # the kernel's counters of the main thread
     fresh: bool = True                     # False: no stack this round, the reading carried on
+    # (fd, path, offset) of each file it holds open for reading; None where the round's read of
+    # the process was a light one (no descriptors read).
+    reads: tuple[tuple[int, str, int], ...] | None = None
+    gpu: GpuActivity | None = None         # what its GPU did at this sample (a rank's, where read)
     # Answers about this point worked out once (did it step since an earlier point, where does
     # its trailing run start): a live watch asks the same questions of the same points every round.
     memo: dict = field(default_factory=dict, compare=False, repr=False)
@@ -45,7 +49,29 @@ def _point(time: float, sample: ProcSample | None, worker: bool, reading: Readin
     io = proc.io.rchar + proc.io.wchar if proc and proc.io else None
     main = sample.stack.main if sample and sample.stack else None
     return Point(time, reading, signature(sample), proc.cpu_s if proc else None, io,
-                 main.loop if main else None, proc.main_thread if proc else None)
+                 main.loop if main else None, proc.main_thread if proc else None, reads=_reads(proc))
+
+
+def _reads(proc) -> tuple[tuple[int, str, int], ...] | None:
+    if proc is None or not proc.full:
+        return None
+    return tuple((f.fd, f.path, f.pos) for f in proc.open_files if f.mode == "r")
+
+
+def _waits_on_work(sample: ProcSample) -> bool:
+    main = sample.stack.main if sample.stack is not None else None
+    return main is not None and main.loop is not None and main.loop.waits_on_work
+
+
+def read_forward(a: Point, b: Point) -> int:
+    """Bytes the process's read offsets moved forward between two points, over the files it held
+    open at both (a file read again from its start moves nothing forward); 0 where either point's
+    descriptors were not read."""
+    if a.reads is None or b.reads is None:
+        return 0
+    before = {(fd, path): pos for fd, path, pos in a.reads}
+    return sum(pos - before[fd, path] for fd, path, pos in b.reads
+               if (fd, path) in before and pos > before[fd, path])
 
 
 def moved(a: Point, b: Point) -> bool:
@@ -171,12 +197,18 @@ class LiveTimelines:
                 series.append(Point(snapshot.time, prev.reading, prev.sig,
                                     proc.cpu_s if proc else None,
                                     proc.io.rchar + proc.io.wchar if proc and proc.io else None,
-                                    prev.loop, proc.main_thread if proc else None, fresh=False))
+                                    prev.loop, proc.main_thread if proc else None, fresh=False,
+                                    reads=_reads(proc),
+                                    gpu=gpu_activity(snapshot.gpu.device_of(pid))
+                                    if role is Role.RANK and snapshot.gpu.available else None))
                 continue
             if role is Role.WORKER:
                 series.append(_point(snapshot.time, sample, True))
                 continue
-            series.append(_point(snapshot.time, sample, False, self._rank_reading(pid, sample, snapshot)))
+            point = _point(snapshot.time, sample, False, self._rank_reading(pid, sample, snapshot))
+            if snapshot.gpu.available:
+                point = replace(point, gpu=gpu_activity(snapshot.gpu.device_of(pid)))
+            series.append(point)
 
     def waits_at(self, pid: int, frames: tuple) -> bool:
         """A native read of the rank at this place found it waiting on the others."""
@@ -190,6 +222,11 @@ class LiveTimelines:
         if sample.stack is not None and sample.stack.probe:
             if reading.state == RankState.COLLECTIVE:
                 self._learned.setdefault(pid, {})[place(signature(sample))] = reading
+        elif reading.state in (RankState.COMPUTE, RankState.IDLE) and _waits_on_work(sample):
+            # Its own line holds a collective's Work and waits on it (NCCL's shape, in the job's
+            # code): a wait on the others there, from now on whichever frame of the line a sample catches.
+            reading = Reading(RankState.COLLECTIVE, WORK_WAIT, reading.frame)
+            self._learned.setdefault(pid, {})[place(signature(sample))] = reading
         elif learned and reading.state == RankState.COMPUTE:
             reading = learned.get(place(signature(sample)), reading)
         if snapshot.gpu.available and is_gpu_sync(reading.detail):

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hangdoc.analyze.progress import WAKEUPS_PER_DUMP, counted, region
-from hangdoc.analyze.timeline import CPU_NOISE_S, IO_NOISE_BYTES, Point, Timeline, moved
+from hangdoc.analyze.progress import WAKEUPS_PER_DUMP, counted, new_ground, region
+from hangdoc.analyze.timeline import CPU_NOISE_S, IO_NOISE_BYTES, Point, Timeline, moved, read_forward
 from hangdoc.base.words import plural
-from hangdoc.model import Witness
+from hangdoc.model import GpuActivity, Witness
 
 
 def _window(line: Timeline, since: float, fresh: bool = True) -> list[Point]:
@@ -31,8 +31,9 @@ def job_witnesses(ranks: Sequence[tuple[int | None, Timeline]], workers: Sequenc
     windows = [(rank, points) for rank, points in windows if len(points) >= 2]
     if not windows:
         return ()
+    gpu = _gpus(windows)
     return (_counters(windows), _stack(windows), _threads(windows), _bytes(windows), _workers(workers, since),
-            _output(outputs, since))
+            _output(outputs, since)) + ((gpu,) if gpu is not None else ())
 
 
 def _name(rank: int | None) -> str:
@@ -100,9 +101,50 @@ def _workers(workers: Sequence[Timeline], since: float) -> Witness:
     if not windows:
         return Witness("workers", None, "no live DataLoader worker was read")
     busy = sum(1 for points in windows if moved(points[0], points[-1]))
+    data = _data_words(workers, windows)
     if busy:
-        return Witness("workers", True, f"{busy} of {plural(len(windows), 'worker')} used CPU or moved bytes")
+        return Witness("workers", True, f"{busy} of {plural(len(windows), 'worker')} used CPU or moved bytes{data}")
     return Witness("workers", False, f"all {plural(len(windows), 'worker')} still")
+
+
+def _gpus(windows) -> Witness | None:
+    """What the ranks' GPUs did (None: no GPU was read, a CPU job: no witness to list). A spinning
+    GPU (NCCL's kernel waiting on a flag, 100 % utilisation) did nothing; one at work moved memory."""
+    read = [(rank, [p.gpu for p in points if p.gpu is not None]) for rank, points in windows]
+    read = [(rank, acts) for rank, acts in read if acts]
+    if not read:
+        return None
+    busy = [rank for rank, acts in read if acts.count(GpuActivity.BUSY) >= 2]
+    if busy:
+        return Witness("GPUs", True, f"{', '.join(_name(r) + chr(39) + 's' for r in busy)} GPU at work "
+                                     "(kernels moving memory and drawing power)")
+    said = "; ".join(f"{_name(rank)}'s GPU {_gpu_word(acts)}" for rank, acts in read)
+    return Witness("GPUs", False, said)
+
+
+def _gpu_word(acts: list) -> str:
+    if all(a is GpuActivity.SPIN for a in acts):
+        return "spun (100 % with no memory traffic: a collective's kernel waiting)"
+    if all(a is GpuActivity.IDLE for a in acts):
+        return "idle"
+    return "spun or idled"
+
+
+def _data_words(workers: Sequence[Timeline], windows: list[list[Point]]) -> str:
+    """What the workers' read offsets did in the window: new ground (progress), or only the part of
+    their files read before again (a rewind: random access into a compressed stream)."""
+    for line in workers:
+        new_ground(line)          # each point's memo now holds the bytes of new ground up to it
+    fresh = sum(points[-1].memo["ground"][1] - points[0].memo["ground"][1] for points in windows
+                if "ground" in points[0].memo and "ground" in points[-1].memo)
+    if fresh > IO_NOISE_BYTES:
+        return f"; they read {fresh / 1e6:.1f} MB of their files they had not read before"
+    known = [[p for p in points if p.reads is not None] for points in windows]
+    again = sum(read_forward(a, b) for points in known for a, b in zip(points, points[1:]))
+    if again > IO_NOISE_BYTES:
+        return (f"; they read {again / 1e6:.1f} MB, all of it a part of their files read before (they went "
+                "back: no new data)")
+    return ""
 
 
 def _output(outputs: Sequence[tuple[float, int | None]], since: float) -> Witness:

@@ -18,7 +18,7 @@ import msgspec
 #    left out of the rhythm; where its time went by place (shares.places), its workers' cores
 #    (workers_cpu); in setup, the store it was pointed at and whether it reached it (store,
 #    store_reached), and which start of the job it belongs to (generation).
-DIGEST_VERSION = 6
+DIGEST_VERSION = 7
 
 
 class StepSummary(msgspec.Struct, frozen=True, gc=False):
@@ -28,6 +28,8 @@ class StepSummary(msgspec.Struct, frozen=True, gc=False):
     longest_gap_s: float | None    # the longest gap between two of its steps
     last_sign: float | None        # the last sample at which it stepped or did I/O of its own
     has_locals: bool               # its loop position could be read
+    data_sign: float | None = None  # the last sample at which its DataLoader workers read new ground in their files
+    gpu_sign: float | None = None   # the last sample at which its GPU had been at work since the one before
 
 
 class ShareCounts(msgspec.Struct, frozen=True, gc=False):

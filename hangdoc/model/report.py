@@ -156,6 +156,11 @@ class Threshold:
     signal: str                    # "loop" (the job's counters) or "frames" (no counters could be read)
     # What each witness of progress said since the job went quiet (a hang or a suspicion only).
     witnesses: tuple[Witness, ...] = ()
+    # Seconds since data or a GPU last moved, where that came after the last step (progress: slow,
+    # not hung), and which moved: "data" (DataLoader workers reading new ground in their files)
+    # or "gpu" (a rank's GPU at work); None otherwise.
+    moving_s: float | None = None
+    moving: str | None = None
 
 
 @dataclass(frozen=True)

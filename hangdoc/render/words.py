@@ -181,6 +181,10 @@ def threshold_line(report: Report) -> str | None:
         rule = f"no step seen yet, so hang after the default {t.hang_after_s:g} s (--hang-after sets it)"
     signal = "" if t.signal == "loop" else (" [no loop counters could be read: judged by the stack going round "
                                            "the loop, the main threads' wake-ups and the bytes moved]")
+    if t.moving_s is not None:
+        what = ("a rank's GPU was at work (kernels moving memory, not a collective's spin)" if t.moving == "gpu"
+                else "the DataLoader workers read new ground in their files")
+        quiet += f", but {what} {t.moving_s:.0f} s ago (moving is progress: slow, not hung)"
     return f"Progress: {rule}; {quiet}.{signal}"
 
 

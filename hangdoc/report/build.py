@@ -109,12 +109,14 @@ def _threshold(diagnosis: Diagnosis) -> Threshold | None:
                          signal="loop" if beat.has_locals else "frames", witnesses=diagnosis.witnesses)
     # A hang's quiet counts from its onset, the one clock of the report (an older one, when the
     # job's own record dated the stall before the first sample).
-    quiet_since = beat.quiet_since
+    quiet_since = beat.stepped_since if beat.stepped_since is not None else beat.quiet_since
     if diagnosis.verdict == Verdict.HANG and diagnosis.onset is not None:
         quiet_since = min(quiet_since, diagnosis.onset)
+    data = round(diagnosis.decided_at - beat.data_since, 1) if beat.data_since is not None else None
     return Threshold(source=beat.source, hang_after_s=beat.threshold_s, longest_step_s=beat.longest_step_s,
                      steps_seen=beat.steps_seen, quiet_s=round(diagnosis.decided_at - quiet_since, 1),
-                     signal="loop" if beat.has_locals else "frames", witnesses=diagnosis.witnesses)
+                     signal="loop" if beat.has_locals else "frames", witnesses=diagnosis.witnesses,
+                     moving_s=data, moving=beat.moved_by if data is not None else None)
 
 
 def pg_timeout(bundle: Bundle) -> float:
