@@ -36,7 +36,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hangdoc.report import build_report  # noqa: E402
+from hangdoc.report import judge  # noqa: E402
 from hangdoc.bundle.files import load_bundle  # noqa: E402
 from hangdoc.model import Bundle, LogTail, Role  # noqa: E402
 from hangdoc.render.markdown import report_markdown  # noqa: E402
@@ -321,10 +321,10 @@ def watch_healthy(pid: int, out: Path, timeout_s: float, hang_after_s: float = 4
 
 def trim(bundle: Bundle, keep: int = KEEP_SAMPLES) -> Bundle:
     """The last `keep` samples (more if fewer change the verdict), the last lines of each log."""
-    full = build_report(bundle)
+    full = judge(bundle).report
     for n in range(min(keep, len(bundle.samples)), len(bundle.samples) + 1):
         cut = dataclasses.replace(bundle, samples=bundle.samples[-n:])
-        report = build_report(cut)
+        report = judge(cut).report
         if (report.verdict, report.culprit_ranks) == (full.verdict, full.culprit_ranks):
             break
     seen = {s.pid for snap in cut.samples for s in snap.processes}
@@ -393,7 +393,7 @@ def write_expected(case: Case, stored: bool = False) -> None:
 
 def write_markdown(case: Case) -> str:
     bundle = load_bundle(GOLDEN / case.name / "bundle.json")
-    report = build_report(bundle)
+    report = judge(bundle).report
     text = report_markdown(report) + "\n"
     (GOLDEN / case.name / "expected.md").write_text(text)
     out = io.StringIO()
@@ -415,7 +415,7 @@ _EXAMPLE = re.compile(r"<!-- example: (\S+) (\S+) -->\n(?:\n```text\n(?:(?!```)[
 def finding_block(case: str, slug: str) -> str:
     """A golden case's finding for `slug` as plain text: title, evidence, fix."""
     bundle = load_bundle(GOLDEN / case / "bundle.json")
-    found = next(f for f in build_report(bundle).findings if f.rule == slug)
+    found = next(f for f in judge(bundle).report.findings if f.rule == slug)
     ranks = f" (ranks {', '.join(map(str, found.ranks))})" if found.ranks else ""
     lines = [f"{found.severity.value} {found.rule}{ranks}: {found.title}"]
     lines += [f"  - {line.strip()}" for line in found.evidence]

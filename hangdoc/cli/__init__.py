@@ -43,7 +43,8 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     Exit codes: 0 healthy or nothing found, 1 `check` found problems, 2 usage, attach or
     input error, 3 hang detected, 4 the job crashed, 5 the job ended and the cause is unknown,
     6 report printed but the bundle could not be saved, 7 suspect (ranks split, not seen long
-    enough to tell a hang from a slow step), 130 / 143 stopped by Ctrl-C / SIGTERM
+    enough to tell a hang from a slow step), 8 slow (a straggler or its data costs every
+    step; `run` only with --fail-on slow), 130 / 143 stopped by Ctrl-C / SIGTERM
     (docs/exit-codes.md).
     """
 

@@ -182,7 +182,7 @@ def save_or_say(bundle: Bundle, out: Path, digest: NodeDigest | None) -> bool:
 
 def delivered(code: int, saved: bool, came: list[int], saved_words: str = "") -> int:
     """The exit code once the report is out: the judgement's, unless the bundle could not be saved
-    (EXIT_NOT_SAVED) or a Ctrl-C / SIGTERM came while it was printed (its own 130 / 143)."""
+    (EXIT_NOT_SAVED) or a Ctrl-C / SIGTERM came while it was printed (its own EXIT_SIGINT / EXIT_SIGTERM)."""
     if not saved:
         return EXIT_NOT_SAVED
     if came:
@@ -194,7 +194,8 @@ def delivered(code: int, saved: bool, came: list[int], saved_words: str = "") ->
 @contextmanager
 def signals_held():
     """Ctrl-C, SIGTERM and SIGHUP wait while the report is printed and the bundle saved: the list
-    yielded holds the exit code (130 / 143) of each that came meanwhile, for the caller to leave with."""
+    yielded holds the exit code (EXIT_SIGINT / EXIT_SIGTERM) of each that came meanwhile, for the
+    caller to leave with."""
     came: list[int] = []
 
     def hold(number: int, _frame) -> None:

@@ -16,7 +16,6 @@ from hangdoc.cli.common import (
     Engine, default_out, delivered, emit_report, engine_option, hang_after_option, html_option,
     html_target, interval_option, report_format_option, save_or_say, signals_held, timeout_option, write_html,
 )
-from hangdoc.model import Verdict
 from hangdoc.render.formats import OutputFormat
 
 
@@ -76,7 +75,7 @@ def run(
         view.close()
     outcome = result.outcome
     stopped = result.interrupted is not None
-    failed = outcome.report.verdict in (Verdict.HANG, Verdict.CRASH)
+    failed = outcome.judgement.failed
     slow = outcome.report.slow is not None and not failed
     outlived = any(f.rule == "outlived-job" for f in outcome.report.findings)
     with signals_held() as came:      # a Ctrl-C or SIGTERM now must not cut the report or the save short

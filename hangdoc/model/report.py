@@ -266,5 +266,10 @@ class Report:
         return {r.rank: r.members for r in self.ranks if r.rank is not None}
 
     @property
+    def failed(self) -> bool:
+        """The job failed: a hang or a crash (`Verdict.failed`)."""
+        return Verdict(self.verdict).failed
+
+    @property
     def ranks_seen(self) -> int:
         return sum(r.rank_count for r in self.ranks)

@@ -23,6 +23,11 @@ class Verdict(Word):
     ENDED = "ended"                # every rank gone, and nothing says whether it failed
     INTERRUPTED = "interrupted"    # the watch was stopped before a verdict
 
+    @property
+    def failed(self) -> bool:
+        """A hang or a crash: the verdicts that fail a run, alarm a report and end a watch at once."""
+        return self in (Verdict.HANG, Verdict.CRASH)
+
 
 class GpuActivity(Word):
     """What a GPU's busy reading means, from utilisation, memory traffic and power together."""

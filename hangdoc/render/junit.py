@@ -15,7 +15,7 @@ from hangdoc.render.layout import layout
 def junit_xml(report: Report, cmd: list[str], fail_on_slow: bool = False) -> str:
     """A hang or a crash fails the test case; a slow job only with `fail_on_slow` (else its
     findings are the case's output, a warning); a run stopped by Ctrl-C or SIGTERM is an error."""
-    failed = report.verdict in (Verdict.HANG, Verdict.CRASH) or (fail_on_slow and report.slow is not None)
+    failed = report.failed or (fail_on_slow and report.slow is not None)
     stopped = report.verdict == Verdict.INTERRUPTED
     suite = ET.Element("testsuite", name="hangdoc", tests="1", failures=str(int(failed)), errors=str(int(stopped)),
                        timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hangdoc.model import Finding, RankReport, Report, StackClass, Verdict
+from hangdoc.model import Finding, RankReport, Report, StackClass
 from hangdoc.render.words import (before_line, gpu_cell, headline, progress_word, rank_source_line, shares_line,
                                   threshold_line, timeout_line, witnesses_line)
 from hangdoc.base.words import duration, rank_label, rank_ranges, rank_set
@@ -63,7 +63,7 @@ def layout(report: Report) -> ReportLayout:
     if report.stack_classes or report.stack_tree:
         stacks.append(Stacks(stacks_heading(report.stack_classes), report.stack_tree, report.stack_classes))
     return ReportLayout(
-        alarm=report.verdict in (Verdict.HANG, Verdict.CRASH),
+        alarm=report.failed,
         headline=headline(report),
         places=tuple(culprit_places(report)),
         notes=tuple(line for line in (threshold_line(report), witnesses_line(report), shares_line(report),

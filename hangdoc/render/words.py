@@ -82,7 +82,7 @@ def slow_headline(report: Report) -> str:
 def shares_line(report: Report) -> str | None:
     """Where each rank's time went over its last steps, one line: "rank 0 waits 63 % (46-78) ..."."""
     ranks = [r for r in report.ranks if r.shares is not None]
-    if not ranks or report.verdict in (Verdict.CRASH, Verdict.HANG):
+    if not ranks or report.failed:
         return None
     parts = []
     for r in ranks[:8]:

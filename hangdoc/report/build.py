@@ -22,12 +22,6 @@ NCCL_TIMEOUT_S = 600.0
 GLOO_TIMEOUT_S = 1800.0
 
 
-def build_report(bundle: Bundle, hang_after: float | None = None, live: LiveTimelines | None = None) -> Report:
-    """The report of a bundle read while its job goes on (what a watch round prints): the analysis
-    alone, with no ending to weigh. Commands go through `report/judge.py: judge`."""
-    return assess(bundle, hang_after, live)[0]
-
-
 def assess(bundle: Bundle, hang_after: float | None = None, live: LiveTimelines | None = None,
            with_lanes: bool = True, lines: dict[int, Timeline] | None = None) -> tuple[Report, Diagnosis]:
     """The report and the diagnosis it came from (whose digest a save writes beside the samples).

@@ -26,7 +26,6 @@ from hangdoc.report.verdict import COMMAND_FAILED, OUTLIVED_JOB, RUN_TIMEOUT
 _EXIT = {Verdict.HANG: EXIT_HANG, Verdict.CRASH: EXIT_CRASH, Verdict.ENDED: EXIT_ENDED_UNKNOWN,
          Verdict.INTERRUPTED: EXIT_SIGINT, Verdict.SUSPECT: EXIT_SUSPECT, Verdict.HEALTHY: EXIT_OK,
          Verdict.SLOW: EXIT_SLOW}
-_FAILED = (Verdict.HANG, Verdict.CRASH)
 _STOPS = {Verdict.HANG: StopReason.HANG, Verdict.CRASH: StopReason.CRASH}
 # A slow verdict is settled, and ends a watch (`watch` only: `run` lets its command finish), once it
 # has held the same way (the same stragglers, or data-bound) for this many rounds in a row,
@@ -75,6 +74,11 @@ class Judgement:
     def digest(self) -> NodeDigest | None:
         """The node's reading of its ranks, which a save writes beside the samples."""
         return self.diagnosis.digest if self.diagnosis is not None else None
+
+    @property
+    def failed(self) -> bool:
+        """The job failed (a hang or a crash): what fails `run`, its JUnit case and a report's headline."""
+        return self.report.failed
 
     @property
     def stop(self) -> StopReason | None:
@@ -238,7 +242,7 @@ def exit_code(verdict: Verdict | str, ending: End = RUNNING, slow: bool = False)
     verdict = Verdict(verdict)
     if ending.kind == Ending.INTERRUPTED:
         return ending.signal_exit
-    if not ending.run or verdict in _FAILED:
+    if not ending.run or verdict.failed:
         return _EXIT[verdict]
     code = ending.returncode
     if code is None:

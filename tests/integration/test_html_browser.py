@@ -27,7 +27,7 @@ import pytest
 
 from hangdoc.bundle.files import load_bundle
 from hangdoc.render.html import CSP, report_html
-from hangdoc.report import build_report
+from hangdoc.report import judge
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -54,7 +54,7 @@ def chromium(tmp_path: Path, page: Path, *args: str) -> subprocess.CompletedProc
 
 def golden_page(tmp_path_factory, case: str) -> Path:
     path = tmp_path_factory.mktemp("html") / f"{case}.html"
-    path.write_text(report_html(build_report(load_bundle(GOLDEN / case / "bundle.json"))))
+    path.write_text(report_html(judge(load_bundle(GOLDEN / case / "bundle.json")).report))
     return path
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hangdoc.report import build_report
+from hangdoc.report import judge
 from factories import node_bundle, save_node
 from hangdoc.bundle.files import load_bundle, load_bundles
 from hangdoc.base.errors import EXIT_USAGE, BadBundle
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def every_format(bundle) -> tuple[str, str, str]:
-    report = build_report(bundle)
+    report = judge(bundle).report
     text = io.StringIO()
     render_text(report, text, width=160)
     return report_json(report), report_markdown(report), text.getvalue()
@@ -69,7 +69,7 @@ def test_nodes_merged_share_their_frames(tmp_path):
     # THEN the all_reduce frames of ranks on both nodes are one object
     tops = {id(s.stack.main.frames[0]) for s in merged.last.processes
             if s.stack and s.stack.main.frames[0].name == "all_reduce"}
-    assert len(tops) == 1 and build_report(merged).culprit_ranks == (9,)
+    assert len(tops) == 1 and judge(merged).report.culprit_ranks == (9,)
 
 
 def hangdoc_report(path: Path) -> subprocess.CompletedProcess:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hangdoc.registry import records
-from hangdoc.report import build_report
+from hangdoc.report import judge
 from hangdoc.bundle.files import load_bundle, save_bundle
 from hangdoc.cli import main
 from hangdoc.collect.stacks import PySpy, StackError
@@ -83,7 +83,7 @@ def without_evidence(name: str):
 def test_ranks_vanishing_with_nothing_readable_is_not_healthy(name, tmp_path):
     # GIVEN every rank gone, no log and no exit status WHEN diagnosed
     bundle = without_evidence(name)
-    report = build_report(bundle)
+    report = judge(bundle).report
     # THEN never "healthy": a crash when the samples show one, else "ended, cause unknown" (exit 5)
     assert report.verdict in ("crash", "ended")
     if report.verdict == "ended":
@@ -93,7 +93,7 @@ def test_ranks_vanishing_with_nothing_readable_is_not_healthy(name, tmp_path):
 
 
 def test_the_same_bundle_with_its_log_is_healthy():
-    assert build_report(load_bundle(GOLDEN / "healthy-finished" / "bundle.json")).verdict == "healthy"
+    assert judge(load_bundle(GOLDEN / "healthy-finished" / "bundle.json")).report.verdict == "healthy"
 
 
 def test_a_run_timeout_with_no_rank_does_not_claim_a_collective():
@@ -163,7 +163,7 @@ def test_a_rank_exception_is_quoted_from_the_jobs_output():
              "Root Cause (first observed failure):", "[0]:", "  rank      : 0 (local_rank: 0)",
              "  exitcode  : 1 (pid: 1)")
     bundle = dataclasses.replace(bundle, logs=(LogTail("job.log", lines),))
-    report = build_report(bundle)
+    report = judge(bundle).report
     assert report.verdict == "crash" and report.culprit_ranks == (0,)
     # WHEN rendered THEN the exception and where it was raised are quoted
     out = io.StringIO()

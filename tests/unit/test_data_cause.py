@@ -7,12 +7,12 @@ from pathlib import Path
 from hangdoc.bundle.files import load_bundle
 from hangdoc.model import Finding, Severity
 from hangdoc.render.words import slow_headline
-from hangdoc.report import build_report
+from hangdoc.report import judge
 
 
 def test_a_slow_verdict_s_headline_carries_the_data_cause_a_finding_names():
     # GIVEN a real data-bound straggler (golden workers-unpinned: rank 0 waits on its DataLoader)
-    report = build_report(load_bundle(Path(__file__).parents[1] / "golden" / "workers-unpinned" / "bundle.json"))
+    report = judge(load_bundle(Path(__file__).parents[1] / "golden" / "workers-unpinned" / "bundle.json")).report
     assert "data-bound" not in slow_headline(report)
     # WHEN a finding names what makes it data-bound
     named = Finding("workers-cpu-confined", Severity.WARNING, (0,), "t", ("e",), "f", cause="workers confined to CPU 0")

@@ -15,7 +15,7 @@ from hangdoc.collect.sockets import tcp_sockets
 from hangdoc.live.runner import OutputTail
 from hangdoc.model import TcpSocket
 from hangdoc.render.words import headline
-from hangdoc.report import build_report
+from hangdoc.report import judge
 
 # gloo prints a port in network byte order: rank 1's 44063 reads 8108
 CLOSED = ("[rank0]: Traceback (most recent call last):",
@@ -41,7 +41,7 @@ def test_a_rank_that_exited_0_before_its_peer_failed_is_the_culprit():
     bundle = job_bundle({0: 5, 1: 4}, 5, exits=(died(1, 1.8, code=0), died(0, 2.0, code=1)), logs=CLOSED)
     bundle = with_sockets(bundle, 1, TcpSocket("127.0.0.1:44063", "0.0.0.0:0", "LISTEN"))
     # WHEN diagnosed
-    report = build_report(bundle)
+    report = judge(bundle).report
     # THEN rank 1, the first to leave, is the culprit, and rank 0 a consequence
     assert (report.verdict, report.culprit_ranks) == ("crash", (1,))
     assert report.cause[0].startswith("rank 1 left first: it exited with code 0"), report.cause
@@ -56,7 +56,7 @@ def test_a_rank_still_running_whose_address_the_failure_names_is_the_culprit():
     bundle = job_bundle({0: 4, 1: 5}, 5, exits=(died(0, 1.8, code=1),), logs=CLOSED)
     bundle = with_sockets(bundle, 1, TcpSocket("127.0.0.1:44063", "127.0.0.1:36644", "ESTABLISHED"))
     # THEN rank 1 is the culprit: it closed its connections while still running
-    report = build_report(bundle)
+    report = judge(bundle).report
     assert (report.verdict, report.culprit_ranks) == ("crash", (1,))
     assert report.cause[0].startswith("rank 1 left first: it closed its connections (its process still running)")
 
@@ -66,7 +66,7 @@ def test_a_rank_killed_by_a_signal_is_an_ordinary_crash_not_a_departure():
     bundle = job_bundle({0: 5, 1: 4}, 5, exits=(died(1, 1.8, signal=9), died(0, 2.0, code=1)), logs=CLOSED)
     bundle = with_sockets(bundle, 1, TcpSocket("127.0.0.1:44063", "0.0.0.0:0", "LISTEN"))
     # THEN rank 1 is the culprit as before, told by its signal
-    report = build_report(bundle)
+    report = judge(bundle).report
     assert report.culprit_ranks == (1,)
     [died_] = [f for f in report.findings if f.rule == "rank-died"]
     assert "SIGKILL" in died_.title and "left first" not in died_.title
@@ -120,14 +120,14 @@ def test_a_rank_that_raised_first_is_told_by_its_own_exception_though_its_peer_e
     bundle = job_bundle({0: 4, 1: 5}, 5, exits=(died(0, 1.8, code=1),), logs=raised)
     bundle = with_sockets(bundle, 1, TcpSocket("127.0.0.1:44063", "0.0.0.0:0", "LISTEN"))
     # THEN rank 1 is the culprit, and the cause is its own exception
-    report = build_report(bundle)
+    report = judge(bundle).report
     assert report.culprit_ranks == (1,)
     assert report.cause[0] == "rank 1 raised OSError: transient read error", report.cause
 
 
 def test_a_hang_with_every_rank_in_setup_and_no_culprit_says_so_not_that_the_culprit_is_elsewhere():
     # GIVEN a hang whose every rank waits in init_process_group, none named the culprit
-    report = build_report(job_bundle({0: 3, 1: 3}, 3))
+    report = judge(job_bundle({0: 3, 1: 3}, 3)).report
     setup = "init_process_group (torch/distributed/distributed_c10d.py:1899)"
     report = dataclasses.replace(report, verdict="hang", culprit_ranks=(), findings=(),
                                  ranks=tuple(dataclasses.replace(r, top_frame=setup) for r in report.ranks))

@@ -20,7 +20,7 @@ import pytest
 
 from hangdoc.analyze.flight import flight_groups, flight_summary, fr_progress
 from hangdoc.rules.flight_words import stuck_line
-from hangdoc.report import build_report
+from hangdoc.report import judge
 from hangdoc.bundle.files import bundle_from_json, load_bundle
 from hangdoc.collect.flight_recorder import FlightCollector, collect_dumps, fr_config, load_dumps, read_dump
 from hangdoc.live.inputs import report_inputs
@@ -284,7 +284,7 @@ def test_a_bundle_with_flight_records_round_trips_and_old_bundles_load():
 
 def test_the_golden_fr_bundle_reports_the_sequence_number_and_the_rank():
     bundle = load_bundle(GOLDEN / "fr-straggler" / "bundle.json")
-    fr = next(f for f in build_report(bundle).findings if f.rule == "flight-recorder")
+    fr = next(f for f in judge(bundle).report.findings if f.rule == "flight-recorder")
     assert fr.ranks == (1,)
     assert fr.title == "Rank 1 never issued all_reduce #11 of the default group, which rank 0 entered"
 
@@ -292,7 +292,7 @@ def test_the_golden_fr_bundle_reports_the_sequence_number_and_the_rank():
 @pytest.mark.parametrize("name", ["compute-straggler", "healthy-finished"])
 def test_bundles_without_dumps_do_not_fire_it(name):
     bundle = load_bundle(GOLDEN / name / "bundle.json")
-    assert not [f for f in build_report(bundle).findings if f.rule == "flight-recorder"]
+    assert not [f for f in judge(bundle).report.findings if f.rule == "flight-recorder"]
 
 
 def test_a_bundle_named_like_a_dump_is_still_a_bundle(tmp_path):
@@ -310,7 +310,6 @@ def test_a_bundle_named_like_a_dump_is_still_a_bundle(tmp_path):
 
 def test_ps_and_the_live_view_say_whether_fr_is_on(tmp_path):
     from hangdoc.render.words import flight_words
-    from hangdoc.report import build_report
     from hangdoc.collect.flight_recorder import rank_flight_text
     from hangdoc.collect.procfs import ProcFS
     from hangdoc.render.live import flight_note
@@ -330,4 +329,4 @@ def test_ps_and_the_live_view_say_whether_fr_is_on(tmp_path):
     configs = (fr_config(rank_info(0, env)), fr_config(rank_info(1, env)))
     assert flight_words(flight_summary(configs)) == "on (2000 entries), pipe on 1 of 2 ranks"
     bundle = load_bundle(GOLDEN / "fr-straggler" / "bundle.json")
-    assert flight_note(build_report(bundle)) == " · flight recorder on (2000 entries), 2 dumps"
+    assert flight_note(judge(bundle).report) == " · flight recorder on (2000 entries), 2 dumps"

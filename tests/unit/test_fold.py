@@ -10,7 +10,7 @@ import zstandard
 
 from hangdoc.bundle import codec as bundle_v2
 from hangdoc.analyze.diagnose import node_digest
-from hangdoc.report import build_report
+from hangdoc.report import judge
 from factories import node_bundle, save_node
 from hangdoc.bundle.files import load_bundles
 from hangdoc.base.errors import BadBundle, HangdocError
@@ -40,7 +40,7 @@ def write_job(folder, culprit: int, nodes: int = NODES, skip=(), how: str = "v2"
 
 def whole(folder):
     """The report of the same bundles merged whole, rank by rank (the path below FOLD_ABOVE_RANKS)."""
-    return build_report(load_bundles([folder]))
+    return judge(load_bundles([folder])).report
 
 
 def summary(report):

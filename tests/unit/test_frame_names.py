@@ -11,7 +11,7 @@ from hangdoc.base.symbols import symbol_name
 from hangdoc.bundle.files import load_bundle
 from hangdoc.model import Frame
 from hangdoc.render.formats import OutputFormat, render_report
-from hangdoc.report import build_report
+from hangdoc.report import judge
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
@@ -55,7 +55,7 @@ def test_no_format_prints_a_cpp_signature_where_a_frame_belongs(fmt, capsys):
                for s in bundle.samples for p in s.processes if p.stack for t in p.stack.threads for f in t.frames)
     # WHEN the report is written in this format
     out = io.StringIO()
-    render_report(build_report(bundle), fmt, out)
+    render_report(judge(bundle).report, fmt, out)
     text = out.getvalue()
     # THEN no template soup is printed; where the format shows that frame, it reads as the binding it is
     assert "pybind11 binding of c10d::Work" in text or fmt is OutputFormat.text

@@ -15,7 +15,7 @@ import pytest
 from hangdoc.analyze.gpu import gpu_activity
 from hangdoc.bundle.files import load_bundle
 from hangdoc.model import GpuActivity, GpuDevice
-from hangdoc.report import build_report
+from hangdoc.report import judge
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = json.loads((ROOT / "gpu" / "recorded" / "h200-shapes.json").read_text())
@@ -82,7 +82,7 @@ def test_the_straggler_finding_says_the_waiting_ranks_gpu_spins_and_the_table_ma
     # all_reduce), its one GPU read as a spin kernel reads
     bundle = spinning_gpu(load_bundle(ROOT / "golden" / "gpu-gloo-cuda" / "bundle.json"))
     # WHEN it is diagnosed
-    report = build_report(bundle)
+    report = judge(bundle).report
     straggler = next(f for f in report.findings if f.rule == "collective-straggler")
     # THEN the evidence says the waiting rank's 100 % is a spin, not work
     assert any(line.startswith("the GPU of rank 0 reads 100 % at 125 W of 700 W with no memory traffic")
@@ -93,7 +93,7 @@ def test_the_straggler_finding_says_the_waiting_ranks_gpu_spins_and_the_table_ma
 
 def test_the_recorded_job_as_it_was_reads_idle_gpus():
     # GIVEN the recorded job as hangdoc saw it (a tiny model: the GPU idle between steps)
-    report = build_report(load_bundle(ROOT / "golden" / "gpu-gloo-cuda" / "bundle.json"))
+    report = judge(load_bundle(ROOT / "golden" / "gpu-gloo-cuda" / "bundle.json")).report
     straggler = next(f for f in report.findings if f.rule == "collective-straggler")
     # THEN nothing claims a spin, and the culprit's GPU is said to be idle
     assert {r.gpu.activity for r in report.ranks} == {GpuActivity.IDLE}

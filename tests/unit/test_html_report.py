@@ -26,7 +26,7 @@ from hangdoc.model import Finding, Lane, Severity, Span
 from hangdoc.render.html import CSP, report_html
 from hangdoc.render.html_timeline import PLOT_W
 from hangdoc.render.words import headline
-from hangdoc.report import build_report
+from hangdoc.report import judge
 from hangdoc.report.lanes import MAX_POINTS, MAX_SPANS, spans
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -38,7 +38,7 @@ VOID = {"meta", "br", "hr", "img", "input", "link", "wbr", "col", "source", "are
 
 @lru_cache(maxsize=None)
 def golden(name: str):
-    return build_report(load_bundle(GOLDEN / name / "bundle.json"))
+    return judge(load_bundle(GOLDEN / name / "bundle.json")).report
 
 
 @lru_cache(maxsize=None)

@@ -6,7 +6,7 @@ import dataclasses
 import re
 
 from hangdoc.render.html import report_html
-from hangdoc.report import build_report
+from hangdoc.report import judge
 from test_worker_fates import epochs_job
 
 
@@ -17,7 +17,7 @@ def _blocks(page: str) -> list[str]:
 def test_retired_workers_of_earlier_epochs_are_one_closed_row_under_the_live_ones():
     # GIVEN 2 ranks after 10 epochs, each rank's 2 live workers and the 18 its earlier epochs forked,
     # rank 0 marked the culprit (its block opens)
-    report = build_report(epochs_job())
+    report = judge(epochs_job()).report
     lanes = tuple(dataclasses.replace(lane, culprit=lane.rank == 0) for lane in report.lanes)
     # WHEN the page is written
     page = report_html(dataclasses.replace(report, lanes=lanes))
@@ -37,6 +37,6 @@ def test_retired_workers_of_earlier_epochs_are_one_closed_row_under_the_live_one
 
 def test_a_rank_with_no_retired_worker_has_no_folded_row():
     # GIVEN one epoch: every worker is live
-    page = report_html(build_report(epochs_job(epochs=1)))
+    page = report_html(judge(epochs_job(epochs=1)).report)
     # THEN no retired row is drawn
     assert "retired" not in page

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from hangdoc.report import build_report
+from hangdoc.report import judge
 from hangdoc.analyze.timeline import LiveTimelines, timelines
 from factories import node_bundle
 from hangdoc.base.serde import to_dict
@@ -36,8 +36,8 @@ def test_the_report_of_a_live_watch_equals_the_report_of_its_bundle_every_round(
     live = LiveTimelines()
     verdicts = set()
     for bundle in rounds(samples=30, window=12, hang_after=10.0):
-        report = build_report(bundle, None, live)
-        assert to_dict(report) == to_dict(build_report(bundle))
+        report = judge(bundle, live=live).report
+        assert to_dict(report) == to_dict(judge(bundle).report)
         verdicts.add(report.verdict)
     assert "hang" in verdicts
 

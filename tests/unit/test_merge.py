@@ -7,7 +7,7 @@ import io
 import pytest
 
 from hangdoc.analyze.classes import stack_tree
-from hangdoc.report import build_report
+from hangdoc.report import judge
 from hangdoc.analyze.timeline import timelines
 from factories import node_bundle
 from hangdoc.bundle.files import bundle_from_json
@@ -42,7 +42,7 @@ def test_two_nodes_merged_name_the_culprit_with_its_node_and_host():
     bundles = job_of(2, culprit=9)
     # WHEN merged and diagnosed
     merged = merge_bundles(bundles, names(2))
-    report = build_report(merged)
+    report = judge(merged).report
     # THEN the culprit is rank 9, on node 1's host, with its own pid on that node
     assert report.verdict == "hang" and report.culprit_ranks == (9,)
     rank9 = next(r for r in report.ranks if r.rank == 9)
@@ -65,7 +65,7 @@ def test_pids_alike_on_every_node_are_kept_apart_and_shown_as_they_are():
     pids = [p.pid for p in merged.job.processes]
     assert len(pids) == len(set(pids)) == 3 * (1 + 8 * 3)
     assert sorted({p.node_pid for p in merged.job.processes}) == sorted({p.pid for p in bundles[0].job.processes})
-    report = build_report(merged)
+    report = judge(merged).report
     assert {r.pid for r in report.ranks if r.rank in (1, 9, 17)} == {103}
 
 
@@ -109,7 +109,7 @@ def test_a_node_captured_later_joins_the_last_snapshot():
     once = node_bundle(1, 2, 9, T0 + 10, workers=1, samples=1)
     # WHEN merged and diagnosed
     merged = merge_bundles([watched, once], names(2))
-    report = build_report(merged)
+    report = judge(merged).report
     # THEN every rank is in the last snapshot and the culprit on node 1 is found
     assert {s.pid for s in merged.last.processes} == {p.pid for p in merged.job.processes}
     assert report.verdict == "hang" and report.culprit_ranks == (9,)
@@ -174,7 +174,7 @@ def test_a_missing_node_is_said_with_its_ranks():
     # GIVEN nodes 0 and 2 of a 3-node job, the culprit (rank 9) on the missing node 1
     bundles = job_of(3, culprit=9)
     # WHEN the two are merged and diagnosed
-    report = build_report(merge_bundles([bundles[0], bundles[2]], ["n0.json", "n2.json"]))
+    report = judge(merge_bundles([bundles[0], bundles[2]], ["n0.json", "n2.json"])).report
     # THEN a hang whose culprit is not among the captured ranks, and the missing ranks and node are named
     missing = [f for f in report.findings if f.rule == "missing-ranks"]
     assert report.verdict == "hang" and report.culprit_ranks == ()
@@ -185,13 +185,13 @@ def test_a_missing_node_is_said_with_its_ranks():
 
 def test_a_complete_job_says_nothing_is_missing():
     # GIVEN every node WHEN merged THEN no missing-ranks finding
-    report = build_report(merge_bundles(job_of(3, culprit=9), names(3)))
+    report = judge(merge_bundles(job_of(3, culprit=9), names(3))).report
     assert not [f for f in report.findings if f.rule == "missing-ranks"]
 
 
 def test_one_nodes_bundle_alone_says_the_others_are_missing():
     # GIVEN node 1's bundle only (the culprit's node): its ranks are not all waiting
-    report = build_report(merge_bundles([job_of(2, culprit=9)[1]], ["n1.json"]))
+    report = judge(merge_bundles([job_of(2, culprit=9)[1]], ["n1.json"])).report
     # THEN ranks 0-7 on node 0 are said to be missing
     missing = next(f for f in report.findings if f.rule == "missing-ranks")
     assert missing.ranks == tuple(range(8)) and "(node 0 not captured)" in missing.title
@@ -213,7 +213,7 @@ def test_the_stack_tree_folds_thousands_of_ranks_into_ranges():
 def test_many_ranks_print_the_culprit_and_the_others_grouped():
     # GIVEN a merged report of 512 ranks
     merged = merge_bundles(job_of(64, culprit=300, workers=0), names(64))
-    report = build_report(merged)
+    report = judge(merged).report
     # WHEN rendered as text and as Markdown
     text = text_of(report, merged)
     markdown = report_markdown(report)

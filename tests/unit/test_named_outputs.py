@@ -95,9 +95,9 @@ def test_report_files_are_written_0600_whatever_the_umask(tmp_path, option):
             assert done.returncode == 3, done.stderr
         else:
             from hangdoc.cli.common import html_target, write_html
-            from hangdoc.report import build_report
+            from hangdoc.report import judge
 
-            write_html(build_report(load_bundle(BUNDLE)), html_target(out))
+            write_html(judge(load_bundle(BUNDLE)).report, html_target(out))
     finally:
         os.umask(old)
     # THEN the file is its owner's alone, as bundles are

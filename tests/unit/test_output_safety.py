@@ -11,7 +11,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from hangdoc.report import build_report
+from hangdoc.report import judge
 from hangdoc.bundle.files import load_bundle
 from hangdoc.model import Bundle, Finding, Severity
 from hangdoc.base.redact import filter_env, redact_cmdline, redact_lines, redact_text
@@ -95,7 +95,7 @@ def hostile_bundle(name: str = "barrier-mismatch") -> Bundle:
 
 def outputs() -> dict[str, str]:
     bundle = hostile_bundle()
-    report = build_report(bundle)
+    report = judge(bundle).report
     poison = HOSTILE + " " + " ".join(text for text, _ in SECRET_SHAPES)
     report = dataclasses.replace(report, findings=report.findings + (Finding(
         rule="collective-mismatch", severity=Severity.CRITICAL, ranks=(1,), title=poison,
@@ -155,7 +155,7 @@ def test_live_view_at_80_columns_keeps_rank_and_for():
 
     bundle = load_bundle(GOLDEN / "bz2-shards" / "bundle.json")
     console = Console(file=io.StringIO(), width=80, color_system=None)
-    console.print(live_table(build_report(bundle), 80))
+    console.print(live_table(judge(bundle).report, 80))
     lines = console.file.getvalue().splitlines()
     assert lines[1].split()[:3] == ["RANK", "STATE", "FOR"]
     assert max(len(line) for line in lines) <= 80
@@ -166,7 +166,7 @@ def test_piped_text_is_not_wrapped(monkeypatch):
     # GIVEN a finding whose fix is a long command WHEN the report goes to a pipe (not a TTY)
     monkeypatch.setenv("COLUMNS", "80")
     bundle = load_bundle(GOLDEN / "bz2-shards" / "bundle.json")
-    report = build_report(bundle)
+    report = judge(bundle).report
     command = "hangdoc watch --job --out /a/very/long/path/" + "x" * 150 + "/bundle.json"
     report = dataclasses.replace(report, findings=(dataclasses.replace(report.findings[0], fix=command),))
     out = io.StringIO()

@@ -26,7 +26,7 @@ from hangdoc.model import (
     BUNDLE_SCHEMA, Bundle, FdLink, FileLock, Frame, GpuState, Host, IoCounters, Job, LogTail, Options,
     ProcessInfo, ProcSample, ProcStat, RankState, Role, Snapshot, Stack, Thread, ThreadCounters, Wait, WorkerState,
 )
-from hangdoc.report import build_report
+from hangdoc.report import judge
 from hangdoc.rules.evidence import chain
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -104,7 +104,7 @@ def job_bundle(rank1: Round, *extra: tuple[ProcessInfo, Round], rank0: Round | N
 
 def findings(bundle: Bundle) -> dict[str, list]:
     out: dict[str, list] = {}
-    for found in build_report(bundle).findings:
+    for found in judge(bundle).report.findings:
         out.setdefault(found.rule, []).append(found)
     return out
 

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from hangdoc.analyze.progress import DEFAULT_HANG_AFTER_S, HANG_FLOOR_S, STEP_MULTIPLE, loop_moved
-from hangdoc.report import build_report
+from hangdoc.report import judge
 from hangdoc.report.judge import exit_code as verdict_exit_code
 from hangdoc.collect.loopmark import loop_mark
 from hangdoc.collect.stacks import parse_dump
@@ -165,7 +165,7 @@ def test_nccl_ranks_parked_at_item_with_moving_counters_are_healthy_even_at_a_sh
     rows = [[(at_item(100 + i, 0xA0 + i), 10.0 + 2 * i, 5000, True),
              (at_item(100 + i, 0xC0 + i), 10.0 + 2 * i, 5000, True)] for i in range(15)]
     # WHEN diagnosed with --hang-after 4 (the old proxy said HANG here: same frames, no bytes)
-    report = build_report(bundle(rows), hang_after=4.0)
+    report = judge(bundle(rows), hang_after=4.0).report
     # THEN healthy, and the report says how it judged
     assert report.verdict == "healthy"
     assert report.threshold.signal == "loop" and report.threshold.quiet_s < 4
@@ -175,7 +175,7 @@ def test_nccl_hang_is_called_from_frozen_counters_after_the_learned_threshold():
     # GIVEN 8 samples of steady steps, then rank 1 stuck waiting on its DataLoader while rank 0 spins at .item()
     rows = nccl_rows(8, 7)
     # WHEN diagnosed with no threshold given
-    report = build_report(bundle(rows))
+    report = judge(bundle(rows)).report
     # THEN the threshold is learned from the steps (2 s apart: the floor applies) and the verdict is a hang
     assert report.threshold.source == "learned"
     assert report.threshold.hang_after_s == HANG_FLOOR_S
@@ -191,7 +191,7 @@ def test_nccl_hang_is_called_from_frozen_counters_after_the_learned_threshold():
 
 def test_nccl_stall_shorter_than_the_learned_threshold_is_not_a_hang():
     # GIVEN the same job, frozen for 8 s only (4 samples): less than the 10 s floor
-    report = build_report(bundle(nccl_rows(8, 4)))
+    report = judge(bundle(nccl_rows(8, 4))).report
     # THEN not a hang; the ranks are split and quiet for more than a third of it: suspect
     assert report.verdict == "suspect"
     assert verdict_exit_code(report.verdict) == EXIT_SUSPECT
@@ -205,7 +205,7 @@ def test_slow_steps_raise_the_learned_threshold():
         rows.append([(in_nccl_wait(step, 0xA0 + step), 10.0 + i, 5000, False),
                      (at_item(step, 0xC0 + step), 10.0 + i, 5000, True)])
     # WHEN diagnosed (learned)
-    report = build_report(bundle(rows))
+    report = judge(bundle(rows)).report
     # THEN the longest step is about 6 s and the threshold three times that: no hang
     assert report.threshold.longest_step_s == pytest.approx(6.0)
     assert report.threshold.hang_after_s == pytest.approx(STEP_MULTIPLE * 6.0)
@@ -216,7 +216,7 @@ def test_every_rank_in_the_same_nccl_wait_with_frozen_counters_is_a_hang_with_no
     # GIVEN both ranks parked in ProcessGroupNCCL inside backward, counters frozen for 24 s after steps
     rows = [[(in_nccl_wait(100 + i, 0xA0 + i), 10.0 + i, 5000, False)] * 2 for i in range(4)]
     rows += [[(in_nccl_wait(104, 0xA4), 14.0 + j, 5000, False)] * 2 for j in range(12)]
-    report = build_report(bundle(rows))
+    report = judge(bundle(rows)).report
     # THEN a hang; every rank here waits in the same collective, so the culprit is elsewhere
     assert report.verdict == "hang" and report.culprit_ranks == ()
     assert {r.state for r in report.ranks} == {"collective-wait"}
@@ -228,7 +228,7 @@ def test_a_compute_loop_that_never_ends_is_the_culprit():
              (at_item(100 + i, 0xC0 + i), 10.0 + i, 5000, True)] for i in range(5)]
     rows += [[(in_nccl_wait(105, 0xA5), 15.0 + j, 5000, False),
               (computing(0x500 + j, line=40 + j % 2), 15.0 + 2 * j, 5000, True)] for j in range(8)]
-    report = build_report(bundle(rows))
+    report = judge(bundle(rows)).report
     # THEN a hang with rank 1 as the culprit, once the learned threshold passed
     assert report.verdict == "hang" and report.culprit_ranks == (1,)
 
@@ -237,24 +237,24 @@ def test_no_step_seen_yet_waits_for_the_conservative_default():
     # GIVEN a job already stuck when watching began: 20 s of frozen samples, no step ever seen
     rows = [[(at_item(7, 0xA7), 10.0 + j, 5000, True), (in_dataloader(7, 0xC7), 3.0, 5000, False)]
             for j in range(11)]
-    report = build_report(bundle(rows))
+    report = judge(bundle(rows)).report
     # THEN no hang yet (the default is 60 s) but a suspect: who waits for whom
     assert report.threshold.source == "default" and report.threshold.hang_after_s == DEFAULT_HANG_AFTER_S
     assert report.verdict == "suspect" and report.culprit_ranks == (1,)
     # AND a given --hang-after keeps its meaning
-    assert build_report(bundle(rows), hang_after=15.0).verdict == "hang"
+    assert judge(bundle(rows), hang_after=15.0).report.verdict == "hang"
 
 
 def test_one_instant_never_says_healthy_when_the_ranks_are_split():
     # GIVEN a single sample: rank 0 in a collective, rank 1 in its DataLoader
     one = bundle([[(in_nccl_wait(7, 0xA7), 1.0, 5000, False), (in_dataloader(7, 0xC7), 1.0, 5000, False)]])
     # THEN suspect, naming who waits; with --hang-after 0, as documented, a hang
-    report = build_report(one)
+    report = judge(one).report
     assert report.verdict == "suspect" and report.culprit_ranks == (1,)
-    assert build_report(one, hang_after=0.0).verdict == "hang"
+    assert judge(one, hang_after=0.0).report.verdict == "hang"
     # AND an instant where every rank computes is healthy
     busy = bundle([[(computing(0x1), 1.0, 5000, True), (computing(0x2), 1.0, 5000, True)]])
-    assert build_report(busy).verdict == "healthy"
+    assert judge(busy).report.verdict == "healthy"
 
 
 # --- poll loops are waits, not steps -----------------------------------------------------------
@@ -296,7 +296,7 @@ def test_a_rank_polling_a_stale_lock_while_the_other_waits_in_a_collective_is_a_
     rows = [[(in_nccl_wait(104, 0xA4), 10.0 + i, 5000, False), (polling(10 * i), 3.0, 5000, False)]
             for i in range(9)]
     # WHEN diagnosed with --hang-after 10 (16 s of samples)
-    report = build_report(bundle(rows), hang_after=10.0)
+    report = judge(bundle(rows), hang_after=10.0).report
     # THEN no step was seen: a hang, rank 1 the culprit, read as waiting (idle, stuck), not active
     assert report.threshold.steps_seen == 0
     assert report.verdict == "hang" and report.culprit_ranks == (1,)
@@ -313,7 +313,7 @@ def test_a_training_loop_that_waits_at_one_queue_get_every_step_still_steps():
             (at_item(100 + i, 0xA0 + i), 10.0 + i, 5000, True)
     rows = [[rank0(i), (in_queue_get(100 + i, 0xC0 + i), 10.0 + i, 5000, False)] for i in range(12)]
     # WHEN diagnosed with a short --hang-after
-    report = build_report(bundle(rows), hang_after=4.0)
+    report = judge(bundle(rows), hang_after=4.0).report
     # THEN both ranks step: healthy, rank 1 active
     assert report.verdict == "healthy"
     assert {r.rank: r.progress for r in report.ranks}[1] == "active"
@@ -330,7 +330,7 @@ def test_a_slow_loop_whose_samples_land_in_compute_and_all_reduce_keeps_stepping
         step = 100 + i // 3
         frames = in_nccl_wait(step, 0xB0 + step) if i % 3 == 2 else forward(step, 0x500 + i, 40 + i % 2)
         rows.append([(frames, 10.0 + 2 * i, 5000, i % 3 != 2)] * 2)
-    report = build_report(bundle(rows))
+    report = judge(bundle(rows)).report
     # THEN steps are seen (about 6 s apart) and the job is healthy
     assert report.threshold.steps_seen >= 8 and report.threshold.longest_step_s == pytest.approx(6.0)
     assert report.verdict == "healthy"

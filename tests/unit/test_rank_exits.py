@@ -14,7 +14,7 @@ from hangdoc.model import (
     BUNDLE_SCHEMA, Bundle, GpuState, Host, IoCounters, Job, LogTail, OomCount, Options, ProcessExit, ProcessInfo,
     ProcSample, ProcStat, Role, Snapshot, Stack, Thread,
 )
-from hangdoc.report import build_report
+from hangdoc.report import judge
 from hangdoc.report.judge import exit_code
 
 T0 = 1_700_000_000.0
@@ -109,7 +109,7 @@ def test_every_rank_exiting_0_with_no_output_is_healthy():
     # GIVEN a job that printed nothing and whose ranks both exited 0 (read as they died)
     bundle = job_bundle({0: 4, 1: 4}, 6, exits=(died(0, 1.8, code=0), died(1, 1.8, code=0)))
     # WHEN diagnosed
-    report = build_report(bundle)
+    report = judge(bundle).report
     # THEN it ended well: healthy, exit 0, nothing critical
     assert report.verdict == "healthy" and exit_code(report.verdict) == 0
     assert report.culprit_ranks == () and not rank_died(report)
@@ -119,7 +119,7 @@ def test_without_exit_records_a_silent_end_is_still_unknown():
     # GIVEN the same silent end, from an older bundle (no exit records)
     bundle = job_bundle({0: 4, 1: 4}, 6)
     # THEN nothing says how it ended: "ended, cause unknown" (exit 5), as before
-    assert build_report(bundle).verdict == "ended"
+    assert judge(bundle).report.verdict == "ended"
 
 
 def test_ranks_that_exit_0_seconds_apart_are_healthy_not_a_crash():
@@ -128,10 +128,10 @@ def test_ranks_that_exit_0_seconds_apart_are_healthy_not_a_crash():
     ended = job_bundle({0: 4, 1: 17}, 19, exits=(died(0, 1.8, code=0), died(1, 8.3, code=0)))
     # WHEN diagnosed while rank 1 still lingers (6 s after rank 0 left) and after it left
     # THEN never a crash; healthy once both are gone
-    assert build_report(early).verdict != "crash"
-    assert build_report(ended).verdict == "healthy"
+    assert judge(early).report.verdict != "crash"
+    assert judge(ended).report.verdict == "healthy"
     # and without the exit records the same samples race CRASH_GRACE, as they did
-    assert build_report(dataclasses.replace(early, exits=())).verdict == "crash"
+    assert judge(dataclasses.replace(early, exits=())).report.verdict == "crash"
 
 
 def test_a_launcher_that_failed_is_not_overruled_by_ranks_that_exited_0():
@@ -139,7 +139,7 @@ def test_a_launcher_that_failed_is_not_overruled_by_ranks_that_exited_0():
     bundle = dataclasses.replace(job_bundle({0: 4, 1: 4}, 6, exits=(died(0, 1.8, code=0), died(1, 1.8, code=0))),
                                  exit_code=1)
     # THEN the launcher's failure stands
-    assert build_report(bundle).verdict == "crash"
+    assert judge(bundle).report.verdict == "crash"
 
 
 # --- a crash -------------------------------------------------------------------------------------
@@ -150,7 +150,7 @@ def test_rank_killed_by_sigkill_then_torchrun_sigterm_is_a_crash_of_the_killed_r
     exits = (died(1, 1.8, signal=9), died(0, 1.9, signal=15))
     bundle = job_bundle({0: 4, 1: 4}, 5, exits=exits)
     # WHEN diagnosed
-    report = build_report(bundle)
+    report = judge(bundle).report
     # THEN a crash (exit 4) of rank 1 alone; rank-died says SIGKILL and that rank 0 was the teardown
     assert report.verdict == "crash" and exit_code(report.verdict) == 4
     assert report.culprit_ranks == (1,)
@@ -168,14 +168,14 @@ def test_read_at_one_instant_the_fatal_signal_is_the_cause(rank0):
     # or exited 1 (its peer's connection closed)
     bundle = job_bundle({0: 4, 1: 4}, 5, exits=(died(0, 1.8, **rank0), died(1, 1.8, signal=9)))
     # THEN the SIGKILLed rank alone is the culprit
-    assert build_report(bundle).culprit_ranks == (1,)
+    assert judge(bundle).report.culprit_ranks == (1,)
 
 
 def test_a_rank_crashing_while_the_other_lives_is_named_at_once():
     # GIVEN rank 1 SIGKILLed, read as it died, rank 0 still alive (the watch looks again at once)
     bundle = job_bundle({0: 5, 1: 4}, 5, exits=(died(1, 1.8, signal=9),))
     # THEN a crash of rank 1 straight away, not after CRASH_GRACE
-    report = build_report(bundle)
+    report = judge(bundle).report
     assert (report.verdict, report.culprit_ranks) == ("crash", (1,))
 
 
@@ -183,7 +183,7 @@ def test_an_unread_exit_before_the_teardown_is_the_culprit():
     # GIVEN rank 1 gone first (its parent reaped it before hangdoc could read it), then rank 0 SIGTERMed
     bundle = job_bundle({0: 4, 1: 3}, 5, exits=(died(1, 1.2), died(0, 1.9, signal=15)))
     # THEN rank 1, the first to go, is the culprit; rank-died says its status could not be read
-    report = build_report(bundle)
+    report = judge(bundle).report
     assert (report.verdict, report.culprit_ranks) == ("crash", (1,))
     [found] = rank_died(report)
     assert "could not be read" in found.title
@@ -195,7 +195,7 @@ def test_an_oom_kill_is_told_with_the_counter_and_the_memory():
     exits = (died(1, 1.8, signal=9, last_rss_bytes=2900 << 20, peak_rss_bytes=2900 << 20, oom=oom),)
     bundle = job_bundle({0: 5, 1: 4}, 5, exits=exits, rss_mb={1: [300, 900, 1800, 2900]})
     # WHEN diagnosed
-    [found] = rank_died(build_report(bundle))
+    [found] = rank_died(judge(bundle).report)
     # THEN the OOM killer is named, with the counter and the memory that grew; the fix is about memory
     assert "OOM killer" in found.title
     text = "\n".join(found.evidence)
@@ -213,7 +213,7 @@ def test_a_python_exception_exit_is_quoted_once_as_the_cause():
             "[rank1]: ZeroDivisionError: division by zero")
     bundle = job_bundle({0: 5, 1: 4}, 5, exits=(died(1, 1.8, code=1),), logs=logs)
     # THEN rank-died says exit code 1; the exception and where it was raised are the report's cause, once
-    report = build_report(bundle)
+    report = judge(bundle).report
     [found] = rank_died(report)
     assert "exited with code 1" in found.title and "exception quoted at the top" in found.fix
     assert report.cause == ("rank 1 raised ZeroDivisionError: division by zero",
@@ -225,7 +225,7 @@ def test_without_exit_records_torchruns_root_cause_tells_how_the_rank_died():
     # GIVEN an older bundle (no exit records): gloo aborted rank 0, torchrun's Root Cause says -6 (SIGABRT)
     bundle = job_bundle({0: 3, 1: 4}, 5, logs=ROOT_CAUSE_ABORT)
     # WHEN diagnosed (as `hangdoc report` on it, or `hangdoc run`, would)
-    report = build_report(bundle)
+    report = judge(bundle).report
     # THEN a crash of rank 0, killed by SIGABRT, gloo's own line quoted, a collective mismatch as the fix
     assert (report.verdict, report.culprit_ranks) == ("crash", (0,))
     [found] = rank_died(report)
@@ -242,14 +242,14 @@ def test_a_healthy_or_hung_job_has_no_rank_died():
     # GIVEN a healthy end and a job still running THEN rank-died stays quiet
     ended = job_bundle({0: 4, 1: 4}, 6, exits=(died(0, 1.8, code=0), died(1, 1.8, code=0)))
     running = job_bundle({0: 6, 1: 6}, 6)
-    assert not rank_died(build_report(ended)) and not rank_died(build_report(running))
+    assert not rank_died(judge(ended).report) and not rank_died(judge(running).report)
 
 
 @pytest.mark.parametrize("signal, words", [(11, "native crash"), (7, "/dev/shm"), (2, "came from outside")])
 def test_the_fix_fits_the_signal(signal, words):
     # GIVEN rank 1 killed by SIGSEGV / SIGBUS / SIGINT THEN the fix speaks of that way of dying
     bundle = job_bundle({0: 5, 1: 4}, 5, exits=(died(1, 1.8, signal=signal),))
-    [found] = rank_died(build_report(bundle))
+    [found] = rank_died(judge(bundle).report)
     assert words in found.fix
 
 

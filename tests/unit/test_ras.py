@@ -139,7 +139,7 @@ def test_ncclras_on_path_is_used_when_the_port_is_closed(answer, tmp_path):
 def test_the_watcher_s_collector_asks_ras_once_a_rank_is_stuck_and_the_rule_cites_it():
     import dataclasses
 
-    from hangdoc.report import build_report
+    from hangdoc.report import judge
     from hangdoc.bundle.files import load_bundle
     from hangdoc.collect.flight_recorder import FlightCollector
 
@@ -156,7 +156,7 @@ def test_the_watcher_s_collector_asks_ras_once_a_rank_is_stuck_and_the_rule_cite
     assert collector.ras.status == "ok" and collector.ras.communicators[0].missing_ranks == (7,)
     # AND the flight-recorder finding carries RAS's view beside the dumps
     bundle = load_bundle(Path(__file__).resolve().parents[1] / "golden" / "fr-straggler" / "bundle.json")
-    report = build_report(dataclasses.replace(bundle, ras=collector.ras))
+    report = judge(dataclasses.replace(bundle, ras=collector.ras)).report
     fr = next(f for f in report.findings if f.rule == "flight-recorder")
     assert any(line.startswith("NCCL RAS: communicator 0x6f1e2d3c4b5a6978 (8 ranks): missing ranks 7")
                for line in fr.evidence)

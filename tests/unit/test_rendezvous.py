@@ -18,7 +18,7 @@ from hangdoc.live.inputs import report_from_files
 from hangdoc.model import (BUNDLE_SCHEMA, Bundle, Frame, GpuState, Host, IoCounters, Job, Options, ProcessInfo,
                            ProcSample, ProcStat, RankDigest, Role, Snapshot, Stack, StepSummary, Thread,
                            ThreadCounters)
-from hangdoc.report import build_report
+from hangdoc.report import judge
 
 SITE = "/opt/venv/lib/python3.11/site-packages/"
 C10D = SITE + "torch/distributed/distributed_c10d.py"
@@ -97,7 +97,7 @@ def test_ranks_in_init_process_group_past_the_threshold_wait_for_the_rank_in_a_p
     # GIVEN 18 s of ranks 0 and 2 in init_process_group while rank 1 polls a lock (attempts 0 -> 90)
     bundle = lock_job(10)
     # WHEN diagnosed with --hang-after 10
-    report = build_report(bundle, hang_after=10.0)
+    report = judge(bundle, hang_after=10.0).report
     # THEN a hang, rank 1 the culprit; it never stepped, and the others read as waiting in init
     assert report.verdict == "hang" and report.culprit_ranks == (1,)
     assert report.threshold.steps_seen == 0
@@ -122,16 +122,16 @@ def test_ranks_in_init_process_group_past_the_threshold_wait_for_the_rank_in_a_p
 def test_without_a_threshold_the_split_is_suspect_first_and_a_hang_after_the_default():
     # GIVEN the same job watched for 30 s, then for 62 s, no step ever seen
     # THEN suspect (a third of the 60 s default) naming rank 1, then a hang
-    suspect = build_report(lock_job(16))
+    suspect = judge(lock_job(16)).report
     assert suspect.verdict == "suspect" and suspect.culprit_ranks == (1,)
     assert suspect.threshold.source == "default"
-    assert build_report(lock_job(32)).verdict == "hang"
+    assert judge(lock_job(32)).report.verdict == "hang"
 
 
 def test_every_rank_in_init_process_group_is_a_job_starting_not_a_culprit():
     # GIVEN every rank in init_process_group (all three joined; the connect is under way)
     rows = [{r: (in_init(r), "poll_schedule_timeout") for r in range(3)} for _ in range(4)]
-    report = build_report(job_bundle(rows, ranks=(0, 1, 2)))
+    report = judge(job_bundle(rows, ranks=(0, 1, 2))).report
     # THEN healthy: nobody is missing
     assert report.verdict == "healthy" and report.culprit_ranks == ()
     assert not [f for f in report.findings if f.rule == "missing-ranks"]
@@ -140,7 +140,7 @@ def test_every_rank_in_init_process_group_is_a_job_starting_not_a_culprit():
 def test_a_rank_with_no_process_is_the_one_the_others_wait_for():
     # GIVEN a 3-rank node (LOCAL_WORLD_SIZE=3) where only ranks 0 and 2 run, both in init_process_group
     rows = [{0: (in_init(0), "poll_schedule_timeout"), 2: (in_init(2), "poll_schedule_timeout")} for _ in range(8)]
-    report = build_report(job_bundle(rows, ranks=(0, 2)), hang_after=10.0)
+    report = judge(job_bundle(rows, ranks=(0, 2)), hang_after=10.0).report
     # THEN a hang with rank 1 named as the culprit, and why: no process of it
     assert report.verdict == "hang" and report.culprit_ranks == (1,)
     titles = [f.title for f in report.findings if f.rule == "missing-ranks" and f.severity == "critical"]
@@ -184,7 +184,7 @@ def test_a_poll_loop_beside_ranks_in_a_collective_is_the_straggler():
     all_reduce = [pyframe("all_reduce", C10D, 2806, {}), main_frame(60, 0), pyframe("<module>", TRAIN, 48, {})]
     rows = [{0: (all_reduce, "poll_schedule_timeout"), 1: (polling_lock(10 * i), "hrtimer_nanosleep")}
             for i in range(8)]
-    report = build_report(job_bundle(rows, ranks=(0, 1), world=2), hang_after=10.0)
+    report = judge(job_bundle(rows, ranks=(0, 1), world=2), hang_after=10.0).report
     # THEN a hang naming rank 1, read as a poll loop, not as stepping
     assert report.verdict == "hang" and report.culprit_ranks == (1,)
     views = {v.info.rank: v for v in diagnose(job_bundle(rows, ranks=(0, 1), world=2), 10.0).ranks}
@@ -234,7 +234,7 @@ def test_every_captured_rank_in_init_process_group_on_a_partial_capture_points_a
                   for p in bundle.job.processes)
     bundle = dataclasses.replace(bundle, job=dataclasses.replace(bundle.job, processes=infos))
     # WHEN diagnosed past the threshold
-    report = build_report(bundle, hang_after=10.0)
+    report = judge(bundle, hang_after=10.0).report
     # THEN a hang whose culprit is not here: ranks 2-3 are named as not captured, none as a culprit
     assert report.verdict == "hang" and report.culprit_ranks == ()
     found = next(f for f in report.findings if f.rule == "missing-ranks")

@@ -88,7 +88,7 @@ def test_uneven_shards_counts_what_each_rank_was_given_from_the_copied_list():
     import dataclasses
     from pathlib import Path
 
-    from hangdoc.report import build_report
+    from hangdoc.report import judge
     from hangdoc.bundle.files import load_bundle
     from hangdoc.base.cmdline import data_list
     from hangdoc.model import DataListCopy
@@ -104,7 +104,7 @@ def test_uneven_shards_counts_what_each_rank_was_given_from_the_copied_list():
     bundle = dataclasses.replace(bundle, data_lists=(DataListCopy(
         path="/data/" + named.rsplit("/", 1)[-1], kind="shard", entries=shards, sizes=(1 << 20,) * 5),))
     # WHEN diagnosed
-    finding = next(f for f in build_report(bundle).findings if f.rule == "uneven-shards")
+    finding = next(f for f in judge(bundle).report.findings if f.rule == "uneven-shards")
     # THEN the evidence shows the split: 5 shards over 4 readers, rank 1 with 2 of them
     text = "\n".join(finding.evidence)
     assert "5 % 4 = 1" in text

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hangdoc.report import build_report
+from hangdoc.report import judge
 from hangdoc.bundle.files import load_bundle
 from hangdoc.model import Severity
 from hangdoc.render.markdown import report_markdown
@@ -32,7 +32,7 @@ ROOT_CAUSES = ("slow-decompression", "tar-member-decode", "uneven-shards", "data
 def golden(name: str):
     folder = GOLDEN / name
     bundle = load_bundle(folder / "bundle.json")
-    return bundle, build_report(bundle), json.loads((folder / "expected.json").read_text())
+    return bundle, judge(bundle).report, json.loads((folder / "expected.json").read_text())
 
 
 def fired(report) -> set[str]:

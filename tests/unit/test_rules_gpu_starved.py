@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from hangdoc.report import build_report
+from hangdoc.report import judge
 from hangdoc.bundle.files import load_bundle
 from hangdoc.model import Bundle, GpuDevice, GpuProcess, GpuState, Severity
 
@@ -26,7 +26,7 @@ def with_gpus(bundle: Bundle, utilisation: list[int]) -> Bundle:
 
 
 def starved(bundle: Bundle):
-    return [f for f in build_report(bundle).findings if f.rule == "gpu-starved"]
+    return [f for f in judge(bundle).report.findings if f.rule == "gpu-starved"]
 
 
 def test_without_gpus_it_says_so_and_judges_on_the_wait_share():
@@ -88,7 +88,7 @@ def test_workers_that_compute_on_every_core_are_told_to_make_samples_cheaper():
 
 def test_a_straggler_waiting_on_its_data_is_not_the_job_starved():
     # GIVEN the real bz2-straggler job: rank 1 waits on its bz2 workers, rank 0 waits for rank 1
-    report = build_report(load_bundle(GOLDEN / "bz2-straggler" / "bundle.json"))
+    report = judge(load_bundle(GOLDEN / "bz2-straggler" / "bundle.json")).report
     # THEN slow-rank names the straggler and slow-decompression says why; gpu-starved stays quiet
     rules = [f.rule for f in report.findings]
     assert "gpu-starved" not in rules and {"slow-rank", "slow-decompression"} <= set(rules)

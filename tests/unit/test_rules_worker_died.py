@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from hangdoc.report import build_report
+from hangdoc.report import judge
 from hangdoc.bundle.files import load_bundle
 from hangdoc.model import Bundle, ProcSample, Role
 
@@ -31,7 +31,7 @@ def gone_from(bundle: Bundle, pid: int, last: int) -> Bundle:
 
 def rules(bundle: Bundle) -> dict[str, list]:
     out: dict[str, list] = {}
-    for f in build_report(bundle).findings:
+    for f in judge(bundle).report.findings:
         out.setdefault(f.rule, []).append(f)
     return out
 

@@ -19,7 +19,7 @@ from hangdoc.render.junit import junit_xml
 from hangdoc.render.markdown import report_markdown
 from hangdoc.render.text import render_text
 from hangdoc.render.trace import report_trace
-from hangdoc.report import build_report
+from hangdoc.report import judge
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 HEX_KEY = "0123456789abcdef0123456789abcdef01234567"          # a W&B key: 40 hex
@@ -87,7 +87,7 @@ def test_the_saved_bundle_holds_no_secret_and_is_private(tmp_path):
 
 def outputs() -> dict[str, str]:
     bundle = planted_bundle()
-    report = build_report(bundle)
+    report = judge(bundle).report
     report = dataclasses.replace(report, findings=report.findings + (Finding(
         rule="collective-mismatch", severity=Severity.CRITICAL, ranks=(0,), title=EXCEPTION,
         evidence=(EXCEPTION, " ".join(ARGV)), fix="see the log"),))

@@ -84,7 +84,7 @@ def test_a_stopped_rank_reads_stopped_in_the_report_with_how_to_resume_it():
     from hangdoc.bundle.files import load_bundle
     from hangdoc.model import Role
     from hangdoc.render.text import render_text
-    from hangdoc.report import build_report
+    from hangdoc.report import judge
 
     # GIVEN a 2-rank job whose rank 1 was SIGSTOPped before the watch (state T in every sample), py-spy
     # failing on it as it does, and the capture recording its failure as the collector words it
@@ -96,7 +96,7 @@ def test_a_stopped_rank_reads_stopped_in_the_report_with_how_to_resume_it():
         if p.pid == pid else p for p in snap.processes)) for snap in bundle.samples)
     # WHEN its report is drawn
     out = io.StringIO()
-    render_text(build_report(dataclasses.replace(bundle, samples=samples)), out)
+    render_text(judge(dataclasses.replace(bundle, samples=samples)).report, out)
     text = out.getvalue()
     # THEN rank 1 is said to be stopped (SIGSTOP), with the command that resumes it, and no Rust backtrace
     assert "stopped (SIGSTOP)" in text and f"kill -CONT {pid}" in text, text

@@ -17,7 +17,7 @@ import pytest
 from hangdoc.bundle.files import load_bundle
 from hangdoc.render.trace import report_trace, us, worker_lanes
 from hangdoc.render.words import headline
-from hangdoc.report import build_report
+from hangdoc.report import judge
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 CASES = sorted(p.name for p in GOLDEN.iterdir() if (p / "bundle.json").is_file())
@@ -26,7 +26,7 @@ EXACT = ("bz2-shards", "worker-keyerror")    # a hang with its workers, a crash 
 
 @lru_cache(maxsize=None)
 def traced(name: str):
-    report = build_report(load_bundle(GOLDEN / name / "bundle.json"))
+    report = judge(load_bundle(GOLDEN / name / "bundle.json")).report
     return report, json.loads(report_trace(report))
 
 

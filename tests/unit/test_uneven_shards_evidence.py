@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hangdoc.bundle.files import load_bundle
 from hangdoc.model import Bundle, OpenFile
-from hangdoc.report import build_report
+from hangdoc.report import judge
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
@@ -31,7 +31,7 @@ def with_files(bundle: Bundle, edit) -> Bundle:
 
 
 def fired(bundle: Bundle) -> set[str]:
-    return {f.rule for f in build_report(bundle).findings}
+    return {f.rule for f in judge(bundle).report.findings}
 
 
 def test_the_recorded_rank_that_ran_out_of_shards_fires():

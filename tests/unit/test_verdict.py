@@ -250,7 +250,7 @@ def test_no_report_is_built_outside_report():
     for path in _sources(skip=("report", "model")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in (
-                    "Report", "build_report", "assess", "report_of", "report_without_ranks"):
+                    "Report", "assess", "report_of", "report_without_ranks"):
                 built.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     # THEN none builds a Report or starts the analysis but through judge
     assert not built

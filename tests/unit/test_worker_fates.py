@@ -21,7 +21,7 @@ from hangdoc.model import (
 )
 from hangdoc.render.live import live_table
 from hangdoc.render.text import make_console
-from hangdoc.report import build_report
+from hangdoc.report import judge
 
 T0 = 1_700_000_000.0
 LAUNCHER = 99
@@ -101,7 +101,7 @@ def epochs_job(epochs: int = 10, epoch_s: float = 6.0, interval_s: float = 2.0, 
 
 def rules(bundle: Bundle) -> dict[str, list]:
     out: dict[str, list] = {}
-    for f in build_report(bundle).findings:
+    for f in judge(bundle).report.findings:
         out.setdefault(f.rule, []).append(f)
     return out
 
@@ -114,7 +114,7 @@ def test_workers_replaced_by_a_new_generation_every_epoch_did_not_die():
     # next epoch's workers started), the ranks waiting on their DataLoader at the last sample
     bundle = epochs_job()
     # WHEN the report is built
-    report = build_report(bundle)
+    report = judge(bundle).report
     found = {f.rule for f in report.findings}
     # THEN no worker died, and each rank's rows are its 2 live workers; the 18 others are a count
     # (every sample finds the ranks waiting on their data: the job is slow, data-bound, not broken)
@@ -139,7 +139,7 @@ def test_a_validation_loaders_workers_end_with_their_pass():
     # mid-epoch and ended 3 s later; the ranks then wait on their training data without stepping
     bundle = epochs_job(epochs=1, epoch_s=20.0, validation=T0 + 8.1, stop_stepping_at=T0 + 11.5)
     # THEN they retired with their loader: no death, no row
-    report = build_report(bundle)
+    report = judge(bundle).report
     assert "worker-died" not in {f.rule for f in report.findings}
     assert all(len(r.workers) == 2 and r.retired_workers == 2 for r in report.ranks)
     fates = worker_fates(bundle)
@@ -166,7 +166,7 @@ def test_a_lone_worker_killed_while_its_sibling_lives_and_its_rank_waits_died():
     # and the ranks stuck waiting on their DataLoader since
     bundle = epochs_job(epochs=1, epoch_s=20.0, kill=(1, 0, T0 + 5.0), stop_stepping_at=T0 + 5.0)
     # WHEN the report is built
-    report = build_report(bundle)
+    report = judge(bundle).report
     [died] = [f for f in report.findings if f.rule == "worker-died"]
     # THEN worker-died names it, and the report shows it among rank 1's workers
     assert died.ranks == (1,) and "DataLoader worker 0 (pid 1101) of rank 1 vanished" in died.title
@@ -217,7 +217,7 @@ def test_an_exit_record_tells_a_retirement_from_a_kill():
 def test_the_live_view_of_2_ranks_after_10_epochs_fits_an_80x24_terminal(monkeypatch):
     # GIVEN the 10-epoch job (2 ranks x 2 workers, 40 workers forked in all) on an 80x24 terminal
     monkeypatch.setenv("NO_COLOR", "1")
-    report = build_report(epochs_job())
+    report = judge(epochs_job()).report
     out = io.StringIO()
     make_console(out, 80, terminal=True).print(live_table(report, 80, now="12:00:00"))
     lines = [line.rstrip() for line in out.getvalue().splitlines()]
