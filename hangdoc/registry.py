@@ -8,14 +8,12 @@ in the package, hangdoc/rules/pages/), every finding takes its fix from its reco
 from __future__ import annotations
 
 import functools
-import importlib
 import re
 from importlib import resources
 
 from hangdoc.rules import all_rules
 from hangdoc.model import Rule
 
-DECLARING = ("hangdoc.check.env_rules", "hangdoc.check.data_rules", "hangdoc.check.ckpt_rules", "hangdoc.report.verdict")
 PAGES = ("rules", "pages")     # inside the hangdoc package
 # Where tests/golden_record.py --docs fills a page's example: for its maintainers, not its readers.
 _EXAMPLE_MARK = re.compile(r"^<!-- example: \S+ \S+ -->\n\n?", re.M)
@@ -24,8 +22,13 @@ _EXAMPLE_MARK = re.compile(r"^<!-- example: \S+ \S+ -->\n\n?", re.M)
 @functools.lru_cache(maxsize=None)
 def records() -> dict[str, Rule]:
     """slug -> record, the live rules first; a slug declared twice is a bug, said at once."""
+    # Imported here, when first asked: a command that prints no slug list loads none of them.
+    from hangdoc.check import ckpt_rules, data_rules, env_rules
+    from hangdoc.report import verdict
+
     found: dict[str, Rule] = {}
-    for rule in [*all_rules(), *(r for name in DECLARING for r in importlib.import_module(name).RECORDS)]:
+    declared = (*env_rules.RECORDS, *data_rules.RECORDS, *ckpt_rules.RECORDS, *verdict.RECORDS)
+    for rule in [*all_rules(), *declared]:
         if rule.slug in found:
             raise RuntimeError(f"slug {rule.slug} is declared twice")
         found[rule.slug] = rule

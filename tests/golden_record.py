@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hangdoc.report import judge  # noqa: E402
+from hangdoc.rules import slugs  # noqa: E402
 from hangdoc.bundle.files import load_bundle  # noqa: E402
 from hangdoc.model import Bundle, LogTail, Role  # noqa: E402
 from hangdoc.render.markdown import report_markdown  # noqa: E402
@@ -52,12 +53,7 @@ TEXT_WIDTH = 120   # expected.txt: the text report as a 120-column terminal show
 KEEP_SAMPLES = 12
 KEEP_LOG_LINES = 400   # what the collector keeps: the whole tail
 WATCH = ("--interval", "0.5", "--hang-after", "4", "--no-live", "--no-gpu", "--format", "json")
-ALL_RULES = ("slow-decompression", "tar-member-decode", "uneven-shards", "worker-died", "worker-error", "no-progress", "missing-ranks",
-             "worker-deadlock", "fork-unsafe-arm", "dataloader-stall", "gpu-starved",
-             "collective-straggler", "collective-mismatch", "flight-recorder", "rank-died", "slow-rank",
-             "debugger-prompt", "file-lock-wait", "child-process-wait", "helper-thread-died", "workers-restarted",
-             "worker-native-lock", "workers-cpu-confined",
-             "threads-oversubscribed", "shm-exhausted", "cpu-quota-throttled")
+ALL_RULES = slugs()
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from hangdoc.model.report import (
     Span, StackClass,
     Slowness, Threshold, TimeShares, Witness, WorkerReport,
 )
-from hangdoc.model.rule import Rule, finding
+from hangdoc.model.rule import Cause, Rule, finding
 
 __all__ = [
     "Ending",
@@ -100,6 +100,7 @@ __all__ = [
     "Witness",
     "TimeShares",
     "WorkerReport",
+    "Cause",
     "Rule",
     "finding",
 ]

@@ -10,7 +10,16 @@ from dataclasses import dataclass
 from typing import Callable
 
 from hangdoc.model.report import Finding
-from hangdoc.model.vocab import Severity
+from hangdoc.model.vocab import Severity, Word
+
+
+class Cause(Word):
+    """What kind of cause a live rule names. A rule later in the order reads it to stand back where
+    an earlier one already named the cause for a rank (rules/base.py: `Context.explained`)."""
+
+    WORKERS = "workers"      # what holds a rank's DataLoader workers (dataloader-stall stands back)
+    OWN_CODE = "own-code"    # what holds a rank in its own code (the collective findings stand back)
+    DATA = "data"            # the data pipeline as a whole: its shards, its loader, the GPU it starves
 
 
 @dataclass(frozen=True)
@@ -28,6 +37,13 @@ class Rule:
     fix: str = ""
     snippet: str | None = None                  # code the fix shows
     commands: tuple[str, ...] = ("watch", "report", "run")   # the commands that print it
+    causes: frozenset[Cause] = frozenset()      # the kinds of cause it names; none: a generic finding
+
+    @property
+    def root_cause(self) -> bool:
+        """A root cause in the data pipeline (its workers or its data), which a report lists before
+        the generic collective findings it explains."""
+        return bool(self.causes & {Cause.WORKERS, Cause.DATA}) and Cause.OWN_CODE not in self.causes
 
     @property
     def page(self) -> str:

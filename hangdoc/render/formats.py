@@ -3,13 +3,13 @@
 Each format names the renderer of a Report and, where `check` prints it, the renderer of a check
 result. The dispatch is exhaustive: every member of `OutputFormat` has its entry (a test and the
 check at import keep it so), and a format a command does not print is an error that says which
-ones it does, never a silent fall back to text. Renderers are imported when used, so a command
-loads only its own.
+ones it does, never a silent fall back to text. Each renderer is reached through a small function
+that imports it when first used (a command loads only its own, and the imports stay in sight of a
+type checker and of the import graph).
 """
 from __future__ import annotations
 
 import enum
-import importlib
 from dataclasses import dataclass
 from typing import Callable, TextIO
 
@@ -34,37 +34,71 @@ class OutputFormat(str, enum.Enum):
         return FORMATS[self].document
 
 
+Render = Callable[..., None]       # render(report or check result, out)
+
+
+def _text() -> Render:
+    from hangdoc.render.text import render_text
+    return render_text
+
+
+def _json() -> Render:
+    from hangdoc.render.json import render_json
+    return render_json
+
+
+def _markdown() -> Render:
+    from hangdoc.render.markdown import render_markdown
+    return render_markdown
+
+
+def _html() -> Render:
+    from hangdoc.render.html import render_html
+    return render_html
+
+
+def _trace() -> Render:
+    from hangdoc.render.trace import render_trace
+    return render_trace
+
+
+def _check_text() -> Render:
+    from hangdoc.render.check_text import render_result
+    return render_result
+
+
+def _check_json() -> Render:
+    from hangdoc.render.check_json import render_json
+    return render_json
+
+
+def _check_markdown() -> Render:
+    from hangdoc.render.check_markdown import render_result
+    return render_result
+
+
 @dataclass(frozen=True)
 class FormatEntry:
-    """Where a format's renderers live: `module:function`, imported when first used."""
+    """A format's renderers, each reached through a function that imports it when first used."""
 
-    report: str                      # render(report, out)
-    check: str | None = None         # render(check_result, out); None: `check` does not print it
+    report: Callable[[], Render]                  # -> render(report, out)
+    check: Callable[[], Render] | None = None     # -> render(check_result, out); None: `check` does not print it
     document: bool = False           # a whole document on stdout (JSON, a page, a trace)
     what: str = ""                   # the words a --help shows
 
 
 FORMATS: dict[OutputFormat, FormatEntry] = {
-    OutputFormat.text: FormatEntry("hangdoc.render.text:render_text", "hangdoc.render.check_text:render_result",
-                                   what="text"),
-    OutputFormat.json: FormatEntry("hangdoc.render.json:render_json", "hangdoc.render.check_json:render_json",
-                                   document=True, what="json"),
-    OutputFormat.markdown: FormatEntry("hangdoc.render.markdown:render_markdown",
-                                       "hangdoc.render.check_markdown:render_result", what="markdown (for a GitHub issue)"),
-    OutputFormat.html: FormatEntry("hangdoc.render.html:render_html", document=True,
+    OutputFormat.text: FormatEntry(_text, _check_text, what="text"),
+    OutputFormat.json: FormatEntry(_json, _check_json, document=True, what="json"),
+    OutputFormat.markdown: FormatEntry(_markdown, _check_markdown, what="markdown (for a GitHub issue)"),
+    OutputFormat.html: FormatEntry(_html, document=True,
                                    what="html (one self-contained page with every rank's timeline)"),
-    OutputFormat.trace: FormatEntry("hangdoc.render.trace:render_trace", document=True,
-                                    what="trace (Chrome trace-event JSON for Perfetto)"),
+    OutputFormat.trace: FormatEntry(_trace, document=True, what="trace (Chrome trace-event JSON for Perfetto)"),
 }
 if set(FORMATS) != set(OutputFormat):   # exhaustive, or the package does not import
     raise ImportError(f"formats without a renderer: {sorted(set(OutputFormat) - set(FORMATS))}")
 
 CHECK_FORMATS = tuple(f for f, entry in FORMATS.items() if entry.check is not None)
-
-
-def _load(where: str) -> Callable:
-    module, _, name = where.partition(":")
-    return getattr(importlib.import_module(module), name)
 
 
 def entry_of(fmt: OutputFormat | str) -> FormatEntry:
@@ -77,7 +111,7 @@ def entry_of(fmt: OutputFormat | str) -> FormatEntry:
 
 def render_report(report: Report, fmt: OutputFormat | str, out: TextIO) -> None:
     """`report` in `fmt` to `out`."""
-    _load(entry_of(fmt).report)(report, out)
+    entry_of(fmt).report()(report, out)
     out.flush()
 
 
@@ -87,7 +121,7 @@ def render_check(result, fmt: OutputFormat | str, out: TextIO) -> None:
     if entry.check is None:
         raise HangdocError(f"check prints {', '.join(f.value for f in CHECK_FORMATS)}, "
                            f"not {OutputFormat(fmt).value}")
-    _load(entry.check)(result, out)
+    entry.check()(result, out)
     out.flush()
 
 

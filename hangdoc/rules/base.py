@@ -10,7 +10,7 @@ from functools import cached_property
 from hangdoc.analyze.diagnose import Diagnosis, RankView
 from hangdoc.analyze.shares import time_shares
 from hangdoc.analyze.timeline import Timeline, timelines
-from hangdoc.model import Bundle, Finding, ProcessInfo, RankState, Role, Rule, SlowKind, TimeShares, Verdict, finding
+from hangdoc.model import Bundle, Cause, Finding, ProcessInfo, RankState, Role, Rule, SlowKind, TimeShares, Verdict, finding
 
 __all__ = ["Context", "Rule", "finding"]
 
@@ -23,10 +23,22 @@ class Context:
     diagnosis: Diagnosis
     lines: dict[int, Timeline] | None = None    # the bundle's timelines, when already built
     findings: tuple[Finding, ...] = ()          # what the rules before this one found (run_rules' order)
+    before: tuple[Rule, ...] = ()               # the rules before this one, whose findings those are
 
     @cached_property
     def timelines(self) -> dict[int, Timeline]:
         return self.lines if self.lines is not None else timelines(self.bundle)
+
+    def explained(self, cause: Cause) -> dict[int, str]:
+        """rank -> the slug of the first finding before this rule, by a rule that names `cause`,
+        that names the rank: where a later, more general rule stands back."""
+        naming = {r.slug for r in self.before if cause in r.causes}
+        ranks: dict[int, str] = {}
+        for found in self.findings:
+            if found.rule in naming:
+                for rank in found.ranks:
+                    ranks.setdefault(rank, found.rule)
+        return ranks
 
     def culprit_views(self) -> list[RankView]:
         culprits = set(self.diagnosis.culprits)

@@ -1,7 +1,7 @@
 """child-process-wait: a rank waits for a child process (subprocess.run, Popen.wait) that never ends."""
 from __future__ import annotations
 
-from hangdoc.model import Finding, ProcessInfo, Role, Severity, Wait
+from hangdoc.model import Cause, Finding, ProcessInfo, Role, Severity, Wait
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import chain, cpu_use, kernel_wait, latest_frames, rank_line
 from hangdoc.rules.waits import command, kernel_words, last_full, own_line, waiters, where
@@ -110,6 +110,7 @@ def _fix(child: ProcessInfo | None, words: str | None) -> str:
 
 RULE = Rule(
     slug="child-process-wait",
+    causes=frozenset({Cause.OWN_CODE}),
     title="A rank waits for a child process that never ends",
     severity=Severity.CRITICAL,
     check=check,

@@ -1,24 +1,14 @@
 """collective-straggler: most ranks wait in a collective for one that is elsewhere."""
 from __future__ import annotations
 
-from hangdoc.model import Finding, Severity, Verdict, Wait
-from hangdoc.rules import child_process_wait, debugger_prompt, file_lock_wait, helper_thread_died
+from hangdoc.model import Cause, Finding, Severity, Verdict, Wait
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import frames_line, gpu_lines, on_clock, rank_line, waiting_line, worker_lines
 
-# Rules that name what holds a rank in its own code (they run before this one): for a rank one of
-# them explains, this finding stands back and points at it instead of the generic advice.
-OWN_CAUSES = tuple(m.RULE.slug for m in (debugger_prompt, file_lock_wait, child_process_wait, helper_thread_died))
-
-
 def explained_by(ctx: Context) -> dict[int, str]:
-    """rank -> the slug of the rule before this one that names why that rank is held."""
-    causes: dict[int, str] = {}
-    for found in ctx.findings:
-        if found.rule in OWN_CAUSES:
-            for rank in found.ranks:
-                causes.setdefault(rank, found.rule)
-    return causes
+    """rank -> the slug of the rule before this one that names what holds that rank in its own
+    code: for such a rank this finding stands back and points at it instead of the generic advice."""
+    return ctx.explained(Cause.OWN_CODE)
 
 
 def stand_back(ranks, causes: dict[int, str]) -> str:

@@ -1,18 +1,10 @@
 """dataloader-stall: the culprit waits on its DataLoader and no more specific rule explains why."""
 from __future__ import annotations
 
-from hangdoc.model import Finding, RankState, Severity
-from hangdoc.rules import (file_lock_wait, fork_unsafe_arm, slow_decompression, tar_member_decode, worker_deadlock,
-                           worker_died, worker_error, worker_native_lock)
+from hangdoc.model import Cause, Finding, RankState, Severity
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import (above_worker_loop, chain, cpu_use, file_read_line, file_reads,
                                     kernel_wait, latest_frames, rank_line, samples_of, worker_doing, worker_name)
-
-# The rules that name a cause for a rank's workers; when one fires for a rank, this one stays quiet.
-# They run before this one (hangdoc/rules/__init__.py), so their findings are in the context.
-SPECIFIC = frozenset(m.RULE.slug for m in (slow_decompression, tar_member_decode, worker_deadlock, worker_died,
-                                           worker_error, fork_unsafe_arm, file_lock_wait,
-                                           worker_native_lock))
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -20,7 +12,7 @@ def check(ctx: Context) -> list[Finding]:
     waiting = ctx.starved_culprits()
     if not waiting:
         return []
-    explained = {r for f in ctx.findings if f.rule in SPECIFIC for r in f.ranks}
+    explained = ctx.explained(Cause.WORKERS)   # a rule before this one named the workers' cause: it stays quiet
     findings = []
     for view in waiting:
         if view.info.rank in explained:
@@ -71,6 +63,7 @@ def _worker_evidence(ctx: Context, worker, reading) -> list[str]:
 
 RULE = Rule(
     slug="dataloader-stall",
+    causes=frozenset({Cause.DATA}),
     title="A rank waits on its DataLoader and its workers deliver nothing",
     severity=Severity.CRITICAL,
     check=check,

@@ -1,7 +1,7 @@
 """debugger-prompt: a rank sits at a pdb prompt (a breakpoint() left in) that nobody answers."""
 from __future__ import annotations
 
-from hangdoc.model import Finding, Severity, Wait
+from hangdoc.model import Cause, Finding, Severity, Wait
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import chain, latest_frames, rank_line
 from hangdoc.rules.waits import at, last_full, own_line, waiters, where
@@ -61,6 +61,7 @@ def _fix(line) -> str:
 
 RULE = Rule(
     slug="debugger-prompt",
+    causes=frozenset({Cause.OWN_CODE}),
     title="A rank waits at a pdb prompt nobody answers",
     severity=Severity.CRITICAL,
     check=check,

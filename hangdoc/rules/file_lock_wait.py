@@ -1,7 +1,7 @@
 """file-lock-wait: a rank or its DataLoader worker sleeps on a file lock another process holds."""
 from __future__ import annotations
 
-from hangdoc.model import FileLock, Finding, ProcessInfo, Role, Severity, Wait
+from hangdoc.model import Cause, FileLock, Finding, ProcessInfo, Role, Severity, Wait
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import chain, kernel_wait, latest_frames, rank_line, samples_of
 from hangdoc.rules.waits import Waiter, at, command, last_full, own_line, waiters, where
@@ -94,6 +94,7 @@ def _fix(lock: FileLock | None) -> str:
 
 RULE = Rule(
     slug="file-lock-wait",
+    causes=frozenset({Cause.OWN_CODE, Cause.WORKERS}),
     title="A rank or its DataLoader worker waits for a file lock another process holds",
     severity=Severity.CRITICAL,
     check=check,

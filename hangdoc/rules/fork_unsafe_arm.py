@@ -1,7 +1,7 @@
 """fork-unsafe-arm: forked DataLoader workers on aarch64 segfault in inherited thread pools."""
 from __future__ import annotations
 
-from hangdoc.model import Finding, Role, Severity
+from hangdoc.model import Cause, Finding, Role, Severity
 from hangdoc.rules.snippets import SPAWN_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import basename, dead_workers, samples_of
@@ -56,6 +56,7 @@ def check(ctx: Context) -> list[Finding]:
 
 RULE = Rule(
     slug="fork-unsafe-arm",
+    causes=frozenset({Cause.WORKERS}),
     title="Forked DataLoader workers segfault on aarch64",
     severity=Severity.CRITICAL,
     check=check,

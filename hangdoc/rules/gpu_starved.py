@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import Counter
 
 from hangdoc.base.words import plural
-from hangdoc.model import Finding, RankState, Severity, SlowKind, Verdict
+from hangdoc.model import Cause, Finding, RankState, Severity, SlowKind, Verdict
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import live_workers, worker_habit
 
@@ -119,6 +119,7 @@ def check(ctx: Context) -> list[Finding]:
 
 RULE = Rule(
     slug="gpu-starved",
+    causes=frozenset({Cause.DATA}),
     title="The GPUs wait for data (not a hang)",
     severity=Severity.WARNING,
     check=check,

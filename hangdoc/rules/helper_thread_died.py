@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from hangdoc.analyze.classify import own_frame
-from hangdoc.model import Finding, LogTail, Severity, Thread, Wait
+from hangdoc.model import Cause, Finding, LogTail, Severity, Thread, Wait
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import chain, latest_frames, log_rank, rank_line, samples_of, strip_rank, traceback_frames
 from hangdoc.rules.waits import Waiter, at, own_line, waiters, where
@@ -120,6 +120,7 @@ def _thread_lines(ctx: Context, waiter: Waiter, thread: Gone) -> list[str]:
 
 RULE = Rule(
     slug="helper-thread-died",
+    causes=frozenset({Cause.OWN_CODE}),
     title="A rank waits on a queue or event fed by a thread of its own that is gone",
     severity=Severity.CRITICAL,
     check=check,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hangdoc.model import Finding, ProcessInfo, Severity
+from hangdoc.model import Cause, Finding, ProcessInfo, Severity
 from hangdoc.rules.snippets import REPACK_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import (FileRead, above_worker_loop, basename, chain, compression_of_frames,
@@ -97,6 +97,7 @@ def _finding(ctx: Context, view, busy: list[_Worker], evidence: list[str],
 
 RULE = Rule(
     slug="slow-decompression",
+    causes=frozenset({Cause.WORKERS}),
     title="A rank's DataLoader workers are stuck decompressing shards",
     severity=Severity.CRITICAL,
     check=check,

@@ -1,7 +1,7 @@
 """tar-member-decode: audio decoded straight from a tar member's file object, not from its bytes."""
 from __future__ import annotations
 
-from hangdoc.model import Finding, Severity, Verdict
+from hangdoc.model import Cause, Finding, Severity, Verdict
 from hangdoc.rules.snippets import BYTES_FIRST_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import (basename, chain, compression_of_path, file_read_line,
@@ -84,6 +84,7 @@ def _from_logs(ctx: Context) -> list[Finding]:
 
 RULE = Rule(
     slug="tar-member-decode",
+    causes=frozenset({Cause.WORKERS}),
     title="Audio is decoded straight from a tar member stream",
     severity=Severity.CRITICAL,
     check=check,

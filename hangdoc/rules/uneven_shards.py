@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from hangdoc.base.partition import classic_split
 from hangdoc.base.cmdline import data_list
-from hangdoc.model import DataListCopy, Finding, OpenFile, Role, Severity, Verdict
+from hangdoc.model import Cause, DataListCopy, Finding, OpenFile, Role, Severity, Verdict
 from hangdoc.rules.snippets import JOIN_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import basename, frames_line, latest_frames, live_workers, samples_of
@@ -160,6 +160,7 @@ def check(ctx: Context) -> list[Finding]:
 
 RULE = Rule(
     slug="uneven-shards",
+    causes=frozenset({Cause.DATA}),
     title="A rank ran out of data and left the epoch before the others",
     severity=Severity.CRITICAL,
     check=check,

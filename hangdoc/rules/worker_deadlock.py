@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from hangdoc.analyze.timeline import CPU_NOISE_S
-from hangdoc.model import Finding, Severity
+from hangdoc.model import Cause, Finding, Severity
 from hangdoc.rules.snippets import SPAWN_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import (above_worker_loop, chain, in_futex, kernel_wait, latest_frames, rank_line,
@@ -82,6 +82,7 @@ def _rank_threads(ctx: Context, rank) -> list[str]:
 
 RULE = Rule(
     slug="worker-deadlock",
+    causes=frozenset({Cause.WORKERS}),
     title="A DataLoader worker is blocked on a lock it inherited",
     severity=Severity.CRITICAL,
     check=check,

@@ -1,7 +1,7 @@
 """worker-died: a DataLoader worker was killed by a signal or vanished under its rank."""
 from __future__ import annotations
 
-from hangdoc.model import Finding, Severity
+from hangdoc.model import Cause, Finding, Severity
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import DeadWorker, dead_workers, generation_of, samples_of
 from hangdoc.base.words import mb
@@ -111,6 +111,7 @@ def check(ctx: Context) -> list[Finding]:
 
 RULE = Rule(
     slug="worker-died",
+    causes=frozenset({Cause.WORKERS}),
     title="A DataLoader worker was killed or vanished",
     severity=Severity.CRITICAL,
     check=check,

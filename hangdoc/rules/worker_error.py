@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 from hangdoc.analyze.logs import caught_in_worker
-from hangdoc.model import Finding, LogTail, Severity
+from hangdoc.model import Cause, Finding, LogTail, Severity
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import log_rank, strip_rank, traceback_frames
 
@@ -57,6 +57,7 @@ def check(ctx: Context) -> list[Finding]:
 
 RULE = Rule(
     slug="worker-error",
+    causes=frozenset({Cause.WORKERS}),
     title="A DataLoader worker raised an exception",
     severity=Severity.CRITICAL,
     check=check,

@@ -3,7 +3,7 @@ threads its parent started before the fork (OpenMP, MKL, tokenizers' rayon, Open
 from __future__ import annotations
 
 from hangdoc.analyze.timeline import CPU_NOISE_S
-from hangdoc.model import Finding, Severity
+from hangdoc.model import Cause, Finding, Severity
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import kernel_wait, rank_line, samples_of, worker_name
 from hangdoc.rules.native_libs import native_probe, stuck_in
@@ -74,6 +74,7 @@ def _still_since(ctx: Context, pid: int, since: float) -> tuple[float, float, st
 
 RULE = Rule(
     slug="worker-native-lock",
+    causes=frozenset({Cause.WORKERS}),
     title="A forked DataLoader worker waits inside a native library's pool",
     severity=Severity.CRITICAL,
     check=check,

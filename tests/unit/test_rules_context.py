@@ -6,8 +6,8 @@ from pathlib import Path
 import hangdoc.rules
 from hangdoc.analyze.diagnose import diagnose
 from hangdoc.bundle.files import load_bundle
-from hangdoc.model import Rule, Severity, finding
-from hangdoc.rules import all_rules, dataloader_stall, run_rules, worker_deadlock
+from hangdoc.model import Cause, Rule, Severity, finding
+from hangdoc.rules import all_rules, dataloader_stall, run_rules, slugs, worker_deadlock
 from hangdoc.rules.base import Context
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -30,13 +30,25 @@ def test_dataloader_stall_stays_quiet_where_a_more_specific_rule_already_fired()
     ctx = context_of("stuck-fetch")
     explained = finding(worker_deadlock.RULE, [1], "DataLoader worker 0 of rank 1 is deadlocked", ["stack"])
     # WHEN dataloader-stall reads it from the context THEN it adds nothing
-    assert dataloader_stall.check(Context(ctx.bundle, ctx.diagnosis, findings=(explained,))) == []
+    before = (worker_deadlock.RULE,)
+    assert dataloader_stall.check(Context(ctx.bundle, ctx.diagnosis, findings=(explained,), before=before)) == []
 
 
-def test_every_rule_dataloader_stall_defers_to_runs_before_it():
-    order = [r.slug for r in all_rules()]
-    assert dataloader_stall.SPECIFIC
-    assert all(order.index(slug) < order.index("dataloader-stall") for slug in dataloader_stall.SPECIFIC)
+def test_every_rule_a_general_rule_defers_to_runs_before_it():
+    # GIVEN the rules in their order, and those that name a cause a later rule stands back for
+    order = slugs()
+    workers, own_code = slugs(Cause.WORKERS), slugs(Cause.OWN_CODE)
+    # THEN each runs before the rule that reads its findings
+    assert workers and own_code
+    assert all(order.index(slug) < order.index("dataloader-stall") for slug in workers)
+    assert all(order.index(slug) < order.index("collective-straggler") for slug in own_code)
+
+
+def test_the_slugs_a_general_rule_stands_back_for_are_those_it_always_stood_back_for():
+    # GIVEN the kinds of cause the rules declare WHEN they are listed THEN they are the rules that name them
+    assert set(slugs(Cause.WORKERS)) == {"slow-decompression", "tar-member-decode", "worker-deadlock", "worker-died",
+                                         "worker-error", "fork-unsafe-arm", "file-lock-wait", "worker-native-lock"}
+    assert set(slugs(Cause.OWN_CODE)) == {"debugger-prompt", "file-lock-wait", "child-process-wait", "helper-thread-died"}
 
 
 def test_run_rules_hands_each_rule_the_findings_of_the_rules_before_it(monkeypatch):

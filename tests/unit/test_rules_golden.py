@@ -24,8 +24,7 @@ from hangdoc.rules import all_rules
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 CASES = sorted(p.name for p in GOLDEN.iterdir() if (p / "bundle.json").is_file()) if GOLDEN.is_dir() else []
-ROOT_CAUSES = ("slow-decompression", "tar-member-decode", "uneven-shards", "dataloader-stall", "worker-died",
-               "worker-error", "worker-deadlock", "fork-unsafe-arm", "gpu-starved", "worker-native-lock")
+ROOT_CAUSES = tuple(r.slug for r in all_rules() if r.root_cause)
 
 
 @lru_cache(maxsize=None)
