@@ -85,7 +85,7 @@ def _watch_rounds(pid: int, reader, parallel, rounds: int, pause_s: float) -> li
 def bench_shape(nproc: int, workers: int, rounds: int, cycles: int = 2, pause_s: float = 0.5) -> list[dict]:
     """Per engine: the full sample (every process, median of `rounds`) and the mean CPU of a
     watch round over `cycles` cycles of WORKER_EVERY rounds, engines alternated cycle by cycle."""
-    from benchmarks.bench import Job
+    from benchmarks.common import Job
     from hangdoc.collect.discover import find_job
     from hangdoc.collect.procfs import ProcFS
 
@@ -118,7 +118,7 @@ def bench_shape(nproc: int, workers: int, rounds: int, cycles: int = 2, pause_s:
 
 def bench_once(runs: int = 5) -> dict:
     """`hangdoc watch PID --once` wall time (a fresh interpreter each run) on a 2 x 4 job."""
-    from benchmarks.bench import Job
+    from benchmarks.common import Job
 
     walls, cpus = [], []
     with Job("healthy", nproc=2, num_workers=4) as j, tempfile.TemporaryDirectory() as tmp:

@@ -65,7 +65,7 @@ def print_late(r: dict, table) -> None:
 
 
 def main(argv=None) -> int:
-    from benchmarks.bench import machine, table, write_results
+    from benchmarks.common import machine, table, write_results
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_late")
     parser.add_argument("--delays", default=",".join(f"{d:g}" for d in DELAYS))

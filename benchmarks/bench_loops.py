@@ -20,7 +20,8 @@ import argparse
 import time
 from pathlib import Path
 
-from benchmarks.bench_matrix import machine, parse_names, table, write_json  # puts tests/ on the path
+from benchmarks.bench_matrix import parse_names, write_json  # puts tests/ on the path
+from benchmarks.common import machine, table
 from ordinary.matrix import (FAULT_RANK, LOOP_FAULTS, LOOP_STYLES, MODES, CellResult, as_dict, loop_cell,
                              run_cell, summarise)
 

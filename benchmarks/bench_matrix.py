@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from benchmarks.common import machine, table  # noqa: E402
 from ordinary.matrix import (ALL_MODES, FAULT_RANK, FAULTS, JOBS, MODES, CellResult, as_dict,  # noqa: E402
                              run_cell, summarise)
 
@@ -54,13 +55,6 @@ def row(r: dict) -> list:
             ",".join(map(str, r["culprits"])) or "-", ",".join(r["rules"]) or "-",
             seconds(r["fault_to_exit_s"]), seconds(r["attach_to_exit_s"]), seconds(r["wall_s"]),
             r["status"]]
-
-
-def table(title: str, header: list[str], rows: list[list]) -> str:
-    cells = [header] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    lines = [title, "  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
-    return "\n".join(lines + ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in cells[1:]])
 
 
 def bench_matrix(jobs: list[str] | None = None, faults: list[str] | None = None, modes: list[str] | None = None,
@@ -113,13 +107,6 @@ def print_matrix(results: dict, out=print) -> None:
         f"= {s['fault_right_pct']} %; right culprit and rule: {s['fault_culprit_and_rule']} "
         f"= {s['fault_culprit_and_rule_pct']} % (goal >= {s['fault_goal_pct']:g} %); "
         f"invalid cells: {s['invalid']}\n")
-
-
-def machine() -> str:
-    import os
-    import platform
-
-    return f"{platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}"
 
 
 def write_json(results: dict, out: Path, name: str = "matrix.json") -> Path:

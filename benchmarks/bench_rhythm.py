@@ -82,7 +82,7 @@ def _capture_cost(pid: int, loop_locals: bool, runs: int) -> tuple[float, float]
 
 
 def bench_locals(runs: int = 11) -> dict:
-    from benchmarks.bench import Job
+    from benchmarks.common import Job
 
     with Job("healthy", num_workers=4) as j:
         plain, local = [], []

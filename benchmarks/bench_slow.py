@@ -117,7 +117,7 @@ def print_slow(r: dict, table) -> None:
 
 
 def main(argv=None) -> int:
-    from benchmarks.bench import machine, table, write_results
+    from benchmarks.common import machine, table, write_results
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_slow")
     parser.add_argument("--runs", type=int, default=3)

@@ -89,7 +89,7 @@ def compiled() -> None:
 
 def watch_costs(seconds: float = WATCH_S, once_runs: int = 5) -> dict:
     """The default watch's share of a core over `seconds`, and `watch --once` CPU, on a healthy 2 x 4 job."""
-    from benchmarks.bench import Job
+    from benchmarks.common import Job
 
     with Job("healthy", nproc=2, num_workers=4) as j, tempfile.TemporaryDirectory() as tmp:
         pid = str(j.job.pid)
@@ -180,7 +180,7 @@ def check(current: dict, baseline: dict | None) -> tuple[int, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.bench import ended_by_sigterm
+    from benchmarks.common import ended_by_sigterm
 
     ended_by_sigterm()
     parser = argparse.ArgumentParser(prog="python -m benchmarks.headline")

@@ -65,18 +65,20 @@ _SITE = "/opt/venv/lib/python3.11/site-packages/"
 _LIB = "/usr/lib/python3.11/"
 
 
-def _frame(name: str, path: str, line: int) -> Frame:
+def frame(name: str, path: str, line: int = 0, native: bool = False) -> Frame:
+    """A stack frame as py-spy records it: its short name is the path under site-packages/, under
+    the standard library, or else the file's own name."""
     if "site-packages/" in path:
         short = path.split("site-packages/", 1)[1]
     elif path.startswith(_LIB):
         short = path[len(_LIB):]
     else:
         short = path.rsplit("/", 1)[-1]
-    return Frame(name, path, short, line)
+    return Frame(name, path, short, line, native)
 
 
 def _frames(*spec: tuple[str, str, int]) -> tuple[Frame, ...]:
-    return tuple(_frame(*s) for s in spec)
+    return tuple(frame(*s) for s in spec)
 
 
 _TRAIN = (("train_step", "/work/train.py", 121), ("train", "/work/train.py", 203),

@@ -17,11 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hangdoc.analyze.classify import Reading, parked_in, per_stack, place, signature
-from hangdoc.analyze.departures import Departure, departure_of
+from hangdoc.analyze.departures import departure_of
 from hangdoc.analyze.ending import crash_of, ended_readably, told_by_exits
 from hangdoc.analyze.flight import fr_pending, fr_step_times
 from hangdoc.analyze.logs import output_steps
 from hangdoc.analyze.gpu import GPU_WORK
+from hangdoc.analyze.jobfacts import JobFacts
 from hangdoc.analyze.past import Before, a_pause, before_attach, confirmed, gone_at
 from hangdoc.analyze.past import hang_after as past_hang_after
 from hangdoc.analyze.progress import (
@@ -30,12 +31,12 @@ from hangdoc.analyze.progress import (
 from hangdoc.analyze.shares import is_step_wait, rank_shares, workers_cpu
 from hangdoc.analyze.slow import SlowCall, slow_call
 from hangdoc.analyze.rendezvous import joining, joining_since, not_joined, setup_name, store_fields
-from hangdoc.analyze.restarts import Restarts, restarts_of
+from hangdoc.analyze.restarts import restarts_of
 from hangdoc.analyze.timeline import Timeline, raw_points, still, timelines
 from hangdoc.analyze.witnesses import job_witnesses
 from hangdoc.base.parse import to_int
 from hangdoc.model import (
-    DIGEST_VERSION, Bundle, DigestWorker, Frame, LogTail, NodeDigest, ProcessInfo, RankDigest, RankState, Role,
+    DIGEST_VERSION, Bundle, DigestWorker, Frame, NodeDigest, ProcessInfo, RankDigest, RankState, Role,
     ProcSample, Verdict, Wait, Witness, Word, WorkerState,
 )
 
@@ -109,22 +110,6 @@ class Diagnosis:
     def present(self) -> tuple[int, ...]:
         """Every rank the diagnosis saw."""
         return tuple(sorted(r for v in self.ranks for r in v.ranks))
-
-
-@dataclass(frozen=True)
-class JobFacts:
-    """What the decision reads besides the ranks: the job's clock, logs and exit code."""
-
-    first: float                       # the first sample's time
-    now: float                         # the last sample's time
-    logs: tuple[LogTail, ...]
-    exit_code: int | None
-    hang_after: float | None
-    collective_steps: tuple[float, ...] = ()
-    fr_pending: tuple[float, int | None, str] | None = None   # the Flight Recorder's oldest pending collective
-    restarts: Restarts | None = None   # the launcher's restarts of the ranks (analyze/restarts.py)
-    launcher_code: int | None = None   # the launcher's exit code, read as it died (None: not read)
-    departure: Departure | None = None   # the rank that left first, before a failure (analyze/departures.py)
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from hangdoc.analyze.jobfacts import JobFacts
 from hangdoc.analyze.logs import failed_worker_rank, killed_workers, says_failure, torchrun_root_cause
 from hangdoc.analyze.past import gone_at
 from hangdoc.model import RankDigest
-
-if TYPE_CHECKING:
-    from hangdoc.analyze.diagnose import JobFacts
 
 CRASH_GRACE_S = 5.0
 _SIGTERM = 15      # what torchrun sends the other ranks once one failed

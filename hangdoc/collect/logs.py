@@ -55,11 +55,6 @@ def read_tail(path: str, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LINE
     return _tail(path, st.st_size, st.st_mtime_ns, st.st_ino, max_bytes, max_lines)
 
 
-def last_written(tails: tuple[LogTail, ...]) -> LogTail | None:
-    """The log the job wrote last (None: no tail knows its time)."""
-    return max((t for t in tails if t.mtime is not None), key=lambda t: t.mtime, default=None)
-
-
 @functools.lru_cache(maxsize=256)
 def _tail(path: str, _size: int, _mtime_ns: int, _ino: int, max_bytes: int, max_lines: int) -> LogTail | None:
     try:

@@ -208,11 +208,6 @@ def cpu_use(bundle: Bundle, pid: int) -> tuple[float, float] | None:
     return points[-1][1] - points[0][1], points[-1][0] - points[0][0]
 
 
-def alive_throughout(bundle: Bundle, pid: int) -> bool:
-    seen = samples_of(bundle, pid)
-    return bool(seen) and all(s.alive for _, s in seen)
-
-
 def compression_of_path(path: str) -> str | None:
     for suffix, kind in COMPRESSED_SUFFIXES.items():
         if path.endswith(suffix):

@@ -111,7 +111,3 @@ def command(info: ProcessInfo | None, cmdline: tuple[str, ...] = (), width: int 
         words = [w.rsplit("/", 1)[-1] if w.startswith("/") else w for w in words]
     text = " ".join(" ".join(words).split()) or "?"
     return text if len(text) <= width else text[:width - 3] + "..."
-
-
-def seconds_since(ctx: Context, since: float | None) -> str:
-    return f"{ctx.diagnosis.decided_at - since:.0f} s" if since is not None else "?"

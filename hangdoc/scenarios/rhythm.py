@@ -146,14 +146,24 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=600.0, help="process-group timeout, seconds")
     p.add_argument("--balanced", action="store_true", help="compute-2x without its straggler (the speed-up's yardstick)")
     args, _ = p.parse_known_args(argv)     # the zoo's data options do not apply here
-    torch.set_num_threads(1)
-    torch.manual_seed(RANK)
-    dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))
-    started = time.monotonic()
+    return run_job(args, _shape)
+
+
+def _shape(args) -> None:
     SHAPES[args.scenario](args)
     # The DDP model lives on in reference cycles; freed after its process group is destroyed, its
     # reducer's threads end in std::terminate (rank 0 died SIGABRT after "done" now and then).
     gc.collect()
+
+
+def run_job(args, body) -> int:
+    """A job's frame (this file's and spin.py's): one thread, a seed per rank, the gloo group for
+    --timeout, `body(args)`, then a barrier and the line that says it is done."""
+    torch.set_num_threads(1)
+    torch.manual_seed(RANK)
+    dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))
+    started = time.monotonic()
+    body(args)
     dist.barrier()
     dist.destroy_process_group()
     print(f"[rank {RANK}] {args.scenario}: done after {args.max_steps} steps "

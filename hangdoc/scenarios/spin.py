@@ -24,7 +24,6 @@ import json
 import os
 import sys
 import time
-from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -33,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from rhythm import busy_for     # torchrun runs this file as a script: its siblings import by name
+from rhythm import busy_for, run_job     # torchrun runs this file as a script: its siblings import by name
 
 RANK = int(os.environ.get("RANK", "0"))
 STALL_STEP = 25
@@ -122,16 +121,7 @@ def main(argv=None) -> int:
     p.add_argument("--max-steps", type=int, default=10 ** 9)
     p.add_argument("--timeout", type=float, default=600.0, help="process-group timeout, seconds")
     args, _ = p.parse_known_args(argv)
-    torch.set_num_threads(1)
-    torch.manual_seed(RANK)
-    dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))
-    started = time.monotonic()
-    train(args)
-    dist.barrier()
-    dist.destroy_process_group()
-    print(f"[rank {RANK}] {args.scenario}: done after {args.max_steps} steps "
-          f"({time.monotonic() - started:.1f} s)", flush=True)
-    return 0
+    return run_job(args, train)
 
 
 if __name__ == "__main__":

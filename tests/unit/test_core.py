@@ -9,14 +9,15 @@ from hangdoc.base.words import rank_ranges
 from hangdoc.analyze.classify import classify_rank, classify_worker
 from hangdoc.bundle.files import bundle_from_json, load_bundle, save_bundle
 from hangdoc.base.errors import BadBundle
-from hangdoc.model import (BUNDLE_SCHEMA, Bundle, Frame, GpuState, Host, IoCounters, Job, OpenFile,
+from hangdoc.model import (BUNDLE_SCHEMA, Bundle, GpuState, Host, IoCounters, Job, OpenFile,
                            ProcessInfo, ProcSample, ProcStat, Role, Snapshot, Stack, Thread)
 from hangdoc.base.redact import REDACTED, filter_env, redact_cmdline, redact_text
 from hangdoc.base.serde import from_dict, to_dict
+from tests.factories import frame
 
 
-def frame(name, file, line=1, native=False):
-    return Frame(name=name, filename="/site-packages/" + file, short_filename=file, line=line, native=native)
+def site(name, file, line=1, native=False):
+    return frame(name, "/site-packages/" + file, line, native)
 
 
 def sample(pid, frames, active=False, syscall=None, state="S"):
@@ -36,8 +37,8 @@ def small_bundle() -> Bundle:
     rank = ProcessInfo(pid=10, ppid=1, role=Role.RANK, cmdline=("python", "train.py"), exe="/usr/bin/python3",
                        start_time=1.0, env={"RANK": "0"}, rank=0, world_size=2, rank_pid=10)
     snap = Snapshot(time=100.0, took_s=0.05, gpu=GpuState(status="unavailable", reason="no driver"),
-                    processes=(sample(10, [frame("all_reduce", C10D), frame("train", "train.py"),
-                                           frame("<module>", "train.py")]),))
+                    processes=(sample(10, [site("all_reduce", C10D), site("train", "train.py"),
+                                           site("<module>", "train.py")]),))
     return Bundle(schema=BUNDLE_SCHEMA, hangdoc_version="0", created=1.0,
                   host=Host("h", "x86_64", "6.1", 2, "3.11", "2.13.0"),
                   job=Job(run_id="r", master_addr="127.0.0.1", master_port=29500, world_size=2,
@@ -97,19 +98,19 @@ def test_command_lines_and_log_lines_lose_their_secrets():
 
 def test_rank_states_from_frames():
     cases = [
-        ([frame("all_reduce", C10D), frame("train", "train.py")], False, "collective-wait", "all_reduce"),
-        ([frame("barrier", C10D), frame("train", "train.py")], False, "collective-wait", "barrier"),
-        ([frame("Queue.get", "multiprocessing/queues.py"),
-          frame("_MultiProcessingDataLoaderIter._get_data", DL),
-          frame("_MultiProcessingDataLoaderIter._next_data", DL), frame("train", "train.py")],
+        ([site("all_reduce", C10D), site("train", "train.py")], False, "collective-wait", "all_reduce"),
+        ([site("barrier", C10D), site("train", "train.py")], False, "collective-wait", "barrier"),
+        ([site("Queue.get", "multiprocessing/queues.py"),
+          site("_MultiProcessingDataLoaderIter._get_data", DL),
+          site("_MultiProcessingDataLoaderIter._next_data", DL), site("train", "train.py")],
          False, "dataloader-wait", "DataLoader.__next__"),
-        ([frame("heavy", "train.py"), frame("train", "train.py")], True, "compute", "heavy"),
-        ([frame("_save", "torch/serialization.py"), frame("save", "torch/serialization.py")], True, "io", "_save"),
-        ([frame("_engine_run_backward", "torch/autograd/graph.py"), frame("backward", "torch/_tensor.py")],
+        ([site("heavy", "train.py"), site("train", "train.py")], True, "compute", "heavy"),
+        ([site("_save", "torch/serialization.py"), site("save", "torch/serialization.py")], True, "io", "_save"),
+        ([site("_engine_run_backward", "torch/autograd/graph.py"), site("backward", "torch/_tensor.py")],
          False, "collective-wait", "DDP gradient all_reduce (backward)"),
-        ([frame("cudaStreamSynchronize", "libcudart.so", native=True), frame("train", "train.py")],
+        ([site("cudaStreamSynchronize", "libcudart.so", native=True), site("train", "train.py")],
          False, "collective-wait", "GPU sync (cudaStreamSynchronize)"),
-        ([frame("train", "train.py")], False, "idle", "train"),
+        ([site("train", "train.py")], False, "idle", "train"),
     ]
     for frames, active, state, detail in cases:
         reading = classify_rank(sample(1, frames, active=active))
@@ -117,13 +118,13 @@ def test_rank_states_from_frames():
 
 
 def test_worker_states_from_frames():
-    loop = [frame("_worker_loop", "torch/utils/data/_utils/worker.py")]
+    loop = [site("_worker_loop", "torch/utils/data/_utils/worker.py")]
     cases = [
-        ([frame("decompress", "bz2.py"), frame("read", "tarfile.py")], True, None, "decompressing"),
-        ([frame("readframes", "wave.py"), frame("read", "tarfile.py")], True, None, "decoding"),
-        ([frame("Queue.get", "multiprocessing/queues.py")], False, None, "idle"),
-        ([frame("__iter__", "dataset.py")], False, "202", "lock-wait"),
-        ([frame("_FileInFile.read", "tarfile.py")], True, None, "reading"),
+        ([site("decompress", "bz2.py"), site("read", "tarfile.py")], True, None, "decompressing"),
+        ([site("readframes", "wave.py"), site("read", "tarfile.py")], True, None, "decoding"),
+        ([site("Queue.get", "multiprocessing/queues.py")], False, None, "idle"),
+        ([site("__iter__", "dataset.py")], False, "202", "lock-wait"),
+        ([site("_FileInFile.read", "tarfile.py")], True, None, "reading"),
     ]
     for frames, active, syscall, state in cases:
         assert classify_worker(sample(2, frames + loop, active=active, syscall=syscall)).state == state

@@ -68,8 +68,10 @@ def test_a_rank_read_natively_is_placed_at_its_first_named_frame():
     from hangdoc.analyze.classify import classify_rank
     from hangdoc.model import IoCounters, ProcSample, ProcStat, RankState, Stack, Thread
 
+    from tests.factories import frame
+
     def libc(name):
-        return Frame(name, "/usr/lib/x86_64-linux-gnu/libc.so.6", "libc.so.6", 0, native=True)
+        return frame(name, "/usr/lib/x86_64-linux-gnu/libc.so.6", native=True)
 
     frames = (libc("0x7ff22e8a3f16"), libc("0x7ff22e8aed90"),
               Frame("PyThread_acquire_lock_timed", "/x/libpython3.11.so.1.0", "libpython3.11.so.1.0", 0, native=True),

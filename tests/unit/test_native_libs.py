@@ -4,11 +4,12 @@ from __future__ import annotations
 import pytest
 
 from hangdoc.model import Frame
+from tests.factories import frame
 from hangdoc.rules.native_libs import stuck_in
 
 
 def native(obj: str, name: str = "0x7f0000001000") -> Frame:
-    return Frame(name=name, filename=f"/opt/lib/{obj}", short_filename=obj, line=0, native=True)
+    return frame(name, f"/opt/lib/{obj}", native=True)
 
 
 PYTHON = Frame(name="Collate.__call__", filename="/job/job.py", short_filename="job.py", line=61)

@@ -7,13 +7,14 @@ from hangdoc.analyze.classes import stack_classes
 from hangdoc.analyze.diagnose import stack_key
 from hangdoc.bundle.files import load_bundle
 from hangdoc.model import Frame
+from tests.factories import frame
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"
 
 
 def native(name: str) -> Frame:
-    return Frame(name, LIBC, "libc.so.6", 0, native=True)
+    return frame(name, LIBC, native=True)
 
 
 def test_two_ranks_that_differ_only_in_unnamed_addresses_share_a_class_key():

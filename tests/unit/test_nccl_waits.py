@@ -15,12 +15,12 @@ from hangdoc.analyze.classify import classify_rank, is_gpu_sync
 from hangdoc.analyze.diagnose import JobFacts, decide
 from hangdoc.analyze.gpu import judged_by_gpu
 from hangdoc.model import (
-    Frame, FrameMark, GpuActivity, GpuDevice, GpuProcess, GpuState, LoopMark, ProcSample, RankDigest, RankState,
+    FrameMark, GpuActivity, GpuDevice, GpuProcess, GpuState, LoopMark, ProcSample, RankDigest, RankState,
     Stack, StepSummary,
     Thread, Verdict,
 )
 from hangdoc.report.judge import judge
-from tests.factories import DATALOADER_WAIT, node_bundle
+from tests.factories import DATALOADER_WAIT, frame, node_bundle
 
 T0 = 1_700_000_000.0
 JOB = "/home/user/job/train.py"
@@ -88,10 +88,6 @@ def test_every_rank_at_one_line_names_no_culprit_but_is_a_hang():
 
 
 # --- native frames and the GPU ------------------------------------------------------------------
-
-def frame(name: str, filename: str, line: int = 0, native: bool = False) -> Frame:
-    return Frame(name, filename, filename.rsplit("/", 1)[-1], line, native=native)
-
 
 ITEM_NATIVE = (  # innermost first, as py-spy --native gives a rank blocked at loss.item() on a GPU
     frame("cuStreamSynchronize", "libcuda.so.1", native=True),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from factories import ALL_REDUCE, DATALOADER_WAIT
+from factories import ALL_REDUCE, DATALOADER_WAIT, frame
 from hangdoc.analyze.classify import classify_rank, classify_worker, own_frame
 from hangdoc.analyze.progress import WAIT_STATES
 from hangdoc.base.serde import to_json
@@ -37,12 +37,6 @@ SITE = "/opt/venv/lib/python3.11/site-packages/"
 LIB = "/usr/lib/python3.11/"
 JOB = "/work/train.py"
 DATA = "/work/data.py"
-
-
-def frame(name: str, path: str, line: int, native: bool = False) -> Frame:
-    short = path.split("site-packages/", 1)[1] if "site-packages/" in path else \
-        path[len(LIB):] if path.startswith(LIB) else path.rsplit("/", 1)[-1]
-    return Frame(name, path, short, line, native)
 
 
 TRAIN = (frame("train", JOB, 57), frame("main", JOB, 80), frame("<module>", JOB, 90))

@@ -6,10 +6,11 @@ from hangdoc.model import (BUNDLE_SCHEMA, Bundle, Frame, GpuState, Host, IoCount
 from hangdoc.rules.evidence import (compression_of_frames, compression_of_path, file_read_line, file_reads,
                                     log_rank, member_decode, strip_rank, traceback_frames)
 from hangdoc.base.cmdline import data_list
+from tests.factories import frame
 
 
-def frame(name: str, filename: str, line: int = 1) -> Frame:
-    return Frame(name, f"/usr/lib/python3.11/{filename}", filename, line)
+def stdlib(name: str, filename: str, line: int = 1) -> Frame:
+    return frame(name, f"/usr/lib/python3.11/{filename}", line)
 
 
 def bundle_with_offsets(offsets: list[int], path: str = "/data/shard_017.tar.bz2") -> Bundle:
@@ -46,18 +47,18 @@ def test_a_backward_seek_is_counted_and_the_reread_bytes_too():
 def test_compression_is_read_from_names_and_frames():
     assert compression_of_path("/d/a.tar.bz2") == "bz2" and compression_of_path("/d/a.tgz") == "gzip"
     assert compression_of_path("/d/a.tar") is None
-    assert compression_of_frames([frame("DecompressReader.read", "_compression.py"),
-                                  frame("BZ2File.read", "bz2.py")]) == "bz2"
-    assert compression_of_frames([frame("DecompressReader.read", "_compression.py")]) == ""
-    assert compression_of_frames([frame("TarFile.next", "tarfile.py")]) is None
+    assert compression_of_frames([stdlib("DecompressReader.read", "_compression.py"),
+                                  stdlib("BZ2File.read", "bz2.py")]) == "bz2"
+    assert compression_of_frames([stdlib("DecompressReader.read", "_compression.py")]) == ""
+    assert compression_of_frames([stdlib("TarFile.next", "tarfile.py")]) is None
 
 
 def test_a_decoder_reading_a_tar_member_is_found_and_bytes_first_is_not():
     # GIVEN wave reading straight from a member, and a dataset that reads the bytes, then decodes
-    straight = [frame("DecompressReader.read", "_compression.py"), frame("_FileInFile.readinto", "tarfile.py"),
-                frame("_Chunk.read", "wave.py"), frame("Wave_read.readframes", "wave.py")]
-    bytes_first = [frame("DecompressReader.read", "_compression.py"), frame("_FileInFile.readinto", "tarfile.py"),
-                   frame("read_shuffled", "train.py")]
+    straight = [stdlib("DecompressReader.read", "_compression.py"), stdlib("_FileInFile.readinto", "tarfile.py"),
+                stdlib("_Chunk.read", "wave.py"), stdlib("Wave_read.readframes", "wave.py")]
+    bytes_first = [stdlib("DecompressReader.read", "_compression.py"), stdlib("_FileInFile.readinto", "tarfile.py"),
+                   stdlib("read_shuffled", "train.py")]
     # THEN only the first is a tar-member decode
     hit = member_decode(straight)
     assert hit is not None and hit[0].name == "_Chunk.read" and hit[1].name == "_FileInFile.readinto"
