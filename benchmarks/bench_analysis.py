@@ -13,7 +13,7 @@ import statistics
 import sys
 import time
 
-from hangdoc.report.build import assess
+from hangdoc.report import judge
 from hangdoc.analyze.timeline import LiveTimelines
 from factories import node_bundle
 
@@ -36,14 +36,14 @@ def bench_analysis(at=AT) -> list[dict]:
     kept: dict[int, float] = {}
     for n, bundle in _rounds(False, top):
         started = time.perf_counter()
-        verdict = assess(bundle, None, live, with_lanes=False)[0].verdict   # a watch's round: lanes come at its end
+        verdict = judge(bundle, live=live, lanes=False).report.verdict   # a watch's round: lanes come at its end
         kept[n] = (time.perf_counter() - started) * 1000
     rows = []
     for n, bundle in _rounds(False, top):
         if n not in at:
             continue
         started = time.perf_counter()
-        assess(bundle, None, None, with_lanes=False)
+        judge(bundle, lanes=False)
         rebuilt = (time.perf_counter() - started) * 1000
         window = [kept[k] for k in range(max(1, n - 4), n + 1)]
         rows.append({"samples": n, "kept_ms": round(statistics.median(window), 1), "rebuilt_ms": round(rebuilt, 1),

@@ -125,7 +125,7 @@ def once_verdict(bundle, out: Path) -> str:
 def require_some_stack(bundle) -> None:
     """Say why ranks have no stack; with none at all there is nothing to diagnose (exit 2),
     and `--once` must not report success."""
-    from hangdoc.report.facts import missing_stacks, stackless_ranks
+    from hangdoc.analyze.facts import missing_stacks, stackless_ranks
 
     for line in missing_stacks(bundle):
         print(f"hangdoc: warning: {line}", file=sys.stderr)

@@ -232,6 +232,13 @@ class RestartMark:
     how: str | None = None         # "exited with code 1", "was killed by SIGKILL"
 
 
+def class_members(ranks: tuple[RankReport, ...]) -> dict[int, tuple[int, ...]] | None:
+    """Rank -> the ranks its row stands for, when the rows stand for classes; else None."""
+    if all(r.rank_set is None for r in ranks):
+        return None
+    return {r.rank: r.members for r in ranks if r.rank is not None}
+
+
 @dataclass(frozen=True)
 class Report:
     schema: str
@@ -255,15 +262,13 @@ class Report:
     flight: FlightSummary | None = None      # the ranks' Flight Recorder settings, when read
     before: BeforeAttach | None = None       # the job's past as the system knew it when hangdoc attached
     slow: Slowness | None = None             # a straggler or data-bound job (verdict slow, or a job that ended well slowly)
-    lanes: tuple[Lane, ...] = ()             # each rank over the watched time (report/lanes.py)
+    lanes: tuple[Lane, ...] = ()             # each rank over the watched time (analyze/lanes.py)
     restarts: tuple[RestartMark, ...] = ()   # the launcher's restarts of the ranks, as the timeline marks them
 
     @property
     def class_members(self) -> dict[int, tuple[int, ...]] | None:
         """Rank -> the ranks it stands for, when the rows stand for classes; else None."""
-        if all(r.rank_set is None for r in self.ranks):
-            return None
-        return {r.rank: r.members for r in self.ranks if r.rank is not None}
+        return class_members(self.ranks)
 
     @property
     def failed(self) -> bool:

@@ -3,7 +3,7 @@
 `judge` (report/judge.py) is the only way from evidence to a final Report: how the evidence came to
 an end (a watch round, a job that ended, a timeout, an interrupt, dumps alone) enters it as an input.
 """
-from hangdoc.report.build import pg_timeout, report_of, report_without_ranks
+from hangdoc.report.build import report_of, report_without_ranks
 from hangdoc.report.judge import RUNNING, End, Judgement, judge
 
-__all__ = ["RUNNING", "End", "Judgement", "judge", "pg_timeout", "report_of", "report_without_ranks"]
+__all__ = ["RUNNING", "End", "Judgement", "judge", "report_of", "report_without_ranks"]

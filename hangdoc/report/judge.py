@@ -13,14 +13,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from hangdoc.analyze.diagnose import Diagnosis
-from hangdoc.analyze.timeline import LiveTimelines, Timeline, timelines
+from hangdoc.analyze.assess import Analysis, Diagnosis, LiveTimelines, Timeline, analyse
 from hangdoc.base.errors import (
     EXIT_CRASH, EXIT_ENDED_UNKNOWN, EXIT_HANG, EXIT_OK, EXIT_SIGINT, EXIT_SLOW, EXIT_SUSPECT, EXIT_USAGE,
 )
 from hangdoc.model import Bundle, Ending, NodeDigest, Report, StopReason, Verdict
 from hangdoc.model.rule import finding
-from hangdoc.report.build import assess, report_of, report_without_ranks, with_lanes
+from hangdoc.report.build import report_of, report_without_ranks
 from hangdoc.report.verdict import COMMAND_FAILED, OUTLIVED_JOB, RUN_TIMEOUT
 
 _EXIT = {Verdict.HANG: EXIT_HANG, Verdict.CRASH: EXIT_CRASH, Verdict.ENDED: EXIT_ENDED_UNKNOWN,
@@ -62,13 +61,18 @@ class Judgement:
     diagnosis: Diagnosis | None
     exit_code: int
     # The work a later judgement of the same evidence takes over (`prior`): what was judged, the
-    # report before the ending's branch, and the timelines it read.
+    # report before the ending's branch, and the analysis it came from.
     evidence: Bundle | None = dataclasses.field(default=None, repr=False, compare=False)
     proposed: Report | None = dataclasses.field(default=None, repr=False, compare=False)
-    lines: dict[int, Timeline] | None = dataclasses.field(default=None, repr=False, compare=False)
+    analysis: Analysis | None = dataclasses.field(default=None, repr=False, compare=False)
     # The run of rounds judged slow the same way, up to this one: (first round's time, this
     # round's time, rounds); None when this round is not slow.
     slow_streak: tuple[float, float, int] | None = None
+
+    @property
+    def lines(self) -> dict[int, Timeline] | None:
+        """The timelines the analysis read."""
+        return self.analysis.lines if self.analysis is not None else None
 
     @property
     def digest(self) -> NodeDigest | None:
@@ -109,7 +113,7 @@ def judge(bundle: Bundle, ending: End = RUNNING, prior: Judgement | None = None,
     if not bundle.samples and kind in (Ending.COMMAND_EXITED, Ending.TIMED_OUT, Ending.INTERRUPTED, Ending.ENDED):
         unwatched = _unwatched(ending)
         return dataclasses.replace(unwatched, report=_outlived(unwatched.report, ending.outlived))
-    proposed, diagnosis, lines = _analysis(bundle, prior, hang_after, live, diagnosis, lanes)
+    proposed, analysis = _analysis(bundle, prior, hang_after, live, diagnosis, lanes)
     report = proposed
     if kind is Ending.DUMPS_ONLY:
         report = _from_dumps(report)
@@ -118,7 +122,7 @@ def judge(bundle: Bundle, ending: End = RUNNING, prior: Judgement | None = None,
     elif kind is Ending.INTERRUPTED:
         report = _interrupted(report)
     report = _outlived(report, ending.outlived)
-    return Judgement(report, diagnosis, _exit_code(report, ending), bundle, proposed, lines,
+    return Judgement(report, analysis.diagnosis, _exit_code(report, ending), bundle, proposed, analysis,
                      slow_streak=_slow_streak(report, bundle.last.time, prior))
 
 
@@ -146,19 +150,16 @@ def unjudged(why_stopped: Verdict = Verdict.INTERRUPTED) -> Report:
 
 
 def _analysis(bundle: Bundle, prior: Judgement | None, hang_after: float | None, live: LiveTimelines | None,
-              diagnosis: Diagnosis | None, lanes: bool) -> tuple[Report, Diagnosis | None, dict[int, Timeline]]:
-    if prior is not None and prior.diagnosis is not None and prior.proposed is not None and \
+              diagnosis: Diagnosis | None, lanes: bool) -> tuple[Report, Analysis]:
+    if prior is not None and prior.analysis is not None and prior.proposed is not None and \
             _same_evidence(prior.evidence, bundle):
-        report, diagnosis, lines = prior.proposed, prior.diagnosis, prior.lines
+        report, analysis = prior.proposed, prior.analysis
         if lanes and not report.lanes:
-            report = with_lanes(report, bundle, diagnosis, lines)
-        return report, diagnosis, lines
-    if diagnosis is not None:
-        lines = timelines(bundle)
-        return report_of(bundle, diagnosis, lines, lanes), diagnosis, lines
-    lines = live.of(bundle) if live is not None else timelines(bundle)
-    report, diagnosis = assess(bundle, hang_after, lines=lines, with_lanes=lanes)
-    return report, diagnosis, lines
+            analysis = analysis.with_lanes()
+            report = dataclasses.replace(report, lanes=analysis.lanes)
+        return report, analysis
+    analysis = analyse(bundle, hang_after, live=live, diagnosis=diagnosis, with_lanes=lanes)
+    return report_of(analysis), analysis
 
 
 def _same_evidence(before: Bundle | None, now: Bundle) -> bool:

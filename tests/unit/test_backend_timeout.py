@@ -10,7 +10,7 @@ import pytest
 
 from hangdoc.bundle.files import load_bundle
 from hangdoc.collect.procfs import ProcFS
-from hangdoc.report.build import pg_timeout
+from hangdoc.analyze.assess import pg_timeout
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 

@@ -134,7 +134,7 @@ def test_every_py_spy_failure_says_why(result, words):
 
 
 def test_a_rank_without_a_stack_is_explained_in_the_report():
-    from hangdoc.report.facts import missing_stacks
+    from hangdoc.analyze.facts import missing_stacks
     from hangdoc.base.serde import from_dict, to_dict
     from hangdoc.model import Bundle
 

@@ -27,7 +27,7 @@ from hangdoc.render.html import CSP, report_html
 from hangdoc.render.html_timeline import PLOT_W
 from hangdoc.render.words import headline
 from hangdoc.report import judge
-from hangdoc.report.lanes import MAX_POINTS, MAX_SPANS, spans
+from hangdoc.analyze.lanes import MAX_POINTS, MAX_SPANS, spans
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 CASES = sorted(p.name for p in GOLDEN.iterdir() if (p / "bundle.json").is_file())
@@ -136,7 +136,7 @@ def test_lanes_stay_bounded_however_long_the_watch():
 
 
 def test_series_and_steps_are_capped():
-    from hangdoc.report.lanes import _capped, _downsampled
+    from hangdoc.analyze.lanes import _capped, _downsampled
 
     series = tuple((float(i), float(i % 100)) for i in range(2000))
     assert len(_downsampled(series)) <= MAX_POINTS

@@ -173,6 +173,21 @@ def test_no_module_imports_a_floor_above_its_own(module, path):
     assert not found, "\n".join(found)
 
 
+# report/ assembles the Report from what the analysis read; it reads no evidence of its own.
+ANALYSIS_ENTRY = "hangdoc.analyze.assess"
+REPORT_MODULES = [(m, p) for m, p in MODULES if floor_of(m) == "report"]
+
+
+@pytest.mark.parametrize("module, path", REPORT_MODULES, ids=[m for m, _ in REPORT_MODULES])
+def test_report_reaches_the_analysis_through_its_one_entry(module, path):
+    # GIVEN a module of report/
+    # WHEN its imports are read, lazy ones too
+    imported = imports_of(path.read_text(), module, _is_package(path))
+    # THEN it takes nothing from collect/ or live/, and of analyze/ only the entry, analyse()
+    assert not [n for n in imported if floor_of(n) in ("collect", "live")]
+    assert [n for n in imported if floor_of(n) == "analyze" and n != ANALYSIS_ENTRY] == []
+
+
 # --- the checker itself -----------------------------------------------------------------------
 
 RENDER_LAZY_ANALYZE = '''

@@ -218,7 +218,7 @@ def test_on_nccl_the_flight_recorders_last_completion_dates_the_stall():
 def test_the_log_the_job_wrote_last_is_said_with_its_age():
     from hangdoc.analyze.diagnose import Diagnosis
     from hangdoc.model import Bundle, GpuState, Host, Job, LogTail, Snapshot
-    from hangdoc.report.facts import before_attach
+    from hangdoc.analyze.facts import before_attach
 
     bundle = Bundle(schema="hangdoc/bundle-v1", hangdoc_version="0", created=T0, host=Host("vm", "x86_64", "6.1", 2, "3.11", None),
                     job=Job(None, None, None, 2, None, ()),

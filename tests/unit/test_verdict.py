@@ -23,7 +23,7 @@ from hangdoc.live.watcher import Watcher
 from hangdoc.model import Ending, StopReason, Verdict
 from hangdoc.render.json import report_json
 from hangdoc.render.markdown import report_markdown
-from hangdoc.report import build
+from hangdoc.analyze import assess
 from hangdoc.report.judge import End, exit_code, judge
 from tests.factories import node_bundle
 
@@ -147,8 +147,8 @@ def test_only_a_hang_or_a_crash_stops_a_watch_at_once(word, reason):
 def test_the_same_evidence_is_never_analysed_twice(monkeypatch):
     # GIVEN a judgement of a bundle, and a count of the analyses made
     calls = []
-    real = build.diagnose
-    monkeypatch.setattr(build, "diagnose", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = assess.diagnose
+    monkeypatch.setattr(assess, "diagnose", lambda *a, **k: calls.append(1) or real(*a, **k))
     bundle = golden("bz2-shards")
     first = judge(bundle, lanes=False)
     # WHEN the same evidence is judged again with it as the prior, ending otherwise
@@ -186,8 +186,8 @@ def test_a_watch_round_analyses_once(monkeypatch):
     watcher._wait = lambda delay: None
     watcher._with_flight_records = lambda bundle, stuck: bundle
     calls = []
-    real = build.diagnose
-    monkeypatch.setattr(build, "diagnose", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = assess.diagnose
+    monkeypatch.setattr(assess, "diagnose", lambda *a, **k: calls.append(1) or real(*a, **k))
     # WHEN it runs its three rounds
     with pytest.raises(Done):
         watcher.run()
@@ -203,7 +203,7 @@ def test_interrupted_watch_takes_over_the_last_round(monkeypatch):
     watcher._with_flight_records = lambda b, stuck: b
     watcher.judge_round(bundle)
     calls = []
-    monkeypatch.setattr(build, "diagnose", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr(assess, "diagnose", lambda *a, **k: calls.append(1))
     # WHEN it is stopped by SIGTERM
     outcome = watcher.stopped(143)
     # THEN the report so far comes without a second analysis, and exits 143
@@ -250,7 +250,7 @@ def test_no_report_is_built_outside_report():
     for path in _sources(skip=("report", "model")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in (
-                    "Report", "assess", "report_of", "report_without_ranks"):
+                    "Report", "analyse", "report_of", "report_without_ranks"):
                 built.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     # THEN none builds a Report or starts the analysis but through judge
     assert not built

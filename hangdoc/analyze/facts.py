@@ -1,6 +1,6 @@
 """What every format prints beside the findings, read once from the bundle so that no renderer
-has to: a crash's own exception, the ranks without a stack and why, the ranks' stack classes,
-their GPUs over the last samples, and the Flight Recorder settings."""
+has to: a crash's own story, the ranks without a stack and why, the ranks' stack classes, their
+GPUs over the last samples, the Flight Recorder settings and the job's past at attach."""
 from __future__ import annotations
 
 from hangdoc.analyze.classes import stack_classes, stack_tree
@@ -9,9 +9,7 @@ from hangdoc.analyze.flight import flight_summary
 from hangdoc.analyze.logs import rank_exception
 from hangdoc.analyze.restarts import restart_cause, restarts_of
 from hangdoc.base.words import rank_label
-
-from hangdoc.model import BeforeAttach, Bundle, GpuTrend, Report, Severity, Slowness, StackClass, Verdict
-from hangdoc.rules.rank_died import RULE as RANK_DIED
+from hangdoc.model import BeforeAttach, Bundle, GpuTrend, Slowness, StackClass
 
 TREND_SAMPLES = 12     # the live view's sparklines
 
@@ -38,26 +36,22 @@ def missing_stacks(bundle: Bundle | None, limit: int = 8) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def crash_cause(report: Report, bundle: Bundle, limit: int = 2) -> tuple[str, ...]:
+def crash_story(bundle: Bundle, culprits: tuple[int, ...], limit: int = 2) -> tuple[str, ...]:
     """For a crash: the exception the culprit rank (or its worker) printed, quoted from the job's
     output, and where it was raised; for a job whose restarts are used up, the last start's failure
     and the earlier starts'; for a rank that left first, its leaving and the errors it caused. The
-    root cause is there, not in the stacks. rank-died says how the rank died and leaves its
-    exception to this line, said once."""
-    if report.verdict != Verdict.CRASH or any(f.severity is Severity.CRITICAL and f.rule != RANK_DIED.slug
-                                              for f in report.findings):
-        return ()   # a rule already names the cause, with its evidence
+    root cause is there, not in the stacks (the report prints it where no rule names the cause)."""
     restarts = restarts_of(bundle)
     if restarts is not None and restarts.used_up:
         return restart_cause(bundle, restarts)
     left = departure_of(bundle)
-    if left is not None and not left.own_error and left.rank in report.culprit_ranks:
+    if left is not None and not left.own_error and left.rank in culprits:
         lines = [left.summary]
         for error in left.named_by[:limit]:
             lines.append(f"  rank {error.rank}: {error.line}: rank {left.rank}'s address (its socket)")
         return tuple(lines)
     lines = []
-    for rank in (report.culprit_ranks or (None,))[:limit]:
+    for rank in (culprits or (None,))[:limit]:
         raised = rank_exception(bundle.logs, rank)
         if raised is None:
             continue
@@ -68,12 +62,11 @@ def crash_cause(report: Report, bundle: Bundle, limit: int = 2) -> tuple[str, ..
     return tuple(lines)
 
 
-def stacks(report: Report, bundle: Bundle) -> tuple[tuple[str, ...], tuple[StackClass, ...]]:
+def stacks(bundle: Bundle, members: dict[int, tuple[int, ...]] | None) -> tuple[tuple[str, ...], tuple[StackClass, ...]]:
     """The main-thread stacks of the last sample: the folded tree and the classes (frame labels only:
-    a report never carries a frame's locals)."""
+    a report never carries a frame's locals). `members`: rank -> the ranks its row stands for."""
     if not bundle.samples:
         return (), ()
-    members = report.class_members
     classes = stack_classes(bundle, members)
     tree = stack_tree(bundle, members)
     return tuple(tree), tuple(StackClass(c.ranks, tuple(f.label for f in c.frames)) for c in classes)
