@@ -50,7 +50,7 @@ import io, json, sys, time
 t = time.perf_counter()
 from hangdoc.report import report_of
 from hangdoc.bundle.files import bundle_files
-from hangdoc.live.fold import diagnose_by_class, read_node
+from hangdoc.inputs.fold import diagnose_by_class, read_node
 from hangdoc.render.json import report_json
 from hangdoc.render.text import render_text
 def hwm():

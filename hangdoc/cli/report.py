@@ -33,7 +33,7 @@ def report(
     missing, corrupt, truncated or newer-schema bundle, or dumps none of which can be read.
     """
     from hangdoc.base.outputs import check_output, output_file
-    from hangdoc.live.inputs import report_inputs
+    from hangdoc.inputs.evidence import report_inputs
 
     if output is not None:
         check_output(output, "-o")      # a device, FIFO or link is refused before the diagnosis

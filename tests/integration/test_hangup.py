@@ -120,7 +120,7 @@ def test_watch_hung_up_keeps_the_report_and_the_bundle(tmp_path):
 
 REPORT_HUNG_UP = """
 import os, signal, sys, time
-import hangdoc.live.inputs as inputs
+import hangdoc.inputs.evidence as inputs
 from hangdoc.cli import main
 
 def reading(*args, **kwargs):        # the terminal hangs up while the report is being made

@@ -23,7 +23,9 @@ from hangdoc.base.limits import MAX_BUNDLE_JSON_BYTES, MAX_DUMP_OBJECTS, MAX_LOG
 from hangdoc.bundle import codec
 from hangdoc.bundle.files import check_writable, load_bundle, load_head, save_bundle
 from hangdoc.cli import main
-from hangdoc.collect.flight_recorder import BadDump, collect_dumps, fr_config, read_dump
+from hangdoc.collect.flight_recorder import fr_config
+from hangdoc.inputs.flight_dumps import BadDump, read_dump
+from hangdoc.live.flight import collect_dumps
 from hangdoc.collect.snapshot import Probes
 from hangdoc.live.options import WatchOptions
 from hangdoc.live.watcher import Watcher
@@ -111,7 +113,8 @@ def test_the_watch_meets_that_pickle_under_the_jobs_dump_prefix_as_one_error_lin
     # GIVEN the same pickle where a rank's Flight Recorder dumps go
     shared_pickle(tmp_path / "trace_0")
     script = ("import json, sys\n"
-              "from hangdoc.collect.flight_recorder import collect_dumps, fr_config\n"
+              "from hangdoc.collect.flight_recorder import fr_config\n"
+              "from hangdoc.live.flight import collect_dumps\n"
               "from hangdoc.model import ProcessInfo, Role\n"
               "info = ProcessInfo(pid=5, ppid=1, role=Role.RANK, cmdline=(), exe=None, start_time=0.0,\n"
               "                   env={'TORCH_FR_DUMP_TEMP_FILE': sys.argv[1]}, rank=0)\n"

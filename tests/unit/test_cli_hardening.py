@@ -97,7 +97,7 @@ def test_the_same_bundle_with_its_log_is_healthy():
 
 
 def test_a_run_timeout_with_no_rank_does_not_claim_a_collective():
-    from hangdoc.live.inputs import bundle_from_dumps
+    from hangdoc.inputs.evidence import bundle_from_dumps
     from hangdoc.model import Ending
     from hangdoc.report.judge import End, judge
 

@@ -22,8 +22,10 @@ from hangdoc.analyze.flight import flight_groups, flight_summary, fr_progress
 from hangdoc.rules.flight_words import stuck_line
 from hangdoc.report import judge
 from hangdoc.bundle.files import bundle_from_json, load_bundle
-from hangdoc.collect.flight_recorder import FlightCollector, collect_dumps, fr_config, load_dumps, read_dump
-from hangdoc.live.inputs import report_inputs
+from hangdoc.collect.flight_recorder import fr_config
+from hangdoc.inputs.flight_dumps import load_dumps, read_dump
+from hangdoc.live.flight import FlightCollector, collect_dumps
+from hangdoc.inputs.evidence import report_inputs
 from hangdoc.model import ProcessInfo, Role
 from hangdoc.base.serde import to_dict
 

@@ -14,8 +14,8 @@ from hangdoc.report import judge
 from factories import node_bundle, save_node
 from hangdoc.bundle.files import load_bundles
 from hangdoc.base.errors import BadBundle, HangdocError
-from hangdoc.live.fold import FOLD_ABOVE_RANKS
-from hangdoc.live.inputs import report_from_files
+from hangdoc.inputs.fold import FOLD_ABOVE_RANKS
+from hangdoc.inputs.evidence import report_from_files
 from hangdoc.render.text import render_text
 from hangdoc.base.serde import to_json
 

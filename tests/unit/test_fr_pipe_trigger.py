@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 
-from hangdoc.collect.flight_recorder import collect_dumps, fr_config
+from hangdoc.collect.flight_recorder import fr_config
+from hangdoc.live.flight import collect_dumps
 from hangdoc.model import ProcessInfo, Role
 
 

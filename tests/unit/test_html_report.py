@@ -21,7 +21,7 @@ import pytest
 from factories import node_bundle, save_node
 from hangdoc.base.serde import to_dict
 from hangdoc.bundle.files import load_bundle
-from hangdoc.live.inputs import report_from_files
+from hangdoc.inputs.evidence import report_from_files
 from hangdoc.model import Finding, Lane, Severity, Span
 from hangdoc.render.html import CSP, report_html
 from hangdoc.render.html_timeline import PLOT_W

@@ -23,9 +23,10 @@ FLOORS: dict[str, str] = {
     "check":     "base model collect analyze rules",
     "report":    "base model analyze rules",
     "render":    "base model report check",
-    "live":      "base model bundle collect analyze rules check report render",
-    "scenarios": "base model bundle collect analyze rules check report render live",
-    "registry":  "base model bundle collect analyze rules check report render live scenarios",
+    "inputs":    "base model bundle analyze rules report",
+    "live":      "base model bundle collect analyze rules check report render inputs",
+    "scenarios": "base model bundle collect analyze rules check report render inputs live",
+    "registry":  "base model bundle collect analyze rules check report render inputs live scenarios",
     "cli":       "*",
     "__main__":  "*",
     "__init__":  "*",      # hangdoc/__init__.py, the package itself

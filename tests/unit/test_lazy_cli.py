@@ -10,7 +10,7 @@ import pytest
 from hangdoc.cli import COMMANDS, main
 
 HEAVY = ("hangdoc.cli.check", "hangdoc.check.data", "hangdoc.cli.run", "hangdoc.cli.demo", "hangdoc.cli.report",
-         "hangdoc.cli.ps", "hangdoc.live.inputs", "hangdoc.live.runner")
+         "hangdoc.cli.ps", "hangdoc.inputs.evidence", "hangdoc.live.runner")
 
 PROBE = """
 import contextlib, io, json, sys

@@ -136,14 +136,14 @@ def test_run_junit_on_a_full_device_is_refused_up_front(tmp_path):
 
 def test_sigterm_during_report_exits_143_with_one_line(monkeypatch, capsys):
     # GIVEN `hangdoc report` reading its bundle when SIGTERM arrives
-    import hangdoc.live.inputs
+    import hangdoc.inputs.evidence
 
     def slow_inputs(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGTERM)
         signal.sigtimedwait([], 0.1) if hasattr(signal, "sigtimedwait") else None
         raise AssertionError("SIGTERM was not delivered")
 
-    monkeypatch.setattr(hangdoc.live.inputs, "report_inputs", slow_inputs)
+    monkeypatch.setattr(hangdoc.inputs.evidence, "report_inputs", slow_inputs)
     old = signal.getsignal(signal.SIGTERM)
     try:
         rc = main(["report", str(BUNDLE)])

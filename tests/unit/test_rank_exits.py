@@ -9,7 +9,7 @@ import pytest
 from factories import ALL_REDUCE, save_node
 from hangdoc.analyze.diagnose import diagnose, node_digest
 from hangdoc.bundle.files import load_bundle
-from hangdoc.live.fold import diagnose_by_class, read_node
+from hangdoc.inputs.fold import diagnose_by_class, read_node
 from hangdoc.model import (
     BUNDLE_SCHEMA, Bundle, GpuState, Host, IoCounters, Job, LogTail, OomCount, Options, ProcessExit, ProcessInfo,
     ProcSample, ProcStat, Role, Snapshot, Stack, Thread,

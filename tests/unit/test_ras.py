@@ -141,7 +141,7 @@ def test_the_watcher_s_collector_asks_ras_once_a_rank_is_stuck_and_the_rule_cite
 
     from hangdoc.report import judge
     from hangdoc.bundle.files import load_bundle
-    from hangdoc.collect.flight_recorder import FlightCollector
+    from hangdoc.live.flight import FlightCollector
 
     # GIVEN an NCCL job (its ranks name NCCL_RAS_ADDR) whose RAS service reports rank 7 missing
     server = RasServer((RAS / "status-2.28.json").read_text(), json_ok=True)

@@ -13,8 +13,8 @@ from factories import node_bundle, save_node
 from hangdoc.analyze.diagnose import JobFacts, decide, diagnose
 from hangdoc.analyze.rendezvous import absent_ranks, not_joined, setup_frame
 from hangdoc.collect.stacks import parse_dump
-from hangdoc.live.fold import FOLD_ABOVE_RANKS
-from hangdoc.live.inputs import report_from_files
+from hangdoc.inputs.fold import FOLD_ABOVE_RANKS
+from hangdoc.inputs.evidence import report_from_files
 from hangdoc.model import (BUNDLE_SCHEMA, Bundle, Frame, GpuState, Host, IoCounters, Job, Options, ProcessInfo,
                            ProcSample, ProcStat, RankDigest, Role, Snapshot, Stack, StepSummary, Thread,
                            ThreadCounters)

@@ -17,7 +17,7 @@ from hangdoc.base.errors import (
 )
 from hangdoc.bundle.files import load_bundle
 from hangdoc.collect.snapshot import Probes
-from hangdoc.live.inputs import bundle_from_dumps, report_inputs
+from hangdoc.inputs.evidence import bundle_from_dumps, report_inputs
 from hangdoc.live.options import WatchOptions
 from hangdoc.live.watcher import Watcher
 from hangdoc.model import Ending, StopReason, Verdict

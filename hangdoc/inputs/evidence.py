@@ -7,8 +7,8 @@ import dataclasses
 from hangdoc import __version__
 from hangdoc.base.errors import BadBundle
 from hangdoc.bundle.files import bundle_files, load_bundles
-from hangdoc.collect.flight_recorder import load_dumps, split_inputs
-from hangdoc.live.fold import FOLD_ABOVE_RANKS, diagnose_by_class, read_node
+from hangdoc.inputs.flight_dumps import load_dumps, split_inputs
+from hangdoc.inputs.fold import FOLD_ABOVE_RANKS, diagnose_by_class, read_node
 from hangdoc.model import BUNDLE_SCHEMA, Bundle, Ending, GpuState, Host, Job, Snapshot
 from hangdoc.report.judge import End, Judgement, judge
 
@@ -29,7 +29,7 @@ def report_inputs(paths, hang_after: float | None = None) -> tuple[Bundle, Judge
 def report_from_files(paths, hang_after: float | None = None, records: tuple = (),
                       errors: tuple = ()) -> tuple[Bundle, Judgement]:
     """Load saved bundles and judge them: (bundle, judgement). Several files are one job's nodes:
-    merged whole up to FOLD_ABOVE_RANKS ranks, diagnosed by class beyond (`hangdoc/live/fold.py`).
+    merged whole up to FOLD_ABOVE_RANKS ranks, diagnosed by class beyond (`hangdoc/inputs/fold.py`).
     `records`, `errors`: Flight Recorder dumps given beside the bundles, and the refused ones."""
     files = bundle_files(paths)
     if len(files) > 1:

@@ -1,0 +1,190 @@
+"""What a watch round reads, and how: the sampling policy of `live/watcher.py`.
+
+Workers' stacks are taken where they matter: all at the first round; every round for the workers
+of a rank that waits on its DataLoader (two samples running); every `worker_every` rounds those of
+a rank that did not step, and one of each rank that steps, in turn; never a worker whose main
+thread has not run since its last stack. The launcher's stack is read on the full rounds only.
+Sampling is gentle: a rank that stepped at the last sample (and its workers) is read with
+`py-spy --nonblocking`, which does not pause its threads; a rank that looks stuck, and every
+process at the first round, is read blocking, for a consistent stack. A rank spinning or dwelling
+at one line, and a worker asleep in a futex beside a rank waiting on its data, are probed natively
+once per stack.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hangdoc.analyze.classify import signature
+from hangdoc.analyze.progress import WAKEUPS_PER_DUMP, dwells, place, spins
+from hangdoc.collect.stacks import PySpy
+from hangdoc.model import RankState, Role
+
+DWELL_SAMPLES = 3   # a stepping rank caught computing at one line this many samples in a row is probed
+DWELL_PROBES = 2    # at most this many times a watch (about 0.2 s of CPU each, a 0.3-0.5 s pause)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One round's reading: whose stacks, which of them with native frames, which without pausing
+    the process, and which processes get only the cheap /proc read."""
+
+    stacks: set[int]
+    native: set[int]
+    nonblocking: set[int]
+    light: set[int]
+
+
+class Sampling:
+    """The policy, over the watcher's state: its job, samples, options, probes, the ranks that
+    stepped, the last judgement's timelines and what was probed already."""
+
+    def plan(self, all_workers: bool) -> Plan:
+        """This round's reading (`all_workers`: a full round)."""
+        waiting_on_data = self._ranks_waiting_on_data()
+        wanted = self._stack_pids(all_workers, waiting_on_data)
+        # Workers nobody looks at this round get the cheap /proc read (no open files, no kernel wait).
+        light = {p.pid for p in self.job.processes if p.role is Role.WORKER and p.pid not in wanted
+                 and p.rank_pid not in waiting_on_data}
+        blocked = self._blocked_workers(waiting_on_data)
+        wanted |= blocked
+        probe = (self._spinning() | blocked) & wanted   # read paused, with native frames, this once
+        return Plan(stacks=wanted, native=probe, nonblocking=self._gentle_pids() - probe, light=light)
+
+    def _spinning(self) -> set[int]:
+        """Ranks to probe natively this round, once per stack they stand at: a rank whose main
+        thread burned CPU at one line between its last two samples with its loop counters still.
+        On NCCL that is a host spinning at the job's next sync (`.item()`) while a collective sits
+        on the GPU stream, and no Python frame says so; the native frames do (analyze/classify.py)."""
+        if self.options.nonblocking or self.judgement is None or self.judgement.lines is None \
+                or not isinstance(self.probes.pyspy, PySpy):
+            return set()
+        chosen = set()
+        for rank in self.job.by_role(Role.RANK):
+            line = self.judgement.lines.get(rank.pid)
+            fresh = [p for p in line.points[-6:] if p.fresh] if line is not None else []
+            if len(fresh) < 2:
+                continue
+            key = (rank.pid, place(fresh[-1].sig))
+            # A rank that steps but spends most of each step at one line (three samples in a row)
+            # is probed too, at most DWELL_PROBES times a watch: a straggler's peers wait there. A
+            # place probed once without a wait found may be probed again within that bound: a read
+            # that caught the Python side of a spin loop says nothing of what the loop waits on.
+            frozen = key not in self.probed and spins(fresh[-2], fresh[-1])
+            dwelling = (len(fresh) >= DWELL_SAMPLES and self.dwell_probes.get(rank.pid, 0) < DWELL_PROBES
+                        and not self.live.waits_at(rank.pid, fresh[-1].sig) and dwells(fresh[-DWELL_SAMPLES:]))
+            if not (frozen or dwelling):
+                continue
+            if not frozen:
+                self.dwell_probes[rank.pid] = self.dwell_probes.get(rank.pid, 0) + 1
+            self.probed.add(key)
+            chosen.add(rank.pid)
+        return chosen
+
+    def _blocked_workers(self, waiting_on_data: set[int]) -> set[int]:
+        """Workers to probe natively this round, once per stack: a worker of a rank that waits on
+        its data, asleep in a futex at its last two samples with no CPU used between them. A lock
+        in native code (a thread pool its parent used before forking it) shows no Python frame of
+        its own; the native frames name the library (rules/native_libs.py)."""
+        if self.options.nonblocking or len(self.samples) < 2 or not isinstance(self.probes.pyspy, PySpy):
+            return set()
+        before, last = self.samples[-2], self.samples[-1]
+        chosen = set()
+        for proc in self.job.processes:
+            if proc.role is not Role.WORKER or proc.rank_pid not in waiting_on_data:
+                continue
+            now, then = last.sample_of(proc.pid), before.sample_of(proc.pid)
+            if now is None or then is None or now.proc is None or then.proc is None \
+                    or not (now.proc.in_futex and then.proc.in_futex) or now.proc.cpu_s != then.proc.cpu_s:
+                continue
+            key = (proc.pid, self._stack_key(proc.pid))
+            if key[1] is not None and key not in self.probed:
+                self.probed.add(key)
+                chosen.add(proc.pid)
+        return chosen
+
+    def _stack_key(self, pid: int) -> tuple | None:
+        """The Python frames of the newest stack read of `pid`; None: none read yet."""
+        for snapshot in reversed(self.samples):
+            sample = snapshot.sample_of(pid)
+            if sample is not None and sample.stack is not None:
+                return signature(sample)
+        return None
+
+    def _gentle_pids(self) -> set[int]:
+        """Processes read without pausing them: all with --nonblocking, else the stepping ranks'."""
+        if self.options.nonblocking:
+            return {p.pid for p in self.job.processes}
+        return {p.pid for p in self.job.processes
+                if p.pid in self.stepping or (p.role is not Role.RANK and p.rank_pid in self.stepping)}
+
+    def _stack_pids(self, all_workers: bool, waiting_on_data: set[int]) -> set[int]:
+        """Whose stacks this round: every rank; new workers, and the workers of a rank waiting on
+        its data, every round; on the full rounds the launcher, every worker of a rank that did not
+        step, and one worker of each rank that steps (in turn: its workers do the same work, and
+        the rank's own progress says they keep up). Never a worker whose main thread has not run
+        since its last stack (its stack is where it was)."""
+        assert self.job is not None
+        alive = self._alive_pids()
+        wanted = {p.pid for p in self.job.processes
+                  if p.role is Role.RANK or (all_workers and p.role is Role.LAUNCHER)}
+        sampled = self._sampled_workers(alive) if all_workers else set()
+        for proc in self.job.processes:
+            if proc.role is not Role.WORKER:
+                continue
+            if proc.worker_index is None or ((proc.pid in sampled or proc.rank_pid in waiting_on_data)
+                                             and not self._parked(proc.pid)):
+                wanted.add(proc.pid)
+        return wanted & alive
+
+    def _sampled_workers(self, alive: set[int]) -> set[int]:
+        """A full round's workers: all of a rank that did not step at the last sample; of a rank
+        that did, the one whose turn it is (round-robin over full rounds, by worker index)."""
+        by_rank: dict[int | None, list] = {}
+        for proc in self.job.processes:
+            if proc.role is Role.WORKER and proc.pid in alive:
+                by_rank.setdefault(proc.rank_pid, []).append(proc)
+        turn = self.rounds // max(1, self.options.worker_every)
+        chosen = set()
+        for rank_pid, workers in by_rank.items():
+            if rank_pid not in self.stepping:
+                chosen.update(w.pid for w in workers)
+                continue
+            workers.sort(key=lambda w: (w.worker_index is None, w.worker_index or 0, w.pid))
+            chosen.add(workers[turn % len(workers)].pid)
+        return chosen
+
+    def _parked(self, pid: int) -> bool:
+        """The process's main thread has not run since its stack was last read: no CPU, no
+        involuntary switch, no wake-up but the ones a blocking py-spy dump itself causes. Its
+        last stack is then where it still is (a worker blocked on a lock since that read)."""
+        before = self.stacked_at.get(pid)
+        if before is None:
+            return False
+        now = self.probes.procfs.thread_counters(pid)
+        return (now is not None and now.cpu_s == before.cpu_s
+                and now.involuntary_switches == before.involuntary_switches
+                and 0 <= now.voluntary_switches - before.voluntary_switches <= WAKEUPS_PER_DUMP)
+
+    def _alive_pids(self) -> set[int]:
+        if not self.samples:
+            return {p.pid for p in self.job.processes}
+        last = self.samples[-1]
+        known = {s.pid for s in last.processes}
+        return {p.pid for p in self.job.processes
+                if p.pid not in known or (last.sample_of(p.pid) and last.sample_of(p.pid).alive)}
+
+    def _ranks_waiting_on_data(self) -> set[int]:
+        """Ranks caught waiting on their DataLoader in the last two samples running. One sample is
+        not enough: a healthy rank is caught between batches now and then (on a busy 8 x 8 node a
+        rank in ten, every round), and its workers' stacks would be read for nothing."""
+        from hangdoc.analyze.classify import classify_rank
+
+        if len(self.samples) < 2:
+            return set()
+        last, before = self.samples[-1], self.samples[-2]
+
+        def waits(sample) -> bool:
+            return sample is not None and classify_rank(sample).state == RankState.DATALOADER
+
+        return {r.pid for r in self.job.by_role(Role.RANK)
+                if waits(last.sample_of(r.pid)) and waits(before.sample_of(r.pid))}
