@@ -3,11 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-NONE = "none"
-BZ2 = "bz2"
-GZIP = "gzip"
-XZ = "xz"
-ZSTD = "zstd"
+from hangdoc.base.compression import BZ2, GZIP, NONE, XZ, ZSTD
 
 MAGIC_LEN = 6
 _MAGIC = (

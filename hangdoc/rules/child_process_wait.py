@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from hangdoc.model import Cause, Finding, ProcessInfo, Role, Severity, Wait
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import chain, cpu_use, kernel_wait, latest_frames, rank_line
+from hangdoc.rules.evidence import rank_line
+from hangdoc.rules.samples import chain, cpu_use, kernel_wait, latest_frames
 from hangdoc.rules.waits import command, kernel_words, last_full, own_line, waiters, where
 
 # Children a Python process starts for itself, never the one its code waits for.

@@ -4,7 +4,7 @@ from __future__ import annotations
 from hangdoc.model import Finding, Severity, Verdict
 from hangdoc.rules.snippets import JOIN_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import frames_line
+from hangdoc.rules.samples import frames_line
 
 
 def check(ctx: Context) -> list[Finding]:

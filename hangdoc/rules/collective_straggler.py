@@ -3,7 +3,10 @@ from __future__ import annotations
 
 from hangdoc.model import Cause, Finding, Severity, Verdict, Wait
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import frames_line, gpu_lines, on_clock, rank_line, waiting_line, worker_lines
+from hangdoc.rules.clock import on_clock
+from hangdoc.rules.evidence import gpu_lines, rank_line, waiting_line, worker_lines
+from hangdoc.rules.samples import frames_line
+
 
 def explained_by(ctx: Context) -> dict[int, str]:
     """rank -> the slug of the rule before this one that names what holds that rank in its own

@@ -3,8 +3,11 @@ from __future__ import annotations
 
 from hangdoc.model import Cause, Finding, RankState, Severity
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import (above_worker_loop, chain, cpu_use, file_read_line, file_reads,
-                                    kernel_wait, latest_frames, rank_line, samples_of, worker_doing, worker_name)
+from hangdoc.rules.clock import worker_doing
+from hangdoc.rules.evidence import rank_line, worker_name
+from hangdoc.rules.samples import (
+    above_worker_loop, chain, cpu_use, file_read_line, file_reads, kernel_wait, latest_frames, samples_of,
+)
 
 
 def check(ctx: Context) -> list[Finding]:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from hangdoc.model import Cause, Finding, Severity, Wait
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import chain, latest_frames, rank_line
+from hangdoc.rules.evidence import rank_line
+from hangdoc.rules.samples import chain, latest_frames
 from hangdoc.rules.waits import at, last_full, own_line, waiters, where
 
 _STDIN = {

@@ -1,38 +1,21 @@
-"""Evidence lines shared by rules: a rank's frames, its workers, its GPU, its files, its logs.
-
-Everything here reads the bundle only (samples, job, logs), so rules stay pure.
-"""
+"""The lines and records the rules cite about ranks and workers: a rank's state and wait, its
+workers, a worker's habit, the workers that died, what the GPUs say of a wait. What one process's
+samples say is `rules/samples.py`'s; the job's output `rules/logs.py`'s; its data `rules/decoding.py`'s."""
 from __future__ import annotations
 
-import itertools
-import re
-from collections import Counter
 from dataclasses import dataclass
 
-from hangdoc.analyze.classify import is_gpu_sync, own_frame, signature
+from hangdoc.analyze.classify import is_gpu_sync
 from hangdoc.analyze.diagnose import RankView
 from hangdoc.analyze.gpu import gpu_activity
 from hangdoc.analyze.logs import killed_workers
-from hangdoc.analyze.logs import line_rank as log_rank  # noqa: F401  (re-exported for rules)
+from hangdoc.analyze.logs import line_rank as log_rank
 from hangdoc.analyze.workers import worker_fates
-from hangdoc.base.syscalls import syscall_name
-from hangdoc.model import Bundle, Frame, GpuActivity, LogTail, ProcSample
-from hangdoc.base.words import mb, rank_set
-from hangdoc.rules.clock import blocked_for, on_clock, worker_doing  # noqa: F401  (worker_doing re-exported)
-
-COMPRESSED_SUFFIXES = {".bz2": "bz2", ".tbz2": "bz2", ".tbz": "bz2", ".gz": "gzip", ".tgz": "gzip",
-                       ".xz": "xz", ".lzma": "xz", ".txz": "xz", ".zst": "zstd", ".zstd": "zstd"}
-DECOMPRESS_FILES = {"bz2.py": "bz2", "lzma.py": "xz", "gzip.py": "gzip", "zlib": "zlib",
-                    "_compression.py": None, "zstandard": "zstd", "zstd": "zstd"}
-_PREFIX = re.compile(r"^\[(?:default)?rank\d+\]:\s?")
-
-
-def frames_line(bundle: Bundle, pid: int, depth: int = 6) -> str | None:
-    sample = bundle.last.sample_of(pid)
-    main = sample.stack.main if sample and sample.stack else None
-    if main is None:
-        return None
-    return chain(main.frames, depth)
+from hangdoc.base.words import rank_set
+from hangdoc.model import Bundle, GpuActivity, LogTail
+from hangdoc.rules.clock import blocked_for, on_clock
+from hangdoc.rules.logs import strip_rank
+from hangdoc.rules.samples import cpu_use, samples_of, usual_line
 
 
 def rank_line(ctx, view: RankView) -> str:
@@ -85,77 +68,6 @@ def worker_lines(view: RankView, ctx=None) -> list[str]:
     return lines
 
 
-# --- numbers -------------------------------------------------------------------------
-
-
-def rate(n: float) -> str:
-    return f"{n / 1e6:.1f} MB/s" if n >= 1e5 else f"{n / 1e3:.0f} kB/s"
-
-
-def basename(path: str) -> str:
-    return path.rsplit("/", 1)[-1]
-
-
-# --- samples of one process -------------------------------------------------------------
-
-
-def samples_of(bundle: Bundle, pid: int) -> list[tuple[float, ProcSample]]:
-    """(time, sample) for every snapshot that sampled `pid`, oldest first."""
-    return list(_kept(bundle, ("samples", pid), lambda: [
-        (snap.time, sample) for snap in bundle.samples if (sample := snap.sample_of(pid)) is not None]))
-
-
-def _kept(bundle: Bundle, key, work):
-    """`work()`, once per bundle and key: the rules ask for the same few processes' samples and
-    reads over and over. Only the last bundle's answers are kept."""
-    cached_bundle, answers = _KEPT
-    if cached_bundle is not bundle:
-        answers = {}
-        _KEPT[:] = [bundle, answers]
-    if key not in answers:
-        answers[key] = work()
-    return answers[key]
-
-
-_KEPT: list = [None, {}]
-
-
-def latest_frames(bundle: Bundle, pid: int) -> tuple[Frame, ...]:
-    """The main thread's frames (innermost first) from the newest sample that has a stack."""
-    for _, sample in reversed(samples_of(bundle, pid)):
-        if sample.stack is not None and sample.stack.main is not None:
-            return signature(sample)   # a native probe's Python frames stand for its stack
-    return ()
-
-
-
-def recent_worker_frames(bundle: Bundle, pid: int, shows, recent: int = 8) -> tuple[Frame, ...] | None:
-    """A worker's frames (above its loop) from the newest of its last `recent` stacks for which
-    `shows(frames)` is true: one instant may catch a worker between two calls of what it spends
-    its time in (features between two decompressions), so the last stack alone misses it."""
-    stacks = (s.stack.main.frames for _, s in reversed(samples_of(bundle, pid)) if s.stack and s.stack.main)
-    for frames in itertools.islice(stacks, recent):
-        above = above_worker_loop(frames)
-        if shows(above):
-            return above
-    return None
-
-
-def most_common_line(stacks: list[tuple[Frame, ...]]) -> tuple[str, int] | None:
-    """The job's own line (innermost of the job's code in each stack) found most often among
-    `stacks`, with how often; None with no such line."""
-    labels = Counter(frame.label for frames in stacks if (frame := own_frame(frames)) is not None)
-    return labels.most_common(1)[0] if labels else None
-
-
-def usual_line(bundle: Bundle, pid: int) -> tuple[str, int, int] | None:
-    """The job's own line `pid`'s main thread was found at most often over its samples, with how
-    many of its stacks: (label, hits, stacks); None with no such line."""
-    stacks = [s.stack.main.frames for _, s in samples_of(bundle, pid) if s.stack and s.stack.main]
-    found = most_common_line(stacks)
-    return (*found, len(stacks)) if found else None
-
-
 @dataclass(frozen=True)
 class Habit:
     """How busy a worker was and where, over the samples that saw it."""
@@ -174,225 +86,6 @@ def worker_habit(bundle: Bundle, worker) -> Habit | None:
     where = f", mostly at {at[0]} ({at[1]} of {at[2]} stacks)" if at else ""
     busy = used[0] / used[1]
     return Habit(busy, at[0] if at else None, f"{worker_name(worker)}: {100 * busy:.0f}% of a core busy{where}")
-
-
-def member_decode_frames(bundle: Bundle, pid: int, recent: int = 8) -> tuple[Frame, ...] | None:
-    """A worker's recent frames that show a decoder reading straight from a tar member."""
-    return recent_worker_frames(bundle, pid, member_decode, recent)
-
-
-def above_worker_loop(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
-    """The frames a DataLoader worker's `_worker_loop` called into (innermost first)."""
-    loop = next((i for i, f in enumerate(frames) if f.name == "_worker_loop"), len(frames))
-    return frames[:loop]
-
-
-def chain(frames, depth: int = 6) -> str:
-    """The innermost `depth` frames, innermost first, always reaching the job's own innermost line:
-    when it lies deeper, the frames between are counted and that line ends the excerpt."""
-    frames = tuple(frames)
-    own = next((i for i, f in enumerate(frames) if f.is_job_code), None)
-    if own is None or own < depth:
-        return " <- ".join(f.label for f in frames[:depth])
-    if own <= depth:    # one frame more: cheaper than saying one was left out
-        return " <- ".join(f.label for f in frames[:own + 1])
-    head = [f.label for f in frames[:depth - 1]]
-    return " <- ".join([*head, f"... ({own - len(head)} frames)", frames[own].label])
-
-
-def cpu_use(bundle: Bundle, pid: int) -> tuple[float, float] | None:
-    """(CPU seconds used, wall seconds) between the first and the last sample with /proc data."""
-    points = [(t, s.proc.cpu_s) for t, s in samples_of(bundle, pid) if s.alive and s.proc is not None]
-    if len(points) < 2 or points[-1][0] <= points[0][0]:
-        return None
-    return points[-1][1] - points[0][1], points[-1][0] - points[0][0]
-
-
-def compression_of_path(path: str) -> str | None:
-    for suffix, kind in COMPRESSED_SUFFIXES.items():
-        if path.endswith(suffix):
-            return kind
-    return None
-
-
-def compression_of_frames(frames) -> str | None:
-    """"bz2", "gzip", "xz", "zlib", "zstd", or "" (only `_compression` / `decompress`) from a stack; None."""
-    generic = False
-    for frame in frames:
-        for needle, kind in DECOMPRESS_FILES.items():
-            if needle in frame.filename:
-                if kind:
-                    return kind
-                generic = True
-        generic = generic or "decompress" in frame.name.lower()
-    return "" if generic else None
-
-
-@dataclass(frozen=True)
-class FileRead:
-    """How a process moved through one file it held open for reading during the capture."""
-
-    path: str
-    size: int | None
-    first_pos: int
-    last_pos: int
-    read_bytes: int            # forward movement summed over sample pairs
-    seconds: float             # the time those pairs span
-    backward_seeks: int        # times the offset went back
-
-    @property
-    def bytes_per_s(self) -> float | None:
-        return self.read_bytes / self.seconds if self.seconds > 0 else None
-
-
-def file_reads(bundle: Bundle, pid: int) -> list[FileRead]:
-    """Every regular file `pid` held open for reading, with its offsets across the samples.
-
-    The rate counts forward movement between consecutive samples in which the same fd named
-    the same file, so it is the bytes the process read from disk (compressed bytes for a
-    compressed file), per second of the time it held the file.
-    """
-    return list(_kept(bundle, ("reads", pid), lambda: _file_reads(bundle, pid)))
-
-
-def _file_reads(bundle: Bundle, pid: int) -> list[FileRead]:
-    series: dict[tuple[int, str], list[tuple[float, int, int | None]]] = {}
-    for time, sample in samples_of(bundle, pid):
-        if not sample.alive or sample.proc is None:
-            continue
-        for f in sample.proc.open_files:
-            if f.mode == "r":
-                series.setdefault((f.fd, f.path), []).append((time, f.pos, f.size))
-    reads = []
-    for (_, path), points in series.items():
-        forward = seconds = back = 0
-        for (t0, p0, _), (t1, p1, _) in zip(points, points[1:]):
-            seconds += t1 - t0
-            if p1 >= p0:
-                forward += p1 - p0
-            else:
-                back += 1
-                forward += p1        # it went back, then read this far again
-        reads.append(FileRead(path, points[-1][2], points[0][1], points[-1][1], forward, seconds, back))
-    return sorted(reads, key=lambda r: (-r.read_bytes, r.path))
-
-
-def file_read_line(read: FileRead) -> str:
-    size = f" ({mb(read.size)})" if read.size else ""
-    speed = read.bytes_per_s
-    if speed is None:
-        return f"{read.path}{size} open at offset {mb(read.last_pos)}"
-    if not read.read_bytes and not read.backward_seeks:
-        done = f" ({100 * read.last_pos / read.size:.0f}%)" if read.size else ""
-        return f"{read.path}{size}: offset {mb(read.last_pos)}{done}, not moving for {read.seconds:.1f} s"
-    done = f", {100 * read.last_pos / read.size:.0f}% of the file" if read.size else ""
-    if not read.backward_seeks:
-        return (f"{read.path}{size}: offset {mb(read.first_pos)} -> {mb(read.last_pos)} in {read.seconds:.1f} s "
-                f"= {rate(speed)}{done}")
-    # The offset went back (a seek, a file read again): first -> last is no distance read; the
-    # forward movement is.
-    times = f"{read.backward_seeks} time{'s' if read.backward_seeks != 1 else ''}"
-    return (f"{read.path}{size}: read {mb(read.read_bytes)} in {read.seconds:.1f} s = {rate(speed)}; the offset "
-            f"went back {times} (from {mb(read.first_pos)}, now {mb(read.last_pos)}{done})")
-
-
-# --- logs ------------------------------------------------------------------------------
-
-
-def strip_rank(line: str) -> str:
-    """The line without torchrun's `[rankN]:` prefix."""
-    return _PREFIX.sub("", line, count=1).rstrip()
-
-
-def find_lines(logs: tuple[LogTail, ...], *needles: str) -> list[tuple[LogTail, int]]:
-    """(tail, index) of every log line holding one of `needles`."""
-    return [(tail, i) for tail in logs for i, line in enumerate(tail.lines)
-            if any(n in line for n in needles)]
-
-
-def traceback_frames(lines: tuple[str, ...], end: int, limit: int = 4) -> list[str]:
-    """The last `limit` `File "...", line N, in f` entries (with their source line) above `end`."""
-    frames: list[str] = []
-    i = end - 1
-    while i >= 0 and len(frames) < limit:
-        text = strip_rank(lines[i]).strip()
-        if text.startswith("Traceback (most recent call last)") or text.startswith("Original Traceback"):
-            break
-        if text.startswith('File "'):
-            source = strip_rank(lines[i + 1]).strip() if i + 1 < end else ""
-            where = _short_file_line(text)
-            frames.append(f"{where}: {source}" if source and not source.startswith(("^", "~")) else where)
-        i -= 1
-    return list(reversed(frames))
-
-
-_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+), in (.+)$')
-
-
-def _short_file_line(text: str) -> str:
-    m = _FILE_LINE.match(text)
-    if not m:
-        return text
-    path, line, func = m.groups()
-    parts = path.split("/")
-    short = "/".join(parts[-2:]) if len(parts) > 1 else path
-    return f"{func} ({short}:{line})"
-
-
-# --- what a DataLoader worker's stack says ----------------------------------------------
-
-_TAR_MEMBER_READS = ("_FileInFile.", "ExFileObject.", "_Stream.")
-_DECODERS = ("wave.py", "aifc.py", "sunau.py", "soundfile", "torchaudio", "librosa", "audioread",
-             "scipy/io/wavfile", "av/", "PIL/", "cv2")
-
-
-def is_decoder_library(frame: Frame) -> bool:
-    return any(p in frame.filename for p in _DECODERS)
-
-
-def is_decoder(frame: Frame) -> bool:
-    return "tarfile.py" not in frame.filename and (
-        any(p in frame.filename for p in _DECODERS) or "decode" in frame.name.lower())
-
-
-def member_decode(frames) -> tuple[Frame, Frame] | None:
-    """(decoder frame, tar member read frame) when a decoder reads straight from a tar member.
-
-    `frames` innermost first: the first frame outside tarfile.py above (called before) the
-    member's read must be a decoder; a dataset function that reads the bytes and decodes them
-    afterwards never has the decoder on the stack during the read.
-    """
-    frames = tuple(frames)
-    for i, frame in enumerate(frames):
-        if "tarfile.py" in frame.filename and frame.name.startswith(_TAR_MEMBER_READS):
-            caller = next((f for f in frames[i + 1:] if "tarfile.py" not in f.filename), None)
-            if caller is not None and is_decoder(caller):
-                return caller, frame
-            return None
-    return None
-
-
-def kernel_wait(bundle: Bundle, sample: ProcSample) -> str:
-    """"state S, wchan futex_do_wait, syscall 202 (futex)" for one sample."""
-    proc = sample.proc
-    if proc is None:
-        return "no /proc data"
-    parts = [f"state {proc.state}"]
-    if proc.wchan:
-        parts.append(f"wchan {proc.wchan}")
-    if proc.syscall:
-        name = proc.syscall_name or syscall_name(bundle.host.arch, proc.syscall)
-        parts.append(f"syscall {proc.syscall}" + (f" ({name})" if name else ""))
-    if proc.syscall_path:
-        parts.append(f"opening {proc.syscall_path}")
-    elif proc.syscall_path_error:
-        parts.append(f"the path it opens could not be read: {proc.syscall_path_error}")
-    return ", ".join(parts)
-
-
-def in_futex(sample: ProcSample) -> bool:
-    proc = sample.proc
-    return proc is not None and proc.in_futex
 
 
 def worker_name(worker) -> str:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from hangdoc.model import Cause, FileLock, Finding, ProcessInfo, Role, Severity, Wait
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import chain, kernel_wait, latest_frames, rank_line, samples_of
+from hangdoc.rules.evidence import rank_line
+from hangdoc.rules.samples import chain, kernel_wait, latest_frames, samples_of
 from hangdoc.rules.waits import Waiter, at, command, last_full, own_line, waiters, where
 
 _NO_LOCKS = "locks: could not collect: "

@@ -7,7 +7,7 @@ from hangdoc.rules.flight_words import frames_lines, mismatch_line, progress_lin
 from hangdoc.model import Finding, Severity, Verdict
 from hangdoc.rules.collective_mismatch import RULE as MISMATCH
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import frames_line
+from hangdoc.rules.samples import frames_line
 
 
 def culprits(group: GroupFlight) -> tuple[int, ...]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 from hangdoc.model import Cause, Finding, Role, Severity
 from hangdoc.rules.snippets import SPAWN_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import basename, dead_workers, samples_of
+from hangdoc.rules.evidence import dead_workers
+from hangdoc.rules.samples import basename, samples_of
 
 ARM = ("aarch64", "arm64")
 POOL_LIBS = ("libgomp", "libiomp", "libarm_compute")

@@ -6,9 +6,12 @@ import re
 from dataclasses import dataclass
 
 from hangdoc.analyze.classify import own_frame
+from hangdoc.analyze.logs import line_rank as log_rank
 from hangdoc.model import Cause, Finding, LogTail, Severity, Thread, Wait
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import chain, latest_frames, log_rank, rank_line, samples_of, strip_rank, traceback_frames
+from hangdoc.rules.evidence import rank_line
+from hangdoc.rules.logs import strip_rank, traceback_frames
+from hangdoc.rules.samples import chain, latest_frames, samples_of
 from hangdoc.rules.waits import Waiter, at, own_line, waiters, where
 
 # threading's excepthook: "Exception in thread prefetch:" (3.10+: "Thread-1 (target)"), then a traceback.

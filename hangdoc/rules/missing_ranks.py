@@ -14,7 +14,8 @@ from hangdoc.base.parse import to_int
 from hangdoc.base.words import rank_ranges, rank_set
 from hangdoc.model import Finding, Frame, Job, ProcSample, Severity, Verdict
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import frames_line, latest_frames, samples_of, worker_lines
+from hangdoc.rules.evidence import worker_lines
+from hangdoc.rules.samples import frames_line, latest_frames, samples_of
 
 FIX = ("Capture every node of the job at about the same moment and merge the bundles: "
        "`srun --overlap --jobid=$JOB --ntasks-per-node=1 hangdoc watch --job --once --out $DIR/<host>.json` "

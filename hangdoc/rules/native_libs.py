@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 
 from hangdoc.model import Bundle, Frame, Stack
-from hangdoc.rules.evidence import samples_of
+from hangdoc.rules.samples import samples_of
 
 
 @dataclass(frozen=True)

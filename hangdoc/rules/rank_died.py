@@ -9,7 +9,8 @@ from hangdoc.analyze.logs import all_lines, line_rank, rank_exception, torchrun_
 from hangdoc.base.words import mb, rank_set
 from hangdoc.model import Bundle, Finding, ProcessExit, Severity, Verdict
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import samples_of, strip_rank
+from hangdoc.rules.logs import strip_rank
+from hangdoc.rules.samples import samples_of
 
 _NATIVE = ("terminate called after throwing", "what():", "Fatal Python error", "Segmentation fault", "Bus error",
            "Is there a distributed collective mismatch", "Aborted (core dumped)", "double free", "corrupted size")

@@ -3,10 +3,11 @@ loader fails with "No space left on device" for a torch_* shared-memory file."""
 from __future__ import annotations
 
 from hangdoc.analyze.logs import killed_workers
+from hangdoc.analyze.logs import line_rank as log_rank
 from hangdoc.base.words import size
 from hangdoc.model import Finding, Severity
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import find_lines, log_rank, strip_rank
+from hangdoc.rules.logs import find_lines, strip_rank
 
 # What PyTorch prints when a worker cannot place a batch in shared memory.
 SHM_ERRORS = ("unable to allocate shared memory", "out of shared memory", "unable to write to file </torch_",

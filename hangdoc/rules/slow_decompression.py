@@ -6,9 +6,11 @@ from dataclasses import dataclass
 from hangdoc.model import Cause, Finding, ProcessInfo, Severity
 from hangdoc.rules.snippets import REPACK_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import (FileRead, above_worker_loop, basename, chain, compression_of_frames,
-                                    compression_of_path, cpu_use, file_read_line, file_reads, latest_frames,
-                                    member_decode_frames, rank_line, rate, recent_worker_frames, worker_name)
+from hangdoc.rules.decoding import compression_of_frames, compression_of_path, member_decode_frames
+from hangdoc.rules.evidence import rank_line, worker_name
+from hangdoc.rules.samples import (
+    above_worker_loop, basename, chain, cpu_use, file_read_line, file_reads, FileRead, latest_frames, rate, recent_worker_frames,
+)
 
 _SEEKS = ("BZ2File.seek", "LZMAFile.seek", "GzipFile.seek", "DecompressReader.seek")
 

@@ -6,7 +6,8 @@ from collections import Counter
 from hangdoc.analyze.shares import interval, is_step_wait, rank_shares, total, window
 from hangdoc.model import Finding, RankState, Severity, SlowKind, Verdict
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import live_workers, most_common_line, worker_habit
+from hangdoc.rules.evidence import live_workers, worker_habit
+from hangdoc.rules.samples import most_common_line
 
 _DOING = {RankState.COMPUTE: "computes", RankState.DATALOADER: "waits on its DataLoader", RankState.IO: "reads or writes files"}
 

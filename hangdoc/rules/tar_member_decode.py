@@ -4,9 +4,11 @@ from __future__ import annotations
 from hangdoc.model import Cause, Finding, Severity, Verdict
 from hangdoc.rules.snippets import BYTES_FIRST_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import (basename, chain, compression_of_path, file_read_line,
-                                    file_reads, find_lines, is_decoder_library, log_rank,
-                                    member_decode, member_decode_frames, strip_rank, traceback_frames, worker_name)
+from hangdoc.analyze.logs import line_rank as log_rank
+from hangdoc.rules.decoding import compression_of_path, is_decoder_library, member_decode, member_decode_frames
+from hangdoc.rules.evidence import worker_name
+from hangdoc.rules.logs import find_lines, strip_rank, traceback_frames
+from hangdoc.rules.samples import basename, chain, file_read_line, file_reads
 
 # What decoders say when the member's file object cannot do what they ask of it.
 LOG_ERRORS = ("'_Stream' object has no attribute 'seekable'", "Illegal seek",

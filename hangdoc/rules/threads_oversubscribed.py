@@ -6,7 +6,7 @@ from hangdoc.base.parse import to_int
 from hangdoc.base.words import plural, rank_ranges
 from hangdoc.model import Finding, Severity, Verdict
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import samples_of
+from hangdoc.rules.samples import samples_of
 
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 OVER = 2.0              # compute threads per CPU from which the ranks fight over the cores

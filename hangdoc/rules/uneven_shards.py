@@ -6,7 +6,8 @@ from hangdoc.base.cmdline import data_list
 from hangdoc.model import Cause, DataListCopy, Finding, OpenFile, Role, Severity, Verdict
 from hangdoc.rules.snippets import JOIN_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import basename, frames_line, latest_frames, live_workers, samples_of
+from hangdoc.rules.evidence import live_workers
+from hangdoc.rules.samples import basename, frames_line, latest_frames, samples_of
 from hangdoc.base.words import mb, plural
 
 # Where a rank that left its data loop waits: the end-of-epoch sync, Join, the next epoch's start.

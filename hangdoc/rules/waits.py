@@ -11,7 +11,8 @@ from hangdoc.analyze.classify import Reading, own_frame
 from hangdoc.analyze.diagnose import RankView
 from hangdoc.model import FILE_LOCK_WCHANS, Frame, ProcSample, ProcStat, ProcessInfo, Verdict, Wait
 from hangdoc.rules.base import Context
-from hangdoc.rules.evidence import latest_frames, samples_of, worker_name
+from hangdoc.rules.evidence import worker_name
+from hangdoc.rules.samples import latest_frames, samples_of
 
 # What a process's kernel wait (wchan, then state) means, in words, first match wins.
 _KERNEL_WORDS = (

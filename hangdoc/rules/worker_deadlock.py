@@ -5,8 +5,8 @@ from hangdoc.analyze.timeline import CPU_NOISE_S
 from hangdoc.model import Cause, Finding, Severity
 from hangdoc.rules.snippets import SPAWN_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import (above_worker_loop, chain, in_futex, kernel_wait, latest_frames, rank_line,
-                                    samples_of, worker_name)
+from hangdoc.rules.evidence import rank_line, worker_name
+from hangdoc.rules.samples import above_worker_loop, chain, in_futex, kernel_wait, latest_frames, samples_of
 
 # Threads the stdlib and torch start on their own (queue feeders, pin-memory): not the job's locks.
 _LIBRARY_FILES = ("threading.py", "multiprocessing/", "queue.py", "selectors.py", "concurrent/", "torch/")

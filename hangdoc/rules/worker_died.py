@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from hangdoc.model import Cause, Finding, Severity
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import DeadWorker, dead_workers, generation_of, samples_of
+from hangdoc.rules.evidence import dead_workers, DeadWorker, generation_of
+from hangdoc.rules.samples import samples_of
 from hangdoc.base.words import mb
 
 # What each way of dying usually means, said after the fix.

@@ -4,9 +4,10 @@ from __future__ import annotations
 import re
 
 from hangdoc.analyze.logs import caught_in_worker
+from hangdoc.analyze.logs import line_rank as log_rank
 from hangdoc.model import Cause, Finding, LogTail, Severity
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import log_rank, strip_rank, traceback_frames
+from hangdoc.rules.logs import strip_rank, traceback_frames
 
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b:?")
 _KEY = re.compile(r"^KeyError: (.+)$")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hangdoc.analyze.timeline import CPU_NOISE_S
 from hangdoc.model import Cause, Finding, Severity
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import kernel_wait, rank_line, samples_of, worker_name
+from hangdoc.rules.evidence import rank_line, worker_name
+from hangdoc.rules.samples import kernel_wait, samples_of
 from hangdoc.rules.native_libs import native_probe, stuck_in
 from hangdoc.rules.snippets import SPAWN_SNIPPET
 

@@ -27,7 +27,7 @@ from hangdoc.model import (
     ProcessInfo, ProcSample, ProcStat, RankState, Role, Snapshot, Stack, Thread, ThreadCounters, Wait, WorkerState,
 )
 from hangdoc.report import judge
-from hangdoc.rules.evidence import chain
+from hangdoc.rules.samples import chain
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 CASES = sorted(p.name for p in GOLDEN.iterdir() if (p / "bundle.json").is_file())

@@ -11,7 +11,7 @@ import pytest
 from hangdoc.bundle.files import load_bundle
 from hangdoc.model import Progress, RankReport, RankState
 from hangdoc.render.words import progress_word
-from hangdoc.rules.evidence import FileRead, file_read_line
+from hangdoc.rules.samples import file_read_line, FileRead
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 CASES = sorted(p.name for p in GOLDEN.iterdir() if (p / "expected.txt").exists())
