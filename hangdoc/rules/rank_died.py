@@ -97,7 +97,7 @@ def _finding(ctx: Context, death: Death) -> Finding:
     evidence += _after_lines(bundle, death)
     native = _native_lines(bundle, death)
     evidence += native
-    # A Python exception is quoted once, at the top of the report (report/facts.py: crash_cause).
+    # A Python exception is quoted once, at the top of the report (analyze/facts.py: crash_story).
     raised = rank_exception(bundle.logs, death.rank) if death.code not in (None, 0) else None
     evidence += _where_lines(ctx, death)
     growth = _growth(bundle, death)

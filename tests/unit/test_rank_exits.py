@@ -158,7 +158,7 @@ def test_rank_killed_by_sigkill_then_torchrun_sigterm_is_a_crash_of_the_killed_r
     assert found.ranks == (1,) and "SIGKILL" in found.title and "rank 1 (pid 101)" in found.title.lower()
     assert any("rank 0 (pid 100) was killed by SIGTERM 0.10 s later" in e for e in found.evidence)
     assert "OOM killer" in found.fix
-    # and crash_cause stays quiet: the finding carries the cause
+    # and the crash story stays out of the report: the finding carries the cause
     assert report.cause == ()
 
 
