@@ -111,7 +111,6 @@ def _fix(child: ProcessInfo | None, words: str | None) -> str:
 
 RULE = Rule(
     slug="child-process-wait",
-    causes=frozenset({Cause.OWN_CODE}),
     title="A rank waits for a child process that never ends",
     severity=Severity.CRITICAL,
     check=check,
@@ -126,4 +125,5 @@ RULE = Rule(
             "    subprocess.run(cmd, timeout=60, check=True, stdin=subprocess.DEVNULL)\n"
             "except subprocess.TimeoutExpired:\n"
             "    raise RuntimeError(f\"{cmd[0]} did not finish in 60 s\") from None\n",
+    causes=frozenset({Cause.OWN_CODE}),
 )

@@ -66,7 +66,6 @@ def _worker_evidence(ctx: Context, worker, reading) -> list[str]:
 
 RULE = Rule(
     slug="dataloader-stall",
-    causes=frozenset({Cause.DATA}),
     title="A rank waits on its DataLoader and its workers deliver nothing",
     severity=Severity.CRITICAL,
     check=check,
@@ -75,4 +74,5 @@ RULE = Rule(
             "what every worker is doing: stack, kernel wait, CPU, open files.",
     fix='Set DataLoader(timeout=...) so a stuck worker raises instead of hanging, and look at the worker '
         'stacks for the I/O or decode frame they sit in.',
+    causes=frozenset({Cause.DATA}),
 )

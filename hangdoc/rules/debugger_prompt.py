@@ -62,7 +62,6 @@ def _fix(line) -> str:
 
 RULE = Rule(
     slug="debugger-prompt",
-    causes=frozenset({Cause.OWN_CODE}),
     title="A rank waits at a pdb prompt nobody answers",
     severity=Severity.CRITICAL,
     check=check,
@@ -74,4 +73,5 @@ RULE = Rule(
     snippet="import os, sys\n"
             "if os.environ.get(\"RANK\", \"0\") == \"0\" and sys.stdin.isatty():\n"
             "    breakpoint()          # PYTHONBREAKPOINT=0 makes every breakpoint() a no-op\n",
+    causes=frozenset({Cause.OWN_CODE}),
 )

@@ -95,7 +95,6 @@ def _fix(lock: FileLock | None) -> str:
 
 RULE = Rule(
     slug="file-lock-wait",
-    causes=frozenset({Cause.OWN_CODE, Cause.WORKERS}),
     title="A rank or its DataLoader worker waits for a file lock another process holds",
     severity=Severity.CRITICAL,
     check=check,
@@ -115,4 +114,5 @@ RULE = Rule(
             "            if time.monotonic() > deadline:\n"
             "                raise TimeoutError(f\"lock on fd {fd} still held after {seconds} s\")\n"
             "            time.sleep(0.2)\n",
+    causes=frozenset({Cause.OWN_CODE, Cause.WORKERS}),
 )

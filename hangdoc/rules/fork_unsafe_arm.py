@@ -57,7 +57,6 @@ def check(ctx: Context) -> list[Finding]:
 
 RULE = Rule(
     slug="fork-unsafe-arm",
-    causes=frozenset({Cause.WORKERS}),
     title="Forked DataLoader workers segfault on aarch64",
     severity=Severity.CRITICAL,
     check=check,
@@ -68,4 +67,5 @@ RULE = Rule(
         "multiprocessing_context=mp.get_context('spawn')); the dataset and collate_fn must be picklable.",
     snippet=SPAWN_SNIPPET,
     commands=("watch", "report", "run", "check"),
+    causes=frozenset({Cause.WORKERS}),
 )

@@ -119,7 +119,6 @@ def check(ctx: Context) -> list[Finding]:
 
 RULE = Rule(
     slug="gpu-starved",
-    causes=frozenset({Cause.DATA}),
     title="The GPUs wait for data (not a hang)",
     severity=Severity.WARNING,
     check=check,
@@ -130,4 +129,5 @@ RULE = Rule(
     fix='Raise num_workers (past the cores per rank only when the workers wait rather than compute), use '
         'larger batches and prefetch_factor, pack small clips into tar shards, or cache features.',
     commands=("watch", "report", "run", "check"),
+    causes=frozenset({Cause.DATA}),
 )

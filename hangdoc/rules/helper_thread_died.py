@@ -123,7 +123,6 @@ def _thread_lines(ctx: Context, waiter: Waiter, thread: Gone) -> list[str]:
 
 RULE = Rule(
     slug="helper-thread-died",
-    causes=frozenset({Cause.OWN_CODE}),
     title="A rank waits on a queue or event fed by a thread of its own that is gone",
     severity=Severity.CRITICAL,
     check=check,
@@ -145,4 +144,5 @@ RULE = Rule(
             "item = q.get(timeout=60)\n"
             "if isinstance(item, BaseException):\n"
             "    raise item\n",
+    causes=frozenset({Cause.OWN_CODE}),
 )

@@ -99,7 +99,6 @@ def _finding(ctx: Context, view, busy: list[_Worker], evidence: list[str],
 
 RULE = Rule(
     slug="slow-decompression",
-    causes=frozenset({Cause.WORKERS}),
     title="A rank's DataLoader workers are stuck decompressing shards",
     severity=Severity.CRITICAL,
     check=check,
@@ -111,4 +110,5 @@ RULE = Rule(
         'the compressed shards evenly over ranks and add DataLoader workers.',
     snippet=REPACK_SNIPPET,
     commands=("watch", "report", "run", "check"),
+    causes=frozenset({Cause.WORKERS}),
 )

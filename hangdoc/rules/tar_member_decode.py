@@ -86,7 +86,6 @@ def _from_logs(ctx: Context) -> list[Finding]:
 
 RULE = Rule(
     slug="tar-member-decode",
-    causes=frozenset({Cause.WORKERS}),
     title="Audio is decoded straight from a tar member stream",
     severity=Severity.CRITICAL,
     check=check,
@@ -96,4 +95,5 @@ RULE = Rule(
     fix="Read the member's bytes first and decode from memory: "
         'torchaudio.load(io.BytesIO(tar.extractfile(member).read())).',
     snippet=BYTES_FIRST_SNIPPET,
+    causes=frozenset({Cause.WORKERS}),
 )

@@ -161,7 +161,6 @@ def check(ctx: Context) -> list[Finding]:
 
 RULE = Rule(
     slug="uneven-shards",
-    causes=frozenset({Cause.DATA}),
     title="A rank ran out of data and left the epoch before the others",
     severity=Severity.CRITICAL,
     check=check,
@@ -175,4 +174,5 @@ RULE = Rule(
         ' torch.distributed.algorithms.Join around the epoch loop.',
     snippet=JOIN_SNIPPET,
     commands=("watch", "report", "run", "check"),
+    causes=frozenset({Cause.DATA}),
 )

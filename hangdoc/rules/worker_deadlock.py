@@ -82,7 +82,6 @@ def _rank_threads(ctx: Context, rank) -> list[str]:
 
 RULE = Rule(
     slug="worker-deadlock",
-    causes=frozenset({Cause.WORKERS}),
     title="A DataLoader worker is blocked on a lock it inherited",
     severity=Severity.CRITICAL,
     check=check,
@@ -92,4 +91,5 @@ RULE = Rule(
     fix='Start workers with spawn or forkserver (multiprocessing_context=...) and create threads, locks '
         'and clients in worker_init_fn, not before the DataLoader forks.',
     snippet=SPAWN_SNIPPET,
+    causes=frozenset({Cause.WORKERS}),
 )

@@ -112,7 +112,6 @@ def check(ctx: Context) -> list[Finding]:
 
 RULE = Rule(
     slug="worker-died",
-    causes=frozenset({Cause.WORKERS}),
     title="A DataLoader worker was killed or vanished",
     severity=Severity.CRITICAL,
     check=check,
@@ -123,4 +122,5 @@ RULE = Rule(
             "rank are retired, not dead; SIGKILL points at the OOM killer (with the memory seen).",
     fix='Read the signal: Segmentation fault on aarch64 -> spawn start method; Bus error -> /dev/shm too '
         'small (docker --shm-size); Killed -> out of memory (fewer workers, smaller prefetch_factor).',
+    causes=frozenset({Cause.WORKERS}),
 )

@@ -58,7 +58,6 @@ def check(ctx: Context) -> list[Finding]:
 
 RULE = Rule(
     slug="worker-error",
-    causes=frozenset({Cause.WORKERS}),
     title="A DataLoader worker raised an exception",
     severity=Severity.CRITICAL,
     check=check,
@@ -67,4 +66,5 @@ RULE = Rule(
             "when a sample key (sample_rate, wav) is missing.",
     fix="Fix the exception in the worker's traceback; check that every sample gets every key (a decode "
         "function that sets sample['wav'] in only one branch).",
+    causes=frozenset({Cause.WORKERS}),
 )

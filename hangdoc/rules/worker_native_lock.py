@@ -75,7 +75,6 @@ def _still_since(ctx: Context, pid: int, since: float) -> tuple[float, float, st
 
 RULE = Rule(
     slug="worker-native-lock",
-    causes=frozenset({Cause.WORKERS}),
     title="A forked DataLoader worker waits inside a native library's pool",
     severity=Severity.CRITICAL,
     check=check,
@@ -87,4 +86,5 @@ RULE = Rule(
     fix="Use the library only after the DataLoader forks (in worker_init_fn or inside the worker), or start "
         "the workers with spawn (DataLoader(multiprocessing_context='spawn')).",
     snippet=SPAWN_SNIPPET,
+    causes=frozenset({Cause.WORKERS}),
 )
