@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable
 
 from hangdoc.analyze.classify import Reading, classify_rank, classify_worker, is_gpu_sync, place, signature
@@ -43,13 +43,14 @@ class Point:
 _NO_READING = Reading(RankState.UNKNOWN, None, None)
 
 
-def _point(time: float, sample: ProcSample | None, worker: bool, reading: Reading | None = None) -> Point:
+def _point(time: float, sample: ProcSample | None, worker: bool, reading: Reading | None = None,
+           gpu: GpuActivity | None = None) -> Point:
     reading = reading or (classify_worker(sample) if worker else classify_rank(sample))
     proc = sample.proc if sample else None
     io = proc.io.rchar + proc.io.wchar if proc and proc.io else None
     main = sample.stack.main if sample and sample.stack else None
     return Point(time, reading, signature(sample), proc.cpu_s if proc else None, io,
-                 main.loop if main else None, proc.main_thread if proc else None, reads=_reads(proc))
+                 main.loop if main else None, proc.main_thread if proc else None, reads=_reads(proc), gpu=gpu)
 
 
 def _reads(proc) -> tuple[tuple[int, str, int], ...] | None:
@@ -200,10 +201,8 @@ class LiveTimelines:
             if role is Role.WORKER:
                 series.append(_point(snapshot.time, sample, True))
                 continue
-            point = _point(snapshot.time, sample, False, self._rank_reading(pid, sample, snapshot))
-            if snapshot.gpu.available:
-                point = replace(point, gpu=gpu_activity(snapshot.gpu.device_of(pid)))
-            series.append(point)
+            gpu = gpu_activity(snapshot.gpu.device_of(pid)) if snapshot.gpu.available else None
+            series.append(_point(snapshot.time, sample, False, self._rank_reading(pid, sample, snapshot), gpu))
 
     def waits_at(self, pid: int, frames: tuple) -> bool:
         """A native read of the rank at this place found it waiting on the others."""
