@@ -17,8 +17,11 @@ count tries there, not steps (`polling`). A training loop that waits at one plac
 still steps: its outer frames move (control came back to the loop that called the wait), or
 its innermost frame takes a new object (a new `batch` from a queue).
 
-Where the loop's counters cannot be read (a loop at module level: py-spy reads no locals of a
-`<module>` frame; counters held in objects), the other witnesses stand in, and the report says so:
+Counters are the integers a rank's samples have seen move, often enough (`Point.counts`, kept by
+the timeline): `rank` or a batch size never moves, `epoch` hardly; their standing still says
+nothing of the steps. Where the loop's counters cannot be read (a loop at module level: py-spy
+reads no locals of a `<module>` frame; counters held in objects), the other witnesses stand in,
+and the report says so:
 - the stack going round the loop: the job's own position (`region`) differs between two samples
   and one of them found the rank in the step's own wait (a collective, its DataLoader): it left
   that wait, or reached it from elsewhere;
@@ -111,8 +114,8 @@ def _stepped(a: Point, b: Point) -> bool:
     marked = a.loop is not None and b.loop is not None
     if marked and loop_moved(a.loop, b.loop, waiting, polling(a, b)):
         return True
-    if marked and (counted(a.loop) or counted(b.loop)):
-        return False          # its counters are readable and stood: they are the loop's word
+    if marked and (a.counts or b.counts):
+        return False          # its loop's counters stood: they are the loop's word
     # No counters (a loop at module level, counters in objects, an older bundle): the job's
     # frames stand in for the marks (the stack going round the loop), and a waiting rank that
     # woke up or moved bytes counts.

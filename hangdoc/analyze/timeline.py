@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from hangdoc.analyze.classify import Reading, classify_rank, classify_worker, is_gpu_sync, place, signature
@@ -35,6 +35,9 @@ class Point:
     # the process was a light one (no descriptors read).
     reads: tuple[tuple[int, str, int], ...] | None = None
     gpu: GpuActivity | None = None         # what its GPU did at this sample (a rank's, where read)
+    # Its loop mark holds a counter of the loop: an integer seen to move, often enough (a rank's
+    # `_CounterWatch`); standing still, such counters are the loop's word that it did not step.
+    counts: bool = False
     # Answers about this point worked out once (did it step since an earlier point, where does
     # its trailing run start): a live watch asks the same questions of the same points every round.
     memo: dict = field(default_factory=dict, compare=False, repr=False)
@@ -147,6 +150,35 @@ def raw_points(bundle: Bundle, pid: int) -> list[Point]:
     return points
 
 
+# A counter of the loop moves at least once in this many reads of it: a rank's integer locals that
+# never move (`rank`, `world_size`, a batch size) or hardly (`epoch`) are not its steps' counters.
+COUNTER_READS_PER_MOVE = 20
+
+
+class _CounterWatch:
+    """Which of a rank's integer locals count its steps, as its samples show them: those seen to
+    move, at least once every COUNTER_READS_PER_MOVE reads. Integers that never move (`rank`,
+    `world_size`, a batch size) or hardly (`epoch`) standing still do not mean the loop stood (a
+    loop whose step is kept on an object): there the other witnesses speak."""
+
+    def __init__(self):
+        self._last: dict[tuple[str, str], int] = {}
+        self._reads: dict[tuple[str, str], int] = {}
+        self._moves: dict[tuple[str, str], int] = {}
+
+    def counts(self, mark: LoopMark) -> bool:
+        """Whether `mark` holds a counter of the loop (and count its reads)."""
+        now = {(f.function, name): value for f in mark.frames for name, value in f.counters}
+        for key, value in now.items():
+            if key in self._last:
+                self._reads[key] = self._reads.get(key, 0) + 1
+                if self._last[key] != value:
+                    self._moves[key] = self._moves.get(key, 0) + 1
+        self._last = now
+        return any(0 < self._moves.get(k, 0) and self._reads.get(k, 0) <= COUNTER_READS_PER_MOVE * self._moves[k]
+                   for k in now)
+
+
 def timelines(bundle: Bundle) -> dict[int, Timeline]:
     """A timeline for every rank and worker of the bundle, over all its samples."""
     return LiveTimelines().of(bundle)
@@ -163,6 +195,7 @@ class LiveTimelines:
         # What a native probe found a rank waiting in, by the Python stack it stood at: the same
         # stack read later without native frames is the same wait.
         self._learned: dict[int, dict[tuple, Reading]] = {}
+        self._counters: dict[int, _CounterWatch] = {}
 
     def of(self, bundle: Bundle) -> dict[int, Timeline]:
         roles = {p.pid: p.role for p in bundle.job.processes}
@@ -202,7 +235,10 @@ class LiveTimelines:
                 series.append(_point(snapshot.time, sample, True))
                 continue
             gpu = gpu_activity(snapshot.gpu.device_of(pid)) if snapshot.gpu.available else None
-            series.append(_point(snapshot.time, sample, False, self._rank_reading(pid, sample, snapshot), gpu))
+            point = _point(snapshot.time, sample, False, self._rank_reading(pid, sample, snapshot), gpu)
+            if point.loop is not None:
+                point = replace(point, counts=self._counters.setdefault(pid, _CounterWatch()).counts(point.loop))
+            series.append(point)
 
     def waits_at(self, pid: int, frames: tuple) -> bool:
         """A native read of the rank at this place found it waiting on the others."""

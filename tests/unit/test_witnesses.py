@@ -248,3 +248,26 @@ def test_a_job_whose_frames_stand_but_whose_output_prints_new_steps_is_not_hung(
     stood = judge(job_bundle(rows, outputs=[400] * (SECONDS // 2))).report
     said = {w.name: w for w in stood.threshold.witnesses}
     assert stood.verdict == "hang" and said["output"].moved is False and "stayed at 400" in said["output"].said
+
+
+def in_main(frames: list[dict], batch: int) -> list[dict]:
+    """The same shapes with the loop in `main()`, `while True: batch = next(it)`, its step kept on an
+    object (`state.step`): the only integer of its frame is `rank`, which never moves."""
+    return frames[:-1] + [pyframe("main", TRAIN, frames[-1]["line"],
+                                  {"rank": (0x11, "0"), "state": (0x12, "<TrainState>"),
+                                   "batch": (0x900 + batch, "<list>")})]
+
+
+def test_an_integer_that_never_moves_is_not_the_loops_counter():
+    # GIVEN a loop in main() whose step lives on an object, `rank` its only integer local, caught in
+    # turn in the forward and in the backward's all_reduce (no counter ever moves)
+    shapes = [lambda: forward(30), lambda: in_backward_allreduce(31)]
+    rows = [[{"frames": in_main(shapes[(i + r) % 2](), i), "cpu": 1.0 + i} for r in range(2)]
+            for i in range(SECONDS // 2)]
+    # WHEN judged
+    report = judge(job_bundle(rows)).report
+    # THEN `rank` standing still is not "the loop's counters stood" (which read this healthy job as
+    # HANG): the stack going round tells the steps, and the threshold is learned from them
+    assert report.verdict == "healthy"
+    assert report.threshold.source == "learned" and report.threshold.steps_seen > 20
+    assert report.threshold.hang_after_s <= 3 * 2 * 2 + 10
