@@ -8,11 +8,14 @@ by about 1/sqrt(n): it is shown, and a straggler called, only from MIN_SAMPLES s
 
 The window: the rank's last WINDOW_SAMPLES samples after its WARMUP_STEPS-th step (start-up,
 process-group setup and the first batches are not the job's rhythm), in two halves, so that a
-pattern must hold in both to count ("consistently over the window").
+pattern must hold in both to count ("consistently over the window"). A rank's pauses are left
+out of its window: stretches without a step far longer than its steady steps (one rank evaluating
+every N steps while the others wait). A straggler costs every step; a pause does not.
 """
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
 
 from hangdoc.analyze.classify import is_gpu_sync, place
@@ -40,13 +43,34 @@ def is_step_wait(detail: object) -> bool:
 
 
 def window(line: Timeline) -> list[Point]:
-    """The rank's samples in its sliding window (see module doc); empty before its warm-up ends."""
+    """The rank's samples in its sliding window (see module doc); empty before its warm-up ends.
+    Its pauses are left out (`pauses`)."""
     steps = step_times(line)
     if len(steps) < WARMUP_STEPS:
         return []
     start = steps[WARMUP_STEPS - 1]
     fresh = [p for p in line.points if p.fresh and p.time > start and p.reading.state != RankState.EXITED]
+    stretches = pauses(steps[WARMUP_STEPS - 1:], fresh[-1].time if fresh else start)
+    if stretches:
+        fresh = [p for p in fresh if not any(a < p.time <= b for a, b in stretches)]
     return fresh[-WINDOW_SAMPLES:]
+
+
+PAUSE_MULTIPLE = 3.0     # a stretch without a step this many times the rank's steady gap is a pause
+PAUSE_GAPS = 3           # gaps between steps seen before a steady gap is known
+
+
+def pauses(steps: list[float], end: float) -> list[tuple[float, float]]:
+    """The stretches (start, end] in which a rank did not step for PAUSE_MULTIPLE times its steady
+    gap between steps (the median), the one under way at `end` too: an evaluation on one rank
+    every N steps, a checkpoint, while the others wait at their sync line. A straggler costs the
+    others every step, so its waits fall in the steady rhythm; a pause's all fall in a few long
+    stretches. Its samples say what the job does in a pause, not what each step costs."""
+    gaps = [b - a for a, b in zip(steps, steps[1:])]
+    if len(gaps) < PAUSE_GAPS:
+        return []
+    limit = PAUSE_MULTIPLE * statistics.median(gaps)
+    return [(a, b) for a, b in [*zip(steps, steps[1:]), (steps[-1], end)] if b - a > limit]
 
 
 PLACES_KEPT = 3          # a rank's places counted in its shares: the ones it was caught at most

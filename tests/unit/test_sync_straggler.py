@@ -109,3 +109,43 @@ def test_ranks_waiting_in_a_barrier_while_one_validates_are_a_pause_not_a_sync_l
     report = judge(job_bundle(rows)).report
     # THEN no straggler: a barrier is a pause of torch's, not a sync line of the job's own
     assert report.verdict == "healthy" and report.slow is None
+
+
+def evaluating(step: int, batch_idx: int) -> list[dict]:
+    """Rank 0 in its evaluation, called from the training loop every N steps: its own loop's counter
+    moves (`batch_idx`), the training step's stands."""
+    return [pyframe("busy_for", TRAIN, 43, {"x": (0x71, "<Tensor>")}),
+            pyframe("evaluate", TRAIN, 80, {"batch_idx": (0x80, str(batch_idx)), "batches": (0x81, "32")}),
+            main_frame(step, 0xB0 + step, 118), module(140)]
+
+
+def eval_pause_rows(probe_at: int | None = 9) -> list:
+    """2 ranks of the NCCL shape (the zoo's spin-eval-pause): for 2 samples in 6 both step (a few steps
+    each interval, each caught computing or at its sync line); for the other 4, rank 0 evaluates while
+    rank 1 spins at its sync line, its step standing; one native read of rank 1 there finds it
+    waiting on the collective."""
+    rows = []
+    for i in range(SAMPLES + 8):
+        k = i % 6
+        step = (i // 6) * 15 + min(k, 2) * 7
+        if k < 2:
+            row = [{"frames": busy(step) if (i + r) % 2 else spinning(step), "cpu": 1.0 + 2 * i} for r in range(2)]
+        else:
+            rank1 = spinning(step, "genexpr" if i % 2 else "own")
+            if i == probe_at:
+                rank1 = [{"name": "c10d::Work::isCompleted", "filename": "libtorch_cpu.so",
+                          "short_filename": "libtorch_cpu.so", "line": 0}] + rank1
+            row = [{"frames": evaluating(step, 8 * (k - 1)), "cpu": 1.0 + 2 * i},
+                   {"frames": rank1, "cpu": 1.0 + 2 * i, "probe": i == probe_at}]
+        rows.append(row)
+    return rows
+
+
+def test_a_rank_that_pauses_every_n_steps_while_the_others_wait_at_their_sync_line_is_no_straggler():
+    # GIVEN the eval pause: rank 1 stands at its sync line (a native read found it waiting there) for
+    # most of its samples, but all of them in stretches without a step far longer than its steady
+    # steps; between the pauses both ranks step alike
+    report = judge(job_bundle(eval_pause_rows())).report
+    # THEN a pause is not a straggler: nothing is slow, no rank is named
+    assert report.verdict == "healthy" and report.slow is None and report.culprit_ranks == (), \
+        (report.verdict, report.culprit_ranks)
