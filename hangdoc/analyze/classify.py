@@ -41,6 +41,7 @@ _NATIVE_WAITS = ("ProcessGroupNCCL", "ncclGroupEnd", "ncclAllReduce", "ncclKerne
 _GPU_SYNCS = ("cudaStreamSynchronize", "cuStreamSynchronize", "cudaDeviceSynchronize", "cuCtxSynchronize",
               "cudaEventSynchronize", "cuEventSynchronize", "cudaMemcpy", "cuMemcpy", "_local_scalar_dense")
 GPU_SYNC = "GPU sync"          # a Reading's detail starts with it: a wait on the GPU stream
+WORK_WAIT = "a collective's Work"   # the detail of a rank whose own line waits on a c10d Work it holds
 _BACKWARD = ("_engine_run_backward", "run_backward")
 # DDP's forward runs collectives from C++ with no Python frame of c10d's above them: the first
 # iteration's bucket rebuild, buffer broadcasts, find_unused_parameters' bookkeeping.

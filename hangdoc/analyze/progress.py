@@ -328,13 +328,20 @@ def rank_progress(line: Timeline, workers: list[Timeline] = ()) -> StepSummary:
 
 def gpu_sign(line: Timeline) -> float | None:
     """The last point at which the rank's GPU had been at work since the point before (busy at both:
-    kernels with memory traffic and power; a spin or an idle GPU is no sign)."""
-    for a, b in zip(reversed(line.points[:-1]), reversed(line.points)):
-        if b.gpu is None:
-            continue
+    kernels with memory traffic and power; a spin or an idle GPU is no sign).
+
+    A watch asks every round: the answer travels with the last point worked out (its memo), so a
+    round costs its new points, on a job with no GPU reading too."""
+    points = line.points
+    i = len(points) - 1
+    while i > 0 and "gpu" not in points[i].memo:
+        i -= 1
+    last = points[i].memo.setdefault("gpu", None)
+    for a, b in zip(points[i:], points[i + 1:]):
         if a.gpu is GpuActivity.BUSY and b.gpu is GpuActivity.BUSY:
-            return b.time
-    return None
+            last = b.time
+        b.memo["gpu"] = last
+    return last
 
 
 def data_sign(workers: list[Timeline]) -> float | None:

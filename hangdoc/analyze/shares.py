@@ -18,7 +18,7 @@ import math
 import statistics
 from collections import Counter
 
-from hangdoc.analyze.classify import is_gpu_sync, place
+from hangdoc.analyze.classify import WORK_WAIT, is_gpu_sync, place
 from hangdoc.analyze.progress import step_times
 from hangdoc.analyze.timeline import Point, Timeline
 from hangdoc.model import RankState, ShareCounts, TimeShares
@@ -38,8 +38,9 @@ STEP_COLLECTIVES = frozenset({"all_reduce", "DDP gradient all_reduce (backward)"
 
 def is_step_wait(detail: object) -> bool:
     """A wait in the step's own collectives, or at a sync on the GPU stream that its GPU did not
-    show to be work (NCCL queues the step's collectives there: the host waits at the next sync)."""
-    return str(detail) in STEP_COLLECTIVES or is_gpu_sync(detail)
+    show to be work (NCCL queues the step's collectives there: the host waits at the next sync), or
+    on a collective's Work the job's own line holds (`while not w.is_completed(): pass`)."""
+    return str(detail) in STEP_COLLECTIVES or is_gpu_sync(detail) or detail == WORK_WAIT
 
 
 def window(line: Timeline) -> list[Point]:

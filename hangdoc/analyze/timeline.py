@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from hangdoc.analyze.classify import Reading, classify_rank, classify_worker, is_gpu_sync, place, signature
+from hangdoc.analyze.classify import WORK_WAIT, Reading, classify_rank, classify_worker, is_gpu_sync, place, signature
 from hangdoc.analyze.gpu import gpu_activity, judged_by_gpu
 from hangdoc.model import Bundle, GpuActivity, LoopMark, ProcSample, RankState, Role, Snapshot, ThreadCounters
 
@@ -60,6 +60,11 @@ def _reads(proc) -> tuple[tuple[int, str, int], ...] | None:
     if proc is None or not proc.full:
         return None
     return tuple((f.fd, f.path, f.pos) for f in proc.open_files if f.mode == "r")
+
+
+def _waits_on_work(sample: ProcSample) -> bool:
+    main = sample.stack.main if sample.stack is not None else None
+    return main is not None and main.loop is not None and main.loop.waits_on_work
 
 
 def read_forward(a: Point, b: Point) -> int:
@@ -252,6 +257,11 @@ class LiveTimelines:
         if sample.stack is not None and sample.stack.probe:
             if reading.state == RankState.COLLECTIVE:
                 self._learned.setdefault(pid, {})[place(signature(sample))] = reading
+        elif reading.state in (RankState.COMPUTE, RankState.IDLE) and _waits_on_work(sample):
+            # Its own line holds a collective's Work and waits on it (NCCL's shape, in the job's
+            # code): a wait on the others there, from now on whichever frame of the line a sample catches.
+            reading = Reading(RankState.COLLECTIVE, WORK_WAIT, reading.frame)
+            self._learned.setdefault(pid, {})[place(signature(sample))] = reading
         elif learned and reading.state == RankState.COMPUTE:
             reading = learned.get(place(signature(sample)), reading)
         if snapshot.gpu.available and is_gpu_sync(reading.detail):

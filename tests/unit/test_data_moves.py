@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from hangdoc.analyze.progress import gpu_sign
+from hangdoc.analyze.timeline import LiveTimelines, timelines
 from hangdoc.model import (BUNDLE_SCHEMA, Bundle, GpuDevice, GpuProcess, GpuState, Host, IoCounters, Job, OpenFile,
                            Options, ProcessInfo, ProcSample, ProcStat, Role, Snapshot, ThreadCounters)
 from hangdoc.render.words import threshold_line
@@ -185,3 +187,19 @@ def test_the_same_step_with_every_gpu_spinning_is_the_hang():
     assert report.threshold.moving is None
     gpu = next(w for w in report.threshold.witnesses if w.name == "GPUs")
     assert gpu.moved is False and "rank 1's GPU spun" in gpu.said
+
+
+def test_a_watch_that_reads_the_gpu_sign_every_round_gets_what_the_whole_history_gives():
+    # GIVEN a watch that keeps its timelines up to date round by round, asking each round for the
+    # rank's last GPU sign (memoized on the points worked out), over a GPU at work and then spinning
+    bundle = gpu_straggler(stalled=20, rank1_works=True)
+    spun = gpu_straggler(stalled=20, rank1_works=False)
+    samples = bundle.samples[:20] + spun.samples[20:]
+    live = LiveTimelines()
+    for n in range(1, len(samples) + 1):
+        partial = dataclasses.replace(bundle, samples=samples[:n])
+        # WHEN asked every round
+        rounds = {pid: gpu_sign(line) for pid, line in live.of(partial).items()}
+        # THEN each round's answer is the one the history up to it gives at once
+        assert rounds == {pid: gpu_sign(line) for pid, line in timelines(partial).items()}, n
+    assert rounds[101] == samples[19].time      # rank 1's GPU last worked before it began to spin

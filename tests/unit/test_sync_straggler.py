@@ -71,6 +71,28 @@ def test_two_ranks_with_a_native_read_of_the_wait_name_the_straggler():
     assert report.slow.at.startswith("host_value")
 
 
+# How py-spy prints the generator expression's local on a real gloo job's spin line (`--locals`).
+REAL_WORK = "<torch._C._distributed_c10d.Work at 0x7f1831c70af0>"
+
+
+def test_two_ranks_whose_spin_line_holds_a_collectives_work_name_the_straggler():
+    # GIVEN the symmetric 2-rank job, the generator expression's `w` read as py-spy prints a c10d
+    # Work: the line's own locals say it waits on a collective (no GPU, no native read)
+    rows = nccl_rows(2, straggler=1)
+    for row in rows:
+        for cell in row:
+            for frame in cell["frames"]:
+                for local in frame.get("locals") or ():
+                    if local["name"] == "w":
+                        local["repr"] = REAL_WORK
+    # WHEN judged
+    report = judge(job_bundle(rows)).report
+    # THEN rank 1 is the straggler: rank 0 waits on the Work at its sync line most of each step
+    assert report.verdict == "slow" and report.culprit_ranks == (1,), (report.verdict, report.culprit_ranks)
+    finding = next(f for f in report.findings if f.rule == "slow-rank")
+    assert "a collective's Work" in " ".join([finding.title, *finding.evidence])
+
+
 def data_straggler_rows() -> list:
     """2 ranks in a DDP step: rank 0 waits in the backward's all_reduce most samples; rank 1 splits its
     samples between waiting on its DataLoader and computing."""
