@@ -51,10 +51,30 @@ def window(line: Timeline) -> list[Point]:
         return []
     start = steps[WARMUP_STEPS - 1]
     fresh = [p for p in line.points if p.fresh and p.time > start and p.reading.state != RankState.EXITED]
-    stretches = pauses(steps[WARMUP_STEPS - 1:], fresh[-1].time if fresh else start)
+    stretches = job_pauses(line)
     if stretches:
         fresh = [p for p in fresh if not any(a < p.time <= b for a, b in stretches)]
     return fresh[-WINDOW_SAMPLES:]
+
+
+def job_pauses(line: Timeline) -> list[tuple[float, float]]:
+    """The job's pauses, as its ranks in this bundle saw them: a pause of one rank's (it waits while
+    another evaluates) is the job's, so every rank's window leaves it out and the ranks' shares
+    compare over the same stretches of time (the rank that evaluates steps through its own loop
+    meanwhile, and its evaluation is no share of a step)."""
+    peers = line.peers
+    if peers is None:
+        return _rank_pauses(line)
+    if "pauses" not in peers.memo:
+        peers.memo["pauses"] = sorted(stretch for rank in peers.lines for stretch in _rank_pauses(rank))
+    return peers.memo["pauses"]
+
+
+def _rank_pauses(line: Timeline) -> list[tuple[float, float]]:
+    steps = step_times(line)
+    if len(steps) < WARMUP_STEPS:
+        return []
+    return pauses(steps[WARMUP_STEPS - 1:], line.last.time)
 
 
 PAUSE_MULTIPLE = 3.0     # a stretch without a step this many times the rank's steady gap is a pause

@@ -88,10 +88,20 @@ def moved_bytes(a: Point, b: Point) -> bool:
     return a.io_bytes is not None and b.io_bytes is not None and b.io_bytes - a.io_bytes > IO_NOISE_BYTES
 
 
+class Peers:
+    """The rank timelines of one bundle, shared by each of them: what reading one rank needs of the
+    others (the job's pauses), worked out once a round under `memo`."""
+
+    def __init__(self):
+        self.lines: list[Timeline] = []
+        self.memo: dict = {}
+
+
 @dataclass(frozen=True)
 class Timeline:
     pid: int
     points: tuple[Point, ...]
+    peers: Peers | None = field(default=None, compare=False, repr=False)   # a rank's: the job's ranks
 
     @property
     def last(self) -> Point:
@@ -213,8 +223,11 @@ class LiveTimelines:
             self._add(snapshot, roles)
         if bundle.samples:
             self._last = bundle.samples[-1].time
-        return {pid: Timeline(pid, tuple(series)) for pid, series in self._series.items()
-                if series and roles.get(pid) in (Role.RANK, Role.WORKER)}
+        peers = Peers()
+        lines = {pid: Timeline(pid, tuple(series), peers if roles[pid] is Role.RANK else None)
+                 for pid, series in self._series.items() if series and roles.get(pid) in (Role.RANK, Role.WORKER)}
+        peers.lines.extend(line for line in lines.values() if line.peers is peers)
+        return lines
 
     def _add(self, snapshot: Snapshot, roles: dict[int, Role]) -> None:
         for pid, role in roles.items():

@@ -17,11 +17,14 @@ from hangdoc.model import FrameMark, LoopMark, is_job_file
 MAX_FRAMES = 24
 MAX_COUNTERS = 16          # per frame
 _INT = re.compile(r"-?\d{1,18}")
+# How py-spy prints a c10d collective's handle, or the Future it gives: its type's name.
+_WORK = re.compile(r"<torch\._C\.(_distributed_c10d\.(Work|FakeWork)|Future)\b")
 
 
 def frame_mark(frame: dict) -> FrameMark:
     digest = hashlib.blake2b(digest_size=8)
     counters: list[tuple[str, int]] = []
+    work = False
     for local in frame.get("locals") or ():
         name = str(local.get("name") or "?")
         text = local.get("repr")
@@ -32,8 +35,9 @@ def frame_mark(frame: dict) -> FrameMark:
                 counters.append((name, int(text)))
         else:
             digest.update(f"{name}@{local.get('addr')}\0".encode())
+            work = work or (isinstance(text, str) and _WORK.match(text) is not None)
     return FrameMark(function=redact_cached(frame.get("name") or "?"), line=int(frame.get("line") or 0),
-                     digest=digest.hexdigest(), counters=tuple(counters))
+                     digest=digest.hexdigest(), counters=tuple(counters), holds_work=work)
 
 
 def loop_mark(frames: list[dict]) -> LoopMark | None:

@@ -65,6 +65,9 @@ class FrameMark:
     line: int
     digest: str                    # digest of the identities (addresses) of its non-integer locals
     counters: tuple[tuple[str, int], ...] = ()   # its integer locals by name: ("step", 4812)
+    # A local holding a collective's handle (c10d's `Work`, or its Future) that the frame waits on
+    # (`while not w.is_completed(): pass`, `w.wait()`): a host waiting the NCCL way, in its own code.
+    holds_work: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,11 @@ class LoopMark:
     """
 
     frames: tuple[FrameMark, ...]  # the job's frames (not stdlib, not torch), OUTERMOST first
+
+    @property
+    def waits_on_work(self) -> bool:
+        """The job's innermost frame holds a collective's Work: at that line it waits on it."""
+        return bool(self.frames) and self.frames[-1].holds_work
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ common step on than the others, its workers' cores a second witness.
 """
 from __future__ import annotations
 
+import pytest
+
 from hangdoc.model import SlowKind
 from hangdoc.report.judge import judge
 from tests.unit.test_progress import SITE, TRAIN, main_frame, pyframe
@@ -78,13 +80,7 @@ REAL_WORK = "<torch._C._distributed_c10d.Work at 0x7f1831c70af0>"
 def test_two_ranks_whose_spin_line_holds_a_collectives_work_name_the_straggler():
     # GIVEN the symmetric 2-rank job, the generator expression's `w` read as py-spy prints a c10d
     # Work: the line's own locals say it waits on a collective (no GPU, no native read)
-    rows = nccl_rows(2, straggler=1)
-    for row in rows:
-        for cell in row:
-            for frame in cell["frames"]:
-                for local in frame.get("locals") or ():
-                    if local["name"] == "w":
-                        local["repr"] = REAL_WORK
+    rows = with_work(nccl_rows(2, straggler=1))
     # WHEN judged
     report = judge(job_bundle(rows)).report
     # THEN rank 1 is the straggler: rank 0 waits on the Work at its sync line most of each step
@@ -151,7 +147,8 @@ def eval_pause_rows(probe_at: int | None = 9) -> list:
         k = i % 6
         step = (i // 6) * 15 + min(k, 2) * 7
         if k < 2:
-            row = [{"frames": busy(step) if (i + r) % 2 else spinning(step), "cpu": 1.0 + 2 * i} for r in range(2)]
+            row = [{"frames": busy(step) if (i + r) % 2 else spinning(step, "genexpr"), "cpu": 1.0 + 2 * i}
+                   for r in range(2)]
         else:
             rank1 = spinning(step, "genexpr" if i % 2 else "own")
             if i == probe_at:
@@ -163,11 +160,24 @@ def eval_pause_rows(probe_at: int | None = 9) -> list:
     return rows
 
 
-def test_a_rank_that_pauses_every_n_steps_while_the_others_wait_at_their_sync_line_is_no_straggler():
-    # GIVEN the eval pause: rank 1 stands at its sync line (a native read found it waiting there) for
-    # most of its samples, but all of them in stretches without a step far longer than its steady
-    # steps; between the pauses both ranks step alike
-    report = judge(job_bundle(eval_pause_rows())).report
+def with_work(rows: list) -> list:
+    """The generator expression's `w` read as py-spy prints a c10d Work on a real gloo job."""
+    for row in rows:
+        for cell in row:
+            for frame in cell["frames"]:
+                for local in frame.get("locals") or ():
+                    if local["name"] == "w":
+                        local["repr"] = REAL_WORK
+    return rows
+
+
+@pytest.mark.parametrize("told_by", ["native read", "Work local"])
+def test_a_rank_that_pauses_every_n_steps_while_the_others_wait_at_their_sync_line_is_no_straggler(told_by):
+    # GIVEN the eval pause: rank 1 stands at its sync line (a native read, or the Work its line holds,
+    # tells it waits there) for most of its samples, but all of them in stretches without a step far
+    # longer than its steady steps; between the pauses both ranks step alike
+    rows = eval_pause_rows() if told_by == "native read" else with_work(eval_pause_rows(probe_at=None))
+    report = judge(job_bundle(rows)).report
     # THEN a pause is not a straggler: nothing is slow, no rank is named
     assert report.verdict == "healthy" and report.slow is None and report.culprit_ranks == (), \
         (report.verdict, report.culprit_ranks)
