@@ -3,10 +3,13 @@ from the launcher's pid. Never call a moving job hung; name the rank that stalls
 
     python -m benchmarks.bench_loops [--styles main,module,next,lightning,accelerate,hf_trainer]
                                      [--faults healthy,worker_block,rank_3x,nccl_data_stall,nccl_straggler]
-                                     [--modes run,watch] [--healthy-s 240] [--healthy-runs 3] [--out DIR]
+                                     [--modes run,watch] [--healthy-s 240] [--healthy-runs 3] [--slow-s 60]
+                                     [--out DIR]
 
 Healthy cells train for --healthy-s seconds and run --healthy-runs times under `run` (under `watch`
-once, when run is not among --modes); every other cell runs once under each mode. The NCCL columns
+once, when run is not among --modes); every other cell runs once under each mode. A straggler's
+cells train for --slow-s seconds before the slowing (then about three times as long): a job that
+ends a few seconds after a rank slows down leaves too few samples to tell a straggler from jitter. The NCCL columns
 are the style's loop written in NCCL's wait shape (--nccl-shape: collectives return at once, the
 sync line spins); Lightning, accelerate and the HF Trainer have none (n/a). One cell at a time.
 Prints a row as each cell ends, then the table (verdict, culprit, rules, fault->verdict seconds,
@@ -62,10 +65,11 @@ def row(r: dict) -> list:
 
 def bench_loops(styles: list[str] | None = None, faults: list[str] | None = None, modes: list[str] | None = None,
                 healthy_s: float = 240.0, healthy_runs: int = 3, interval: float | None = None,
-                out: Path | None = None, progress=print) -> dict:
+                out: Path | None = None, progress=print, slow_s: float = 60.0) -> dict:
     """Run the cells one by one; the results as JSON-ready dicts (a cell with no job: `na`, why)."""
     styles, faults, modes = styles or list(LOOP_STYLES), faults or list(LOOP_FAULTS), modes or list(MODES)
     results: dict = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M"), "healthy_s": healthy_s,
+                     "slow_s": slow_s,
                      "cells": [], "skipped": []}
     done: list[CellResult] = []
     for style in styles:
@@ -81,6 +85,8 @@ def bench_loops(styles: list[str] | None = None, faults: list[str] | None = None
         job, fault = cell
         if fault.healthy:
             job = job.lasting(healthy_s)
+        elif fault.expect.verdict == "slow" and job.length is not None:
+            job = job.lasting(slow_s)
         missing = job.missing()
         if missing:
             results["skipped"].append({"style": style, "column": column, "mode": mode,
@@ -129,6 +135,8 @@ def main(argv=None) -> int:
     parser.add_argument("--modes", help="run,watch (default both)")
     parser.add_argument("--healthy-s", type=float, default=240.0, help="how long a healthy cell trains, seconds")
     parser.add_argument("--healthy-runs", type=int, default=3, help="healthy cells under run, each style")
+    parser.add_argument("--slow-s", type=float, default=60.0,
+                        help="how long a straggler's cell trains before the slowing, seconds")
     parser.add_argument("--interval", type=float, help="hangdoc's --interval (default: hangdoc's own)")
     parser.add_argument("--out", default="bench-results")
     args = parser.parse_args(argv)
@@ -136,7 +144,7 @@ def main(argv=None) -> int:
     results = bench_loops(parse_names(args.styles, LOOP_STYLES, "styles"),
                           parse_names(args.faults, LOOP_FAULTS, "faults"),
                           parse_names(args.modes, dict.fromkeys(MODES), "modes"),
-                          args.healthy_s, args.healthy_runs, args.interval, out)
+                          args.healthy_s, args.healthy_runs, args.interval, out, slow_s=args.slow_s)
     print()
     print_loops(results)
     print(f"written to {write_json(results, out, 'loops.json')}")
