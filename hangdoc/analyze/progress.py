@@ -52,7 +52,7 @@ import bisect
 import itertools
 from dataclasses import dataclass
 
-from hangdoc.analyze.classify import place
+from hangdoc.analyze.classify import WORK_WAIT, place
 from hangdoc.analyze.timeline import IO_NOISE_BYTES, Point, Timeline, moved, moved_bytes
 from hangdoc.model import Frame, FrameMark, GpuActivity, LoopMark, Progress, RankState, StepSummary
 
@@ -110,7 +110,7 @@ def stepped(a: Point, b: Point) -> bool:
 
 
 def _stepped(a: Point, b: Point) -> bool:
-    waiting = a.reading.state in WAIT_STATES and b.reading.state in WAIT_STATES
+    waiting = _waits(a) and _waits(b)
     marked = a.loop is not None and b.loop is not None
     if marked and loop_moved(a.loop, b.loop, waiting, polling(a, b)):
         return True
@@ -126,6 +126,14 @@ def _stepped(a: Point, b: Point) -> bool:
     # Woken and moving bytes together is a loop at work (a compute loop that never ends does
     # neither: it burns CPU and its sockets and pipes stay quiet); a waiting rank needs one of them.
     return (moved_bytes(a, b) or woke(a, b)) if waiting else (moved_bytes(a, b) and woke(a, b))
+
+
+def _waits(point: Point) -> bool:
+    """Parked in a wait whose innermost frame of the job's takes a new object each time the step comes
+    back to it (a collective, its DataLoader, asleep). Not a spin on a collective's Work at the job's
+    own line: there the line's locals (a generator expression's iterator, the next Work of the list)
+    are new at every turn of the spin, and a spin burns the CPU rather than sleeping."""
+    return point.reading.state in WAIT_STATES and point.reading.detail != WORK_WAIT
 
 
 def woke(a: Point, b: Point) -> bool:

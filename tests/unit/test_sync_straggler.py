@@ -12,7 +12,7 @@ import pytest
 from hangdoc.model import SlowKind
 from hangdoc.report.judge import judge
 from tests.unit.test_progress import SITE, TRAIN, main_frame, pyframe
-from tests.unit.test_witnesses import in_dataloader, job_bundle, module, spin_line
+from tests.unit.test_witnesses import SHAPES, forward, in_dataloader, job_bundle, module, spin_line
 
 SAMPLES = 40
 
@@ -181,3 +181,40 @@ def test_a_rank_that_pauses_every_n_steps_while_the_others_wait_at_their_sync_li
     # THEN a pause is not a straggler: nothing is slow, no rank is named
     assert report.verdict == "healthy" and report.slow is None and report.culprit_ranks == (), \
         (report.verdict, report.culprit_ranks)
+
+
+def module_spin(i: int) -> list[dict]:
+    """A module-level spin on the step's Works, `while not all(w.is_completed() for w in pending): pass`:
+    a sample catches the module's own line or the generator expression on it, whose locals are new
+    objects at every turn of the spin (a new iterator, the next Work of the list)."""
+    if i % 3 == 0:
+        return [pyframe("<module>", TRAIN, 35, {})]
+    return [pyframe("<genexpr>", TRAIN, 35, {".0": (0x6300 + 8 * i, "<list_iterator>"), "w": (0x6400 + 8 * i, REAL_WORK)}),
+            pyframe("<module>", TRAIN, 35, {})]
+
+
+def test_a_spin_on_a_collectives_work_is_no_step_however_its_locals_turn():
+    # GIVEN a module-level job that went round its loop, then stalled: rank 1 waits on its DataLoader
+    # (asleep), rank 0 spins on the step's Works at its own line (burning a core, no bytes moved), its
+    # generator expression's locals new objects at every sample
+    went = [[{"frames": SHAPES[(i + r) % 3](), "cpu": 1.0 + i} for r in range(2)] for i in range(10)]
+    stalled = [[{"frames": module_spin(i), "cpu": 11.0 + 2 * i}, {"frames": in_dataloader(28), "cpu": 11.0}]
+               for i in range(30)]
+    # WHEN judged
+    report = judge(job_bundle(went + stalled)).report
+    # THEN a hang, rank 1 the culprit: the spin's turning locals are not steps (a wait in the step's
+    # collectives whose innermost frame takes a new object is one; a spin in the job's own code is not)
+    assert report.verdict == "hang" and report.culprit_ranks == (1,), (report.verdict, report.culprit_ranks)
+    assert report.threshold.quiet_s >= 55, report.threshold.quiet_s
+
+
+def test_a_module_level_job_spinning_on_its_works_between_steps_goes_round():
+    # GIVEN the same spin between steps of a healthy module-level job: each sample finds a rank at its
+    # forward or spinning on the step's Works, its sockets moving the gradients
+    rows = [[{"frames": module_spin(i) if (i + r) % 2 else forward(30), "cpu": 1.0 + 2 * i, "io": 1000 + 90_000 * i}
+             for r in range(2)] for i in range(45)]
+    # WHEN judged
+    report = judge(job_bundle(rows)).report
+    # THEN healthy past the default threshold: leaving the spin for the forward is going round the loop
+    assert report.verdict == "healthy" and report.threshold.steps_seen > 20, \
+        (report.verdict, report.threshold.steps_seen)
