@@ -124,8 +124,13 @@ def _stepped(a: Point, b: Point) -> bool:
     if went_round(a, b):
         return True
     # Woken and moving bytes together is a loop at work (a compute loop that never ends does
-    # neither: it burns CPU and its sockets and pipes stay quiet); a waiting rank needs one of them.
-    return (moved_bytes(a, b) or woke(a, b)) if waiting else (moved_bytes(a, b) and woke(a, b))
+    # neither: it burns CPU and its sockets and pipes stay quiet); a waiting rank needs one of them,
+    # and one spinning on a collective's Work at both (it never sleeps) the bytes its collectives move.
+    if waiting:
+        return moved_bytes(a, b) or woke(a, b)
+    if a.reading.detail == WORK_WAIT and b.reading.detail == WORK_WAIT:
+        return moved_bytes(a, b)
+    return moved_bytes(a, b) and woke(a, b)
 
 
 def _waits(point: Point) -> bool:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from hangdoc.analyze.progress import step_times
+from hangdoc.analyze.timeline import timelines
 from hangdoc.model import SlowKind
 from hangdoc.report.judge import judge
 from tests.unit.test_progress import SITE, TRAIN, main_frame, pyframe
@@ -218,3 +220,16 @@ def test_a_module_level_job_spinning_on_its_works_between_steps_goes_round():
     # THEN healthy past the default threshold: leaving the spin for the forward is going round the loop
     assert report.verdict == "healthy" and report.threshold.steps_seen > 20, \
         (report.verdict, report.threshold.steps_seen)
+
+
+def test_a_rank_found_spinning_on_its_works_twice_stepped_where_its_collectives_moved_bytes():
+    # GIVEN a module-level rank found spinning on the step's Works at every sample (it never sleeps),
+    # its sockets moving the gradients in between; and the same rank with its sockets quiet
+    def spinner(io_per_sample: int):
+        rows = [[{"frames": module_spin(2 * i + 1), "cpu": 1.0 + 2 * i, "io": 1000 + io_per_sample * i}]
+                for i in range(20)]
+        return timelines(job_bundle(rows))[100]
+    # WHEN its steps are read
+    # THEN it stepped between every two samples where its collectives moved bytes, and never where not
+    assert len(step_times(spinner(90_000))) == 19
+    assert step_times(spinner(0)) == []
