@@ -57,7 +57,7 @@ def cause_line(slow) -> str:
     parts = [f"{_ACTIVITY.get(state, state)} {own:.0%} of a step (the others {theirs:.0%})"
              for state, own, theirs in slow.excess if own or theirs]
     mine, theirs = slow.workers_cpu
-    if mine is not None and theirs is not None:
+    if mine is not None and theirs is not None and max(mine, theirs) >= 0.01:   # workers that did nothing say nothing
         parts.append(f"its DataLoader workers used {mine:.2f} cores (the others' {theirs:.2f})")
     return "what keeps it: " + "; ".join(parts)
 
