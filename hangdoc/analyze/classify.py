@@ -5,6 +5,7 @@ frame that decided it, so a report can cite the evidence.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Callable
@@ -351,6 +352,11 @@ def place(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
     while i + 1 < len(frames) and frames[i].is_job_code and NESTED_EXPRESSION.search(frames[i].name) \
             and frames[i].line == frames[i + 1].line and frames[i].filename == frames[i + 1].filename:
         i += 1
+    if len(frames) == i + 1 and frames[i].is_job_code and NESTED_EXPRESSION.search(frames[i].name):
+        # Nothing below it: a generator expression resumed from C (`all(...)`) at a script's top
+        # level, where py-spy shows no caller. Only the module's code stands at the bottom of a main
+        # thread's stack: it is the module's line.
+        return (dataclasses.replace(frames[i], name="<module>"),)
     return frames[i:] if i else frames
 
 

@@ -63,8 +63,16 @@ def _reads(proc) -> tuple[tuple[int, str, int], ...] | None:
 
 
 def _waits_on_work(sample: ProcSample) -> bool:
+    """The stack stands at the job's own line that holds a collective's Work: a spin on it. A frame
+    that holds a Work while it calls on (a forward run while the gradients are all-reduced, overlap
+    as intended) computes, and is read as computing."""
     main = sample.stack.main if sample.stack is not None else None
-    return main is not None and main.loop is not None and main.loop.waits_on_work
+    if main is None or main.loop is None or not main.loop.waits_on_work:
+        return False
+    frames = signature(sample)
+    holder = main.loop.frames[-1]
+    return bool(frames) and frames[0].is_job_code and frames[0].line == holder.line \
+        and frames[0].name.rsplit(".", 1)[-1] == holder.function.rsplit(".", 1)[-1]
 
 
 def read_forward(a: Point, b: Point) -> int:
@@ -262,6 +270,28 @@ class LiveTimelines:
         """A native read of the rank at this place found it waiting on the others."""
         return place(frames) in self._learned.get(pid, {})
 
+    def _learn(self, pid: int, where: tuple, reading: Reading) -> None:
+        """The rank waits at `where`: so it did at its earlier samples there, read then as computing
+        (a spin line's own frame caught before its generator expression showed the Work, a stack
+        read before the native probe). They are read again, and what was worked out from them after
+        the first is worked out anew: a wait under way since the first sample is then seen as one."""
+        known = self._learned.setdefault(pid, {})
+        new = where not in known
+        known[where] = reading
+        series = self._series.get(pid)
+        if not new or not series:
+            return
+        first = None
+        for i, point in enumerate(series):
+            if point.fresh and point.reading.state == RankState.COMPUTE and point.sig and place(point.sig) == where:
+                again = judged_by_gpu(reading, point.gpu) if point.gpu is not None and is_gpu_sync(reading.detail) \
+                    else reading
+                series[i] = replace(point, reading=again, memo={})
+                first = i if first is None else first
+        if first is not None:
+            for i in range(first, len(series)):
+                series[i].memo.clear()
+
     def _rank_reading(self, pid: int, sample: ProcSample, snapshot: Snapshot) -> Reading:
         """The rank's reading: what its frames say, a wait a native probe of the same stack found,
         and a sync on its GPU stream judged by what its GPU does."""
@@ -269,12 +299,12 @@ class LiveTimelines:
         learned = self._learned.get(pid)
         if sample.stack is not None and sample.stack.probe:
             if reading.state == RankState.COLLECTIVE:
-                self._learned.setdefault(pid, {})[place(signature(sample))] = reading
+                self._learn(pid, place(signature(sample)), reading)
         elif reading.state in (RankState.COMPUTE, RankState.IDLE) and _waits_on_work(sample):
             # Its own line holds a collective's Work and waits on it (NCCL's shape, in the job's
-            # code): a wait on the others there, from now on whichever frame of the line a sample catches.
+            # code): a wait on the others there, whichever frame of the line a sample catches.
             reading = Reading(RankState.COLLECTIVE, WORK_WAIT, reading.frame)
-            self._learned.setdefault(pid, {})[place(signature(sample))] = reading
+            self._learn(pid, place(signature(sample)), reading)
         elif learned and reading.state == RankState.COMPUTE:
             reading = learned.get(place(signature(sample)), reading)
         if snapshot.gpu.available and is_gpu_sync(reading.detail):

@@ -7,13 +7,16 @@ common step on than the others, its workers' cores a second witness.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from hangdoc.analyze.progress import step_times
-from hangdoc.analyze.timeline import timelines
-from hangdoc.model import SlowKind
+from hangdoc.analyze.classify import WORK_WAIT, place
+from hangdoc.analyze.progress import region, step_times
+from hangdoc.analyze.timeline import LiveTimelines, timelines
+from hangdoc.model import RankState, SlowKind
 from hangdoc.report.judge import judge
-from tests.unit.test_progress import SITE, TRAIN, main_frame, pyframe
+from tests.unit.test_progress import SITE, TRAIN, dump, main_frame, pyframe
 from tests.unit.test_witnesses import SHAPES, forward, in_dataloader, job_bundle, module, spin_line
 
 SAMPLES = 40
@@ -188,11 +191,20 @@ def test_a_rank_that_pauses_every_n_steps_while_the_others_wait_at_their_sync_li
 def module_spin(i: int) -> list[dict]:
     """A module-level spin on the step's Works, `while not all(w.is_completed() for w in pending): pass`:
     a sample catches the module's own line or the generator expression on it, whose locals are new
-    objects at every turn of the spin (a new iterator, the next Work of the list)."""
+    objects at every turn of the spin (a new iterator, the next Work of the list). py-spy shows the
+    generator expression alone, no `<module>` frame below it (seen on a real gloo job)."""
     if i % 3 == 0:
         return [pyframe("<module>", TRAIN, 35, {})]
-    return [pyframe("<genexpr>", TRAIN, 35, {".0": (0x6300 + 8 * i, "<list_iterator>"), "w": (0x6400 + 8 * i, REAL_WORK)}),
-            pyframe("<module>", TRAIN, 35, {})]
+    return [pyframe("<genexpr>", TRAIN, 35, {".0": (0x6300 + 8 * i, "<list_iterator>"), "w": (0x6400 + 8 * i, REAL_WORK)})]
+
+
+def test_a_generator_expression_alone_on_the_stack_is_its_modules_line():
+    # GIVEN the two samples of a module-level spin line py-spy gives: the module's own frame, and the
+    # generator expression with nothing below it
+    own, genexpr = dump(module_spin(0)).main.frames, dump(module_spin(1)).main.frames
+    # THEN they are one place and one region (the line of the module's code)
+    assert place(own) == place(genexpr) and region(own) == region(genexpr)
+    assert place(genexpr)[0].label == "<module> (train.py:35)"
 
 
 def test_a_spin_on_a_collectives_work_is_no_step_however_its_locals_turn():
@@ -233,3 +245,33 @@ def test_a_rank_found_spinning_on_its_works_twice_stepped_where_its_collectives_
     # THEN it stepped between every two samples where its collectives moved bytes, and never where not
     assert len(step_times(spinner(90_000))) == 19
     assert step_times(spinner(0)) == []
+
+
+def test_a_frame_that_holds_a_work_while_it_runs_the_forward_computes():
+    # GIVEN a loop that all-reduces its gradients asynchronously and runs on while they travel (overlap
+    # as intended): its frame holds the Work, and a sample finds it in the model's forward; and the same
+    # frame found at its own line, spinning on the Work
+    holder = pyframe("main", TRAIN, 120, {"step": (0x10, "7"), "work": (0x6400, REAL_WORK)})
+    forward_run = [pyframe("Linear.forward", SITE + "torch/nn/modules/linear.py", 125, {"input": (0x51, "<T>")}),
+                   pyframe("Module._call_impl", SITE + "torch/nn/modules/module.py", 1786, {}), holder, module(140)]
+    rows = [[{"frames": forward_run, "cpu": 1.0}], [{"frames": [holder, module(140)], "cpu": 3.0}]]
+    # WHEN read
+    line = timelines(job_bundle(rows))[100]
+    # THEN computing in the forward, waiting on the Work at its line
+    assert [p.reading.state for p in line.points] == [RankState.COMPUTE, RankState.COLLECTIVE]
+
+
+def test_a_spin_lines_samples_before_its_work_showed_are_the_same_wait():
+    # GIVEN a rank spinning on the step's Works at module level from hangdoc's first sample, the first
+    # sample catching the line's own frame (no Work in sight), the next its generator expression
+    rows = [[{"frames": module_spin(3 * i + (0 if i == 0 else 1)), "cpu": 1.0 + 2 * i}] for i in range(8)]
+    bundle = job_bundle(rows)
+    # WHEN read at once, and by a watch round by round
+    whole = timelines(bundle)[100]
+    live = LiveTimelines()
+    for n in range(1, len(rows) + 1):
+        rounds = live.of(dataclasses.replace(bundle, samples=bundle.samples[:n]))[100]
+    # THEN every sample is the wait, the first too: a wait under way since hangdoc's first sample
+    assert [p.reading.detail for p in whole.points] == [WORK_WAIT] * 8
+    assert [p.reading for p in rounds.points] == [p.reading for p in whole.points]
+    assert rounds.state_since() == whole.state_since() == whole.points[0].time
