@@ -141,6 +141,8 @@ def run_command(cmd: list[str], options: WatchOptions, probes, sink: TextIO,
         tail.join()
         if ended_here:
             tail.say_ended(failed=outcome is not None and outcome.judgement.report.verdict == Verdict.CRASH)
+    if interrupted is None and outcome is not None and outcome.reason is StopReason.CRASH:
+        outcome = _to_the_last_line(watcher, outcome, options, popen, fail_on_slow)
     if interrupted is not None:
         ending = End(Ending.INTERRUPTED, signal_exit=interrupted, returncode=popen.returncode, run=True)
         outcome = (watcher.stopped(interrupted, ending) if watcher is not None else None) or \
@@ -166,6 +168,17 @@ def _follow(watcher: Watcher | None, popen, job: RunningJob, tail: OutputTail, o
     kind = Ending.TIMED_OUT if outcome.reason is StopReason.TIMEOUT else Ending.RUNNING
     ending = End(kind, timeout_s=options.timeout_s, returncode=popen.poll(), run=True, fail_on_slow=fail_on_slow)
     return dataclasses.replace(outcome, judgement=watcher.judge(outcome.bundle, ending))
+
+
+def _to_the_last_line(watcher: Watcher, outcome: Outcome, options: WatchOptions, popen,
+                      fail_on_slow: bool) -> Outcome:
+    """A crash told while the job still ran, judged again on everything it printed: the rank's
+    last lines (its traceback naming the DataLoader worker that died) can reach hangdoc's reading
+    of its output after the round that saw the rank gone. The samples are the same."""
+    bundle = watcher.bundle()
+    ending = End(Ending.RUNNING, timeout_s=options.timeout_s, returncode=popen.returncode, run=True,
+                 fail_on_slow=fail_on_slow)
+    return Outcome(watcher.judge(bundle, ending), bundle, outcome.reason)
 
 
 def _stop(job: RunningJob, popen, interrupted: int | None) -> int | None:
