@@ -22,7 +22,9 @@ own collectives) while one computes are a validation pass or a checkpoint, howev
 keep the rule from the first sample.
 
 On NCCL a waiting rank's main thread may spin at a sync point instead of sleeping: its
-off-CPU time is then near zero and the evidence is simply absent (never wrong). The Flight
+off-CPU time is then near zero and the kernel's evidence is absent (never wrong); the wait is then
+dated from hangdoc's own first sample, which found it there, and the rule above applies from it:
+with every rank outside the wait asleep, a hang once it is PAST_HANG_AFTER_S old. The Flight
 Recorder stands in where its dumps are read: the oldest collective a rank enqueued and that has
 not completed was created when its wait began (`flight.fr_pending`).
 """
@@ -48,7 +50,8 @@ class Before:
     rank: int | None
     wait: str | None
     others_asleep: bool
-    told_by: str = "kernel"      # "kernel" (its main thread's off-CPU time) or "flight-recorder"
+    told_by: str = "kernel"      # "kernel" (its main thread's off-CPU time), "flight-recorder", or "watch"
+                                 # (on the CPU at the first sample, spinning: dated from that sample)
 
 
 def waiting(rank: RankDigest) -> bool:
@@ -74,8 +77,11 @@ def before_attach(ranks: Sequence[RankDigest], quiet_since: float, first: float,
         return None        # something stepped (or did I/O of its own) while watched
     live = [r for r in ranks if not gone(r)]
     steady = [r for r in live if waiting(r) and r.last_ran is not None and r.first_seen is not None
-              and _same_wait_since(r) <= r.first_seen and r.first_seen - r.last_ran > 0]
-    found = [(r.last_ran, r.rank, r.joining or r.detail, "kernel") for r in steady]
+              and _same_wait_since(r) <= r.first_seen]
+    # Off the CPU before the first sample: the kernel dates the wait. On the CPU (a host spinning on
+    # its collective's Work, NCCL's shape): the watch saw it there from its first sample on.
+    found = [(r.last_ran, r.rank, r.joining or r.detail, "kernel") if r.first_seen - r.last_ran > 0
+             else (r.first_seen, r.rank, r.joining or r.detail, "watch") for r in steady]
     if fr_pending is not None and fr_pending[0] < first and any(waiting(r) and _same_wait_since(r) <= first
                                                                 for r in live):
         found.append((*fr_pending, "flight-recorder"))

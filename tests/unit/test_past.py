@@ -302,3 +302,17 @@ def test_the_report_says_the_wait_was_past_the_threshold_while_a_rank_worked():
     # THEN it says the threshold was passed from the wait's start, and that a rank still works
     assert "past the 60 s threshold, counted from the wait's start" in line
     assert "a rank outside the wait still works" in line and "asleep" not in line
+
+
+def test_a_rank_spinning_in_its_wait_from_the_first_sample_with_the_culprit_asleep_is_a_hang_after_15_s():
+    # GIVEN rank 0 spinning on its collective's Work (NCCL's shape: on the CPU when read, the kernel
+    # dates nothing) since hangdoc's first sample, rank 1 asleep waiting on its DataLoader
+    ranks = [rank(0, "collective-wait", "a collective's Work", waited=0, still=False, progress="slow"),
+             rank(1, "dataloader-wait", "DataLoader.__next__", waited=3)]
+    # WHEN judged before and after the wait is PAST_HANG_AFTER_S old
+    early, late = decide(ranks, facts(T0 + PAST_HANG_AFTER_S - 1)), decide(ranks, facts(T0 + PAST_HANG_AFTER_S + 0.5))
+    # THEN not yet, then a hang of rank 1 dated from the first sample: nothing outside the wait moves,
+    # so nothing will end it (the default 60 s, which it waited for before, is for a rank that works)
+    assert early.verdict != "hang"
+    assert (late.verdict, late.culprits) == ("hang", (1,)) and late.onset == T0
+    assert late.before.told_by == "watch"
