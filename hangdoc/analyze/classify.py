@@ -353,10 +353,13 @@ def place(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
             and frames[i].line == frames[i + 1].line and frames[i].filename == frames[i + 1].filename:
         i += 1
     if len(frames) == i + 1 and frames[i].is_job_code and NESTED_EXPRESSION.search(frames[i].name):
-        # Nothing below it: a generator expression resumed from C (`all(...)`) at a script's top
-        # level, where py-spy shows no caller. Only the module's code stands at the bottom of a main
-        # thread's stack: it is the module's line.
-        return (dataclasses.replace(frames[i], name="<module>"),)
+        # Nothing below it: a generator expression resumed from C (`all(...)`), whose callers py-spy
+        # does not show. Its name says its caller's ("main.<locals>.<genexpr>": main; "<genexpr>":
+        # the module's code). A rank's timeline completes it with the caller's frames where it saw
+        # them (timeline._Callers).
+        name = frames[i].name
+        caller = name.rsplit(".<locals>.", 1)[0] if ".<locals>." in name else "<module>"
+        return (dataclasses.replace(frames[i], name=caller),)
     return frames[i:] if i else frames
 
 

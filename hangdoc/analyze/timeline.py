@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from hangdoc.analyze.classify import WORK_WAIT, Reading, classify_rank, classify_worker, is_gpu_sync, place, signature
+from hangdoc.analyze.classify import NESTED_EXPRESSION, WORK_WAIT, Reading, classify_rank, classify_worker, is_gpu_sync, place, signature
 from hangdoc.analyze.gpu import gpu_activity, judged_by_gpu
 from hangdoc.model import Bundle, GpuActivity, LoopMark, ProcSample, RankState, Role, Snapshot, ThreadCounters
 
@@ -47,12 +47,12 @@ _NO_READING = Reading(RankState.UNKNOWN, None, None)
 
 
 def _point(time: float, sample: ProcSample | None, worker: bool, reading: Reading | None = None,
-           gpu: GpuActivity | None = None) -> Point:
+           gpu: GpuActivity | None = None, sig: tuple | None = None) -> Point:
     reading = reading or (classify_worker(sample) if worker else classify_rank(sample))
     proc = sample.proc if sample else None
     io = proc.io.rchar + proc.io.wchar if proc and proc.io else None
     main = sample.stack.main if sample and sample.stack else None
-    return Point(time, reading, signature(sample), proc.cpu_s if proc else None, io,
+    return Point(time, reading, signature(sample) if sig is None else sig, proc.cpu_s if proc else None, io,
                  main.loop if main else None, proc.main_thread if proc else None, reads=_reads(proc), gpu=gpu)
 
 
@@ -202,6 +202,33 @@ class _CounterWatch:
                    for k in now)
 
 
+class _Callers:
+    """py-spy shows a generator expression resumed from C (`all(w.is_completed() for w in work)`)
+    alone, with none of the frames that called it (seen on a real job, in a function and at module
+    level). It runs on its caller's line: the rank's last stack whose innermost frame stood at that
+    line (the spin line's own frame, caught at another sample) is its caller's, and completes it, so
+    that both of the line's samples are one place and one region. Until one is seen, `place` folds
+    it alone."""
+
+    KEPT = 64            # lines remembered per rank
+
+    def __init__(self):
+        self._at: dict[tuple[str, int], tuple] = {}
+
+    def complete(self, sig: tuple) -> tuple:
+        if not sig:
+            return sig
+        top = sig[0]
+        if len(sig) == 1 and top.is_job_code and NESTED_EXPRESSION.search(top.name):
+            caller = self._at.get((top.filename, top.line))
+            return (top, *caller) if caller else sig
+        if top.is_job_code:
+            if len(self._at) >= self.KEPT:
+                self._at.clear()
+            self._at[top.filename, top.line] = sig
+        return sig
+
+
 def timelines(bundle: Bundle) -> dict[int, Timeline]:
     """A timeline for every rank and worker of the bundle, over all its samples."""
     return LiveTimelines().of(bundle)
@@ -219,6 +246,7 @@ class LiveTimelines:
         # stack read later without native frames is the same wait.
         self._learned: dict[int, dict[tuple, Reading]] = {}
         self._counters: dict[int, _CounterWatch] = {}
+        self._callers: dict[int, _Callers] = {}
 
     def of(self, bundle: Bundle) -> dict[int, Timeline]:
         roles = {p.pid: p.role for p in bundle.job.processes}
@@ -261,7 +289,8 @@ class LiveTimelines:
                 series.append(_point(snapshot.time, sample, True))
                 continue
             gpu = gpu_activity(snapshot.gpu.device_of(pid)) if snapshot.gpu.available else None
-            point = _point(snapshot.time, sample, False, self._rank_reading(pid, sample, snapshot), gpu)
+            sig = self._callers.setdefault(pid, _Callers()).complete(signature(sample))
+            point = _point(snapshot.time, sample, False, self._rank_reading(pid, sample, snapshot, sig), gpu, sig)
             if point.loop is not None:
                 point = replace(point, counts=self._counters.setdefault(pid, _CounterWatch()).counts(point.loop))
             series.append(point)
@@ -292,21 +321,21 @@ class LiveTimelines:
             for i in range(first, len(series)):
                 series[i].memo.clear()
 
-    def _rank_reading(self, pid: int, sample: ProcSample, snapshot: Snapshot) -> Reading:
+    def _rank_reading(self, pid: int, sample: ProcSample, snapshot: Snapshot, sig: tuple) -> Reading:
         """The rank's reading: what its frames say, a wait a native probe of the same stack found,
         and a sync on its GPU stream judged by what its GPU does."""
         reading = classify_rank(sample)
         learned = self._learned.get(pid)
         if sample.stack is not None and sample.stack.probe:
             if reading.state == RankState.COLLECTIVE:
-                self._learn(pid, place(signature(sample)), reading)
+                self._learn(pid, place(sig), reading)
         elif reading.state in (RankState.COMPUTE, RankState.IDLE) and _waits_on_work(sample):
             # Its own line holds a collective's Work and waits on it (NCCL's shape, in the job's
             # code): a wait on the others there, whichever frame of the line a sample catches.
             reading = Reading(RankState.COLLECTIVE, WORK_WAIT, reading.frame)
-            self._learn(pid, place(signature(sample)), reading)
+            self._learn(pid, place(sig), reading)
         elif learned and reading.state == RankState.COMPUTE:
-            reading = learned.get(place(signature(sample)), reading)
+            reading = learned.get(place(sig), reading)
         if snapshot.gpu.available and is_gpu_sync(reading.detail):
             reading = judged_by_gpu(reading, gpu_activity(snapshot.gpu.device_of(pid)))
         return reading

@@ -275,3 +275,27 @@ def test_a_spin_lines_samples_before_its_work_showed_are_the_same_wait():
     assert [p.reading.detail for p in whole.points] == [WORK_WAIT] * 8
     assert [p.reading for p in rounds.points] == [p.reading for p in whole.points]
     assert rounds.state_since() == whole.state_since() == whole.points[0].time
+
+
+def function_spin(i: int) -> list[dict]:
+    """The same spin in `main()`: py-spy shows the generator expression alone here too, by its qualified
+    name, none of its callers below it (seen on a real gloo job); the line's own frame with them."""
+    if i % 3 == 0:
+        return [pyframe("main", TRAIN, 50, {"state": (0x12, "<TrainState>"), "pending": (0x13, "[...]")}), module(68)]
+    return [pyframe("main.<locals>.<genexpr>", TRAIN, 50, {".0": (0x6300 + 8 * i, "<list_iterator>"),
+                                                            "w": (0x6400 + 8 * i, REAL_WORK)})]
+
+
+def test_a_spin_in_a_function_caught_on_its_generator_expression_alone_is_one_place_and_no_step():
+    # GIVEN a job that went round its loop, then stalled: rank 1 waits on its DataLoader (asleep), rank 0
+    # spins on the step's Works in main(), its samples falling on the line's own frame (with main's
+    # callers) or on the generator expression py-spy shows alone
+    went = [[{"frames": SHAPES[(i + r) % 3](), "cpu": 1.0 + i} for r in range(2)] for i in range(10)]
+    stalled = [[{"frames": function_spin(i), "cpu": 11.0 + 2 * i}, {"frames": in_dataloader(28), "cpu": 11.0}]
+               for i in range(30)]
+    # WHEN judged
+    report = judge(job_bundle(went + stalled)).report
+    # THEN a hang, rank 1 the culprit, quiet from the stall: the line's two shapes are one place, so
+    # going from one to the other is not going round the loop
+    assert report.verdict == "hang" and report.culprit_ranks == (1,), (report.verdict, report.culprit_ranks)
+    assert report.threshold.quiet_s >= 55, report.threshold.quiet_s
