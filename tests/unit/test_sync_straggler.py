@@ -207,21 +207,6 @@ def test_a_generator_expression_alone_on_the_stack_is_its_modules_line():
     assert place(genexpr)[0].label == "<module> (train.py:35)"
 
 
-def test_a_spin_on_a_collectives_work_is_no_step_however_its_locals_turn():
-    # GIVEN a module-level job that went round its loop, then stalled: rank 1 waits on its DataLoader
-    # (asleep), rank 0 spins on the step's Works at its own line (burning a core, no bytes moved), its
-    # generator expression's locals new objects at every sample
-    went = [[{"frames": SHAPES[(i + r) % 3](), "cpu": 1.0 + i} for r in range(2)] for i in range(10)]
-    stalled = [[{"frames": module_spin(i), "cpu": 11.0 + 2 * i}, {"frames": in_dataloader(28), "cpu": 11.0}]
-               for i in range(30)]
-    # WHEN judged
-    report = judge(job_bundle(went + stalled)).report
-    # THEN a hang, rank 1 the culprit: the spin's turning locals are not steps (a wait in the step's
-    # collectives whose innermost frame takes a new object is one; a spin in the job's own code is not)
-    assert report.verdict == "hang" and report.culprit_ranks == (1,), (report.verdict, report.culprit_ranks)
-    assert report.threshold.quiet_s >= 55, report.threshold.quiet_s
-
-
 def test_a_module_level_job_spinning_on_its_works_between_steps_goes_round():
     # GIVEN the same spin between steps of a healthy module-level job: each sample finds a rank at its
     # forward or spinning on the step's Works, its sockets moving the gradients
@@ -286,16 +271,19 @@ def function_spin(i: int) -> list[dict]:
                                                             "w": (0x6400 + 8 * i, REAL_WORK)})]
 
 
-def test_a_spin_in_a_function_caught_on_its_generator_expression_alone_is_one_place_and_no_step():
+@pytest.mark.parametrize("spin", [module_spin, function_spin], ids=["module level", "in main()"])
+def test_a_spin_on_a_collectives_work_is_no_step_whichever_shape_a_sample_caught(spin):
     # GIVEN a job that went round its loop, then stalled: rank 1 waits on its DataLoader (asleep), rank 0
-    # spins on the step's Works in main(), its samples falling on the line's own frame (with main's
-    # callers) or on the generator expression py-spy shows alone
+    # spins on the step's Works at its own line (burning a core, no bytes moved), its samples falling on
+    # the line's own frame or on the generator expression py-spy shows alone, whose locals are new
+    # objects at every sample
     went = [[{"frames": SHAPES[(i + r) % 3](), "cpu": 1.0 + i} for r in range(2)] for i in range(10)]
-    stalled = [[{"frames": function_spin(i), "cpu": 11.0 + 2 * i}, {"frames": in_dataloader(28), "cpu": 11.0}]
+    stalled = [[{"frames": spin(i), "cpu": 11.0 + 2 * i}, {"frames": in_dataloader(28), "cpu": 11.0}]
                for i in range(30)]
     # WHEN judged
     report = judge(job_bundle(went + stalled)).report
-    # THEN a hang, rank 1 the culprit, quiet from the stall: the line's two shapes are one place, so
-    # going from one to the other is not going round the loop
+    # THEN a hang, rank 1 the culprit, quiet from the stall: the spin's turning locals are not steps (a
+    # wait in the step's collectives whose innermost frame takes a new object is one), and the line's two
+    # shapes are one place, so going from one to the other is not going round the loop
     assert report.verdict == "hang" and report.culprit_ranks == (1,), (report.verdict, report.culprit_ranks)
     assert report.threshold.quiet_s >= 55, report.threshold.quiet_s
