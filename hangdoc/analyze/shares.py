@@ -8,12 +8,14 @@ by about 1/sqrt(n): it is shown, and a straggler called, only from MIN_SAMPLES s
 
 The window: the rank's last WINDOW_SAMPLES samples after its WARMUP_STEPS-th step (start-up,
 process-group setup and the first batches are not the job's rhythm), in two halves, so that a
-pattern must hold in both to count ("consistently over the window"). A rank's pauses are left
-out of its window: stretches without a step far longer than its steady steps (one rank evaluating
-every N steps while the others wait). A straggler costs every step; a pause does not.
+pattern must hold in both to count ("consistently over the window"). The job's pauses are left
+out of every rank's window: stretches in which a rank of the bundle did not step for far longer
+than its steady steps (one rank evaluating every N steps while the others wait). A straggler costs
+every step; a pause does not.
 """
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections import Counter
@@ -45,16 +47,24 @@ def is_step_wait(detail: object) -> bool:
 
 def window(line: Timeline) -> list[Point]:
     """The rank's samples in its sliding window (see module doc); empty before its warm-up ends.
-    Its pauses are left out (`pauses`)."""
+    The job's pauses are left out (`job_pauses`)."""
     steps = step_times(line)
     if len(steps) < WARMUP_STEPS:
         return []
     start = steps[WARMUP_STEPS - 1]
     fresh = [p for p in line.points if p.fresh and p.time > start and p.reading.state != RankState.EXITED]
     stretches = job_pauses(line)
-    if stretches:
-        fresh = [p for p in fresh if not any(a < p.time <= b for a, b in stretches)]
-    return fresh[-WINDOW_SAMPLES:]
+    if not stretches:
+        return fresh[-WINDOW_SAMPLES:]
+    starts = [a for a, _ in stretches]
+    kept: list[Point] = []
+    for point in reversed(fresh):          # from the newest, as far back as the window reaches
+        i = bisect.bisect_left(starts, point.time) - 1
+        if i < 0 or point.time > stretches[i][1]:
+            kept.append(point)
+            if len(kept) == WINDOW_SAMPLES:
+                break
+    return kept[::-1]
 
 
 def job_pauses(line: Timeline) -> list[tuple[float, float]]:
@@ -66,15 +76,26 @@ def job_pauses(line: Timeline) -> list[tuple[float, float]]:
     if peers is None:
         return _rank_pauses(line)
     if "pauses" not in peers.memo:
-        peers.memo["pauses"] = sorted(stretch for rank in peers.lines for stretch in _rank_pauses(rank))
+        peers.memo["pauses"] = _merged(stretch for rank in peers.lines for stretch in _rank_pauses(rank))
     return peers.memo["pauses"]
+
+
+def _merged(stretches) -> list[tuple[float, float]]:
+    """Stretches (start, end] merged where they overlap, in order: each point falls in at most one."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(stretches):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
 def _rank_pauses(line: Timeline) -> list[tuple[float, float]]:
     steps = step_times(line)
     if len(steps) < WARMUP_STEPS:
         return []
-    return pauses(steps[WARMUP_STEPS - 1:], line.last.time)
+    return _merged(pauses(steps[WARMUP_STEPS - 1:], line.last.time))
 
 
 PAUSE_MULTIPLE = 3.0     # a stretch without a step this many times the rank's steady gap is a pause
