@@ -24,7 +24,10 @@ keep the rule from the first sample.
 On NCCL a waiting rank's main thread may spin at a sync point instead of sleeping: its
 off-CPU time is then near zero and the kernel's evidence is absent (never wrong); the wait is then
 dated from hangdoc's own first sample, which found it there, and the rule above applies from it:
-with every rank outside the wait asleep, a hang once it is PAST_HANG_AFTER_S old. The Flight
+with every rank outside the wait asleep, a hang once it is PAST_HANG_AFTER_S old. Unless the ranks
+outside the wait are all off the CPU since before that sample: the collective it spins on needs
+them, and a main thread that has not run since t has issued nothing since t, so the wait is dated
+from the latest of their last runs (`told_by` "peers"), as it would be had the waiters slept. The Flight
 Recorder stands in where its dumps are read: the oldest collective a rank enqueued and that has
 not completed was created when its wait began (`flight.fr_pending`).
 """
@@ -50,8 +53,9 @@ class Before:
     rank: int | None
     wait: str | None
     others_asleep: bool
-    told_by: str = "kernel"      # "kernel" (its main thread's off-CPU time), "flight-recorder", or "watch"
-                                 # (on the CPU at the first sample, spinning: dated from that sample)
+    told_by: str = "kernel"      # "kernel" (its main thread's off-CPU time), "flight-recorder", "watch"
+                                 # (on the CPU at the first sample, spinning: dated from that sample), or
+                                 # "peers" (spinning, dated by the ranks outside the wait, off the CPU since)
 
 
 def waiting(rank: RankDigest) -> bool:
@@ -89,7 +93,16 @@ def before_attach(ranks: Sequence[RankDigest], quiet_since: float, first: float,
         return None
     since, rank, wait, told_by = min(found, key=lambda f: f[0])
     others = [r for r in live if not waiting(r)]
-    return Before(since, rank, wait, all(asleep(r) for r in others), told_by)
+    others_asleep = all(asleep(r) for r in others)
+    if told_by == "watch" and others and others_asleep:
+        # A spinner's wait needs the ranks outside it: a main thread that has not run since t has
+        # issued no collective since t, so no step of the job has ended since (but the one whose
+        # collective it had issued). Dated so, the spinners' wait reads as the sleepers' would.
+        ran = [r.last_ran for r in others if r.last_ran is not None and r.first_seen is not None
+               and r.first_seen - r.last_ran > 0]
+        if len(ran) == len(others) and max(ran) < since:
+            since, told_by = max(ran), "peers"
+    return Before(since, rank, wait, others_asleep, told_by)
 
 
 def _same_wait_since(rank: RankDigest) -> float:

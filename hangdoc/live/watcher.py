@@ -109,6 +109,10 @@ class Watcher(Sampling):
         return self.bundle()
 
     def bundle(self) -> Bundle:
+        # The exits before the output: a rank writes its last lines (the traceback that says why)
+        # before it exits, so every exit this bundle holds has its lines in the logs read after it.
+        exits = self.exit_watcher.exits if self.exit_watcher is not None else ()
+        exit_code = self.exit_code()
         logs = self.extra_logs() + (read_tails(self.sources) if self.sources else ())
         if self.samples and self.samples[-1].output_step is None:
             # What the job's output said at this round: a witness of progress (analyze/logs.py).
@@ -117,9 +121,9 @@ class Watcher(Sampling):
             make_bundle(self.job, tuple(self.samples), self.probes.procfs,
                         self.options.record(engine_name(self.probes.pyspy)),
                         logs=logs, host=self._host()),
-            exit_code=self.exit_code(),
+            exit_code=exit_code,
             data_lists=self.data_lists,
-            exits=self.exit_watcher.exits if self.exit_watcher is not None else (),
+            exits=exits,
         )
 
     def run(self, on_sample: Callable[[Report], None] | None = None,
@@ -142,6 +146,8 @@ class Watcher(Sampling):
                 if reason is None and self.options.timeout_s is not None \
                         and time.monotonic() - began >= self.options.timeout_s:
                     reason = StopReason.TIMEOUT
+                if reason is StopReason.CRASH:
+                    bundle = self.bundle()    # the output as it is now: the lines the ranks left as they fell
                 if reason is not None:
                     # The timeline lanes are drawn once, for the report the watch ends with.
                     ending = End(Ending.TIMED_OUT, timeout_s=self.options.timeout_s) \

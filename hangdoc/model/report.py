@@ -174,8 +174,9 @@ class BeforeAttach:
     decided: bool = False            # the hang was named from this evidence, before the threshold passed
     log: str | None = None           # the log file the job wrote last ...
     log_quiet_s: float | None = None   # ... and how long before the first sample
-    told_by: str = "kernel"          # what told the wait: "kernel" (off-CPU time), "flight-recorder", or
-                                     # "watch" (a rank spinning in its wait: from hangdoc's first sample)
+    told_by: str = "kernel"          # what told the wait: "kernel" (off-CPU time), "flight-recorder",
+                                     # "watch" (a rank spinning in its wait: from hangdoc's first sample), or
+                                     # "peers" (spinning; the ranks outside the wait off the CPU since)
     # The job's loop position against its age, at the first sample: rank `rank`'s counter
     # `loop_counter` stood at `loop_value` in a process `loop_age_s` old (bounds its mean step).
     loop_counter: str | None = None

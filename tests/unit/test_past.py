@@ -203,6 +203,11 @@ def test_the_report_says_what_was_known_before_attach_and_the_onset_as_a_lower_b
     young = dataclasses.replace(report, before=dataclasses.replace(before, waited_s=0.3), detected_after_s=16.0)
     assert headline(young) == "HANG: rank 1 is the culprit (no step for at least 16 s)"
     assert before_line(young) == "Before hangdoc attached: the job last wrote train.log 14 min before."
+    # a spinner's wait dated by the ranks outside it says so
+    peers = dataclasses.replace(report, before=dataclasses.replace(before, wait="a collective's Work", told_by="peers",
+                                                                   waited_s=12.0, log=None))
+    assert before_line(peers) == ("Before hangdoc attached: rank 0 had waited in a collective's Work for at least 12 s "
+                                  "(spinning there; no rank outside the wait, which it needs, had run since).")
 
 
 def test_on_nccl_the_flight_recorders_last_completion_dates_the_stall():
@@ -306,9 +311,10 @@ def test_the_report_says_the_wait_was_past_the_threshold_while_a_rank_worked():
 
 def test_a_rank_spinning_in_its_wait_from_the_first_sample_with_the_culprit_asleep_is_a_hang_after_15_s():
     # GIVEN rank 0 spinning on its collective's Work (NCCL's shape: on the CPU when read, the kernel
-    # dates nothing) since hangdoc's first sample, rank 1 asleep waiting on its DataLoader
+    # dates nothing) since hangdoc's first sample, rank 1 asleep waiting on its DataLoader, though
+    # its main thread ran at that sample (the kernel dates nothing of it either)
     ranks = [rank(0, "collective-wait", "a collective's Work", waited=0, still=False, progress="slow"),
-             rank(1, "dataloader-wait", "DataLoader.__next__", waited=3)]
+             rank(1, "dataloader-wait", "DataLoader.__next__", waited=0)]
     # WHEN judged before and after the wait is PAST_HANG_AFTER_S old
     early, late = decide(ranks, facts(T0 + PAST_HANG_AFTER_S - 1)), decide(ranks, facts(T0 + PAST_HANG_AFTER_S + 0.5))
     # THEN not yet, then a hang of rank 1 dated from the first sample: nothing outside the wait moves,
@@ -316,3 +322,25 @@ def test_a_rank_spinning_in_its_wait_from_the_first_sample_with_the_culprit_asle
     assert early.verdict != "hang"
     assert (late.verdict, late.culprits) == ("hang", (1,)) and late.onset == T0
     assert late.before.told_by == "watch"
+
+
+def test_a_spinners_wait_is_dated_by_the_ranks_it_needs_off_the_cpu_since_before_the_first_sample():
+    # GIVEN rank 0 spinning on its collective's Work since hangdoc's first sample, and rank 1, which
+    # the collective needs, asleep on its DataLoader with its main thread off the CPU for 12 s
+    spinner = rank(0, "collective-wait", "a collective's Work", waited=0, still=False, progress="slow")
+    ranks = [spinner, rank(1, "dataloader-wait", "DataLoader.__next__", waited=12)]
+    # WHEN judged 4 s after the first sample (three samples)
+    decision = decide(ranks, facts(T0 + 4))
+    # THEN a hang of rank 1 dated 12 s before the first sample, told by the peers: the same verdict
+    # the job gets when its waiters sleep in the collective instead of spinning
+    assert (decision.verdict, decision.culprits, decision.onset) == ("hang", (1,), T0 - 12)
+    assert decision.before.told_by == "peers"
+    sleeping = decide([rank(0, "collective-wait", "all_reduce", waited=13), ranks[1]], facts(T0 + 4))
+    assert (sleeping.verdict, sleeping.culprits) == ("hang", (1,))
+    # AND a rank outside the wait that still works dates nothing: the default threshold, from the first sample
+    working = decide([spinner, rank(1, "dataloader-wait", "DataLoader.__next__", waited=12, still=False,
+                                    progress="slow")], facts(T0 + 4))
+    assert working.verdict != "hang"
+    # AND one rank outside the wait that ran at the first sample leaves the date at that sample
+    mixed = decide([spinner, ranks[1], rank(2, "idle", "a lock", waited=0)], facts(T0 + 4))
+    assert mixed.verdict != "hang"

@@ -260,3 +260,36 @@ def test_judgement_is_a_frozen_record():
     judgement = judge(golden("healthy-finished"))
     with pytest.raises(dataclasses.FrozenInstanceError):
         judgement.exit_code = 3  # type: ignore[misc]
+
+
+def test_a_rank_that_falls_between_two_reads_has_its_last_lines_in_any_bundle_that_holds_its_exit():
+    # GIVEN a watcher of a job whose rank 1 prints its traceback and exits the moment after the
+    # watch has read the job's output (the exits are told by a thread, at any time)
+    from hangdoc.model import LogTail, ProcessExit
+
+    bundle = node_bundle(0, 1, 0, 1_700_000_000.0, samples=2, workers=1, ranks_per_node=2)
+    rank = next(p for p in bundle.job.ranks if p.rank == 1)
+    printed: list[str] = ["step 7"]
+    exits: list = []
+
+    class Exits:
+        @property
+        def exits(self):
+            return tuple(exits)
+
+    def output():
+        lines = LogTail("job.log", tuple(printed))
+        if not exits:     # it falls right after this read
+            printed.append("RuntimeError: unable to allocate shared memory(shm)")
+            exits.append(ProcessExit(rank.pid, 1_700_000_010.0, code=1, source="zombie"))
+        return (lines,)
+
+    watcher = Watcher(bundle.job.launcher_pid, Probes(), WatchOptions(), job=bundle.job,
+                      samples=deque(bundle.samples), extra_logs=output, exit_watcher=Exits())
+    # WHEN the watch builds its bundle round after round
+    built = [watcher.bundle() for _ in range(2)]
+    # THEN a bundle that holds the rank's exit holds the line it printed before it
+    for made in built:
+        if any(e.pid == rank.pid for e in made.exits):
+            assert any("unable to allocate" in line for tail in made.logs for line in tail.lines), made.logs
+    assert any(made.exits for made in built)
