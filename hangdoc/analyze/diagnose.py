@@ -285,7 +285,9 @@ def digest_of(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView])
         live = [w.pid for w, _, alive in view.workers if alive]
         since = [t for pid in [view.info.pid, *live] if pid in lines and (t := lines[pid].unmoved_since()) is not None]
         children = [raw_points(bundle, c.pid) for c in bundle.job.children_of(view.info.pid) if c.role is Role.CHILD]
-        first = line.points[0]
+        # The first sample that read the rank's stack: one py-spy could not read says nothing of where
+        # it stood, and must not make a wait it sat in from then on look begun after it.
+        first = next((p for p in line.points if p.sig), line.points[0])
         fresh = [p for p in line.points if p.fresh]
         quiet = (len(fresh) >= 2 and all(p.sig == fresh[0].sig for p in fresh) and still(line.points)
                  and all(still(lines[pid].points) for pid in live if pid in lines)

@@ -27,7 +27,9 @@ dated from hangdoc's own first sample, which found it there, and the rule above 
 with every rank outside the wait asleep, a hang once it is PAST_HANG_AFTER_S old. Unless the ranks
 outside the wait are all off the CPU since before that sample: the collective it spins on needs
 them, and a main thread that has not run since t has issued nothing since t, so the wait is dated
-from the latest of their last runs (`told_by` "peers"), as it would be had the waiters slept. The Flight
+from the latest of their last runs (`told_by` "peers"), as it would be had the waiters slept.
+A waiter that burns CPU while watched is a spinner whatever the kernel said of its first sample
+(preempted a moment as it was read): the kernel dates only a wait that sleeps. The Flight
 Recorder stands in where its dumps are read: the oldest collective a rank enqueued and that has
 not completed was created when its wait began (`flight.fr_pending`).
 """
@@ -55,7 +57,7 @@ class Before:
     others_asleep: bool
     told_by: str = "kernel"      # "kernel" (its main thread's off-CPU time), "flight-recorder", "watch"
                                  # (on the CPU at the first sample, spinning: dated from that sample), or
-                                 # "peers" (spinning, dated by the ranks outside the wait, off the CPU since)
+                                 # "peers" (dated by the ranks outside the wait, off the CPU since)
 
 
 def waiting(rank: RankDigest) -> bool:
@@ -84,7 +86,7 @@ def before_attach(ranks: Sequence[RankDigest], quiet_since: float, first: float,
               and _same_wait_since(r) <= r.first_seen]
     # Off the CPU before the first sample: the kernel dates the wait. On the CPU (a host spinning on
     # its collective's Work, NCCL's shape): the watch saw it there from its first sample on.
-    found = [(r.last_ran, r.rank, r.joining or r.detail, "kernel") if r.first_seen - r.last_ran > 0
+    found = [(r.last_ran, r.rank, r.joining or r.detail, "kernel") if r.first_seen - r.last_ran > 0 and r.still
              else (r.first_seen, r.rank, r.joining or r.detail, "watch") for r in steady]
     if fr_pending is not None and fr_pending[0] < first and any(waiting(r) and _same_wait_since(r) <= first
                                                                 for r in live):

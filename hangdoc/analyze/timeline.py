@@ -215,11 +215,16 @@ class _Callers:
     def __init__(self):
         self._at: dict[tuple[str, int], tuple] = {}
 
+    def new_line(self, sig: tuple) -> bool:
+        """`sig` is the first stack seen standing at its innermost line of the job's code: the
+        lone generator expressions caught there before can now be completed."""
+        return bool(sig) and sig[0].is_job_code and not _lone(sig) and (sig[0].filename, sig[0].line) not in self._at
+
     def complete(self, sig: tuple) -> tuple:
         if not sig:
             return sig
         top = sig[0]
-        if len(sig) == 1 and top.is_job_code and NESTED_EXPRESSION.search(top.name):
+        if _lone(sig):
             caller = self._at.get((top.filename, top.line))
             return (top, *caller) if caller else sig
         if top.is_job_code:
@@ -227,6 +232,11 @@ class _Callers:
                 self._at.clear()
             self._at[top.filename, top.line] = sig
         return sig
+
+
+def _lone(sig: tuple) -> bool:
+    """A generator expression of the job's code alone on the stack, its callers not shown."""
+    return len(sig) == 1 and sig[0].is_job_code and bool(NESTED_EXPRESSION.search(sig[0].name))
 
 
 def timelines(bundle: Bundle) -> dict[int, Timeline]:
@@ -289,7 +299,12 @@ class LiveTimelines:
                 series.append(_point(snapshot.time, sample, True))
                 continue
             gpu = gpu_activity(snapshot.gpu.device_of(pid)) if snapshot.gpu.available else None
-            sig = self._callers.setdefault(pid, _Callers()).complete(signature(sample))
+            callers = self._callers.setdefault(pid, _Callers())
+            raw = signature(sample)
+            first_at_line = callers.new_line(raw)
+            sig = callers.complete(raw)
+            if first_at_line:
+                self._complete_earlier(pid, sig)
             point = _point(snapshot.time, sample, False, self._rank_reading(pid, sample, snapshot, sig), gpu, sig)
             if point.loop is not None:
                 point = replace(point, counts=self._counters.setdefault(pid, _CounterWatch()).counts(point.loop))
@@ -299,20 +314,42 @@ class LiveTimelines:
         """A native read of the rank at this place found it waiting on the others."""
         return place(frames) in self._learned.get(pid, {})
 
+    def _complete_earlier(self, pid: int, sig: tuple) -> None:
+        """The line's own frame, seen for the first time: the rank's earlier samples that caught
+        the line's generator expression alone are completed with it (one place, as from then on),
+        and a wait learned at the lone shape is the line's."""
+        series = self._series.get(pid)
+        top = sig[0]
+        lone, first = None, None
+        for i, point in enumerate(series or ()):
+            if _lone(point.sig) and (point.sig[0].filename, point.sig[0].line) == (top.filename, top.line):
+                lone = lone or place(point.sig)
+                series[i] = replace(point, sig=(point.sig[0], *sig), memo={})
+                first = i if first is None else first
+        if first is None:
+            return
+        for i in range(first, len(series)):
+            series[i].memo.clear()
+        learned = self._learned.get(pid, {})
+        if lone in learned:
+            self._learn(pid, place(sig), learned[lone])
+
     def _learn(self, pid: int, where: tuple, reading: Reading) -> None:
         """The rank waits at `where`: so it did at its earlier samples there, read then as computing
         (a spin line's own frame caught before its generator expression showed the Work, a stack
         read before the native probe). They are read again, and what was worked out from them after
         the first is worked out anew: a wait under way since the first sample is then seen as one."""
         known = self._learned.setdefault(pid, {})
-        new = where not in known
+        if where in known:
+            return      # one name for one wait: the first reading of the place (`_rank_reading` keeps to it)
         known[where] = reading
         series = self._series.get(pid)
-        if not new or not series:
+        if not series:
             return
         first = None
         for i, point in enumerate(series):
-            if point.fresh and point.reading.state == RankState.COMPUTE and point.sig and place(point.sig) == where:
+            # A round with no stack carried its reading on: it is read again with the point it carried.
+            if point.reading.state == RankState.COMPUTE and point.sig and place(point.sig) == where:
                 again = judged_by_gpu(reading, point.gpu) if point.gpu is not None and is_gpu_sync(reading.detail) \
                     else reading
                 series[i] = replace(point, reading=again, memo={})
@@ -329,11 +366,14 @@ class LiveTimelines:
         if sample.stack is not None and sample.stack.probe:
             if reading.state == RankState.COLLECTIVE:
                 self._learn(pid, place(sig), reading)
+                reading = self._learned[pid][place(sig)]
         elif reading.state in (RankState.COMPUTE, RankState.IDLE) and _waits_on_work(sample):
             # Its own line holds a collective's Work and waits on it (NCCL's shape, in the job's
-            # code): a wait on the others there, whichever frame of the line a sample catches.
-            reading = Reading(RankState.COLLECTIVE, WORK_WAIT, reading.frame)
-            self._learn(pid, place(sig), reading)
+            # code): a wait on the others there, whichever frame of the line a sample catches. A
+            # native read of the place named it first: the wait keeps that name (a new name would
+            # read as a new wait, begun now).
+            self._learn(pid, place(sig), Reading(RankState.COLLECTIVE, WORK_WAIT, reading.frame))
+            reading = self._learned[pid][place(sig)]
         elif learned and reading.state == RankState.COMPUTE:
             reading = learned.get(place(sig), reading)
         if snapshot.gpu.available and is_gpu_sync(reading.detail):

@@ -7,8 +7,8 @@ thread has not run since its last stack. The launcher's stack is read on the ful
 Sampling is gentle: a rank that stepped at the last sample (and its workers) is read with
 `py-spy --nonblocking`, which does not pause its threads; a rank that looks stuck, and every
 process at the first round, is read blocking, for a consistent stack. A rank spinning or dwelling
-at one line, and a worker asleep in a futex beside a rank waiting on its data, are probed natively
-once per stack.
+at one line is probed natively until a wait is found there (SPIN_PROBES times at most), a worker
+asleep in a futex beside a rank waiting on its data once per stack.
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from hangdoc.model import RankState, Role
 
 DWELL_SAMPLES = 3   # a stepping rank caught computing at one line this many samples in a row is probed
 DWELL_PROBES = 2    # at most this many times a watch (about 0.2 s of CPU each, a 0.3-0.5 s pause)
+SPIN_PROBES = 3     # a place a rank spins at is probed at most this many times while no wait is found there
 
 
 @dataclass(frozen=True)
@@ -65,18 +66,21 @@ class Sampling:
             if len(fresh) < 2:
                 continue
             key = (rank.pid, place(fresh[-1].sig))
-            # A rank that steps but spends most of each step at one line (three samples in a row)
-            # is probed too, at most DWELL_PROBES times a watch: a straggler's peers wait there. A
-            # place probed once without a wait found may be probed again within that bound: a read
-            # that caught the Python side of a spin loop says nothing of what the loop waits on.
-            frozen = key not in self.probed and spins(fresh[-2], fresh[-1])
+            # A place probed without a wait found is probed again, SPIN_PROBES times at most: a read
+            # that caught the Python side of a spin loop (between two `is_completed()` calls) says
+            # nothing of what the loop waits on. A rank that steps but spends most of each step at
+            # one line (three samples in a row) is probed too, at most DWELL_PROBES times a watch:
+            # a straggler's peers wait there.
+            known = self.live.waits_at(rank.pid, fresh[-1].sig)
+            frozen = not known and self.spin_probes.get(key, 0) < SPIN_PROBES and spins(fresh[-2], fresh[-1])
             dwelling = (len(fresh) >= DWELL_SAMPLES and self.dwell_probes.get(rank.pid, 0) < DWELL_PROBES
-                        and not self.live.waits_at(rank.pid, fresh[-1].sig) and dwells(fresh[-DWELL_SAMPLES:]))
+                        and not known and dwells(fresh[-DWELL_SAMPLES:]))
             if not (frozen or dwelling):
                 continue
-            if not frozen:
+            if frozen:
+                self.spin_probes[key] = self.spin_probes.get(key, 0) + 1
+            else:
                 self.dwell_probes[rank.pid] = self.dwell_probes.get(rank.pid, 0) + 1
-            self.probed.add(key)
             chosen.add(rank.pid)
         return chosen
 

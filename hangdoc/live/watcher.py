@@ -84,7 +84,8 @@ class Watcher(Sampling):
     exit_watcher: ExitWatcher | None = None          # made at start() over the probes' /proc
     judgement: Judgement | None = None               # the last round's (its report gets its lanes at the end)
     flight_due: bool = False                         # a hang named before the job's own records were asked for
-    probed: set = field(default_factory=set)         # (pid, stack) a native probe has read once
+    probed: set = field(default_factory=set)         # (worker pid, stack) a native probe has read once
+    spin_probes: dict = field(default_factory=dict)  # (rank pid, place) -> native probes of a spin there
     dwell_probes: dict = field(default_factory=dict)  # pid -> probes of a rank that steps (bounded)
     jitter: random.Random = field(default_factory=random.Random)
     stack_ranks: StackRanks | None = None            # reads ranks no environment names, once a process

@@ -176,7 +176,7 @@ class BeforeAttach:
     log_quiet_s: float | None = None   # ... and how long before the first sample
     told_by: str = "kernel"          # what told the wait: "kernel" (off-CPU time), "flight-recorder",
                                      # "watch" (a rank spinning in its wait: from hangdoc's first sample), or
-                                     # "peers" (spinning; the ranks outside the wait off the CPU since)
+                                     # "peers" (the ranks outside the wait, which it needs, off the CPU since)
     # The job's loop position against its age, at the first sample: rank `rank`'s counter
     # `loop_counter` stood at `loop_value` in a process `loop_age_s` old (bounds its mean step).
     loop_counter: str | None = None

@@ -128,7 +128,7 @@ def before_line(report: Report) -> str | None:
     if _waited_before(report) is not None:
         who = f"rank {rank_label(before.rank)}" if before.rank is not None else "a rank"
         how = {"flight-recorder": "its Flight Recorder shows the collective enqueued then, not completed",
-               "peers": "spinning there; no rank outside the wait, which it needs, had run since"}.get(
+               "peers": "no rank outside the wait, which it needs, had run since"}.get(
                    before.told_by, "its main thread had not run since")
         parts.append(f"{who} had waited in {before.wait or 'a collective'} for at least {span(before.waited_s)} ({how})")
     if before.log is not None and before.log_quiet_s is not None:

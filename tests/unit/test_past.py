@@ -207,7 +207,7 @@ def test_the_report_says_what_was_known_before_attach_and_the_onset_as_a_lower_b
     peers = dataclasses.replace(report, before=dataclasses.replace(before, wait="a collective's Work", told_by="peers",
                                                                    waited_s=12.0, log=None))
     assert before_line(peers) == ("Before hangdoc attached: rank 0 had waited in a collective's Work for at least 12 s "
-                                  "(spinning there; no rank outside the wait, which it needs, had run since).")
+                                  "(no rank outside the wait, which it needs, had run since).")
 
 
 def test_on_nccl_the_flight_recorders_last_completion_dates_the_stall():

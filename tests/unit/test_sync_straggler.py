@@ -262,6 +262,46 @@ def test_a_spin_lines_samples_before_its_work_showed_are_the_same_wait():
     assert rounds.state_since() == whole.state_since() == whole.points[0].time
 
 
+def test_a_spin_lines_lone_generator_expressions_caught_before_its_own_frame_are_the_same_place_and_wait():
+    # GIVEN a rank spinning on the step's Works in main() from hangdoc's first sample, the first
+    # samples catching only the generator expression py-spy shows alone (its callers not shown, the
+    # Work in its locals), the line's own frame (no Work in sight) caught only later
+    order = [1, 2, 4, 5, 0, 3, 6]
+    rows = [[{"frames": function_spin(i), "cpu": 1.0 + 2 * n}] for n, i in enumerate(order)]
+    bundle = job_bundle(rows)
+    # WHEN read at once, and by a watch round by round
+    whole = timelines(bundle)[100]
+    live = LiveTimelines()
+    for n in range(1, len(rows) + 1):
+        rounds = live.of(dataclasses.replace(bundle, samples=bundle.samples[:n]))[100]
+    # THEN one place and one wait from the first sample: no step between the line's two shapes
+    assert len({place(p.sig) for p in whole.points}) == 1, [place(p.sig) for p in whole.points]
+    assert [p.reading.state for p in whole.points] == [RankState.COLLECTIVE] * len(order)
+    assert [p.reading for p in rounds.points] == [p.reading for p in whole.points]
+    assert rounds.state_since() == whole.state_since() == whole.points[0].time
+    assert step_times(whole) == []
+
+
+def test_a_wait_a_native_probe_named_keeps_its_name_when_the_work_shows_and_after_a_round_without_a_stack():
+    # GIVEN a rank spinning on the step's Works in main(), probed natively at the first sample (c10d's
+    # Work under the line), its later samples catching the line's own frame or its generator expression
+    # with the Work in its locals, and one round whose stack py-spy could not read
+    native = [pyframe("c10d::Work::isCompleted", "libtorch_cpu.so", 0, {})]
+    rows = [[{"frames": native + function_spin(0), "cpu": 1.0, "probe": True}]]
+    rows += [[{"frames": function_spin(i), "cpu": 1.0 + 2 * i}] for i in range(1, 9)]
+    bundle = job_bundle(rows)
+    unread = bundle.samples[4]
+    bundle = dataclasses.replace(bundle, samples=(
+        *bundle.samples[:4], dataclasses.replace(unread, processes=(dataclasses.replace(unread.processes[0], stack=None),)),
+        *bundle.samples[5:]))
+    # WHEN read
+    line = timelines(bundle)[100]
+    # THEN one wait under one name from the first sample (a new name would read as a new wait)
+    assert len({(p.reading.state, p.reading.detail) for p in line.points}) == 1, [p.reading for p in line.points]
+    assert line.points[0].reading.state == RankState.COLLECTIVE
+    assert line.state_since() == line.points[0].time
+
+
 def function_spin(i: int) -> list[dict]:
     """The same spin in `main()`: py-spy shows the generator expression alone here too, by its qualified
     name, none of its callers below it (seen on a real gloo job); the line's own frame with them."""
@@ -287,3 +327,27 @@ def test_a_spin_on_a_collectives_work_is_no_step_whichever_shape_a_sample_caught
     # shapes are one place, so going from one to the other is not going round the loop
     assert report.verdict == "hang" and report.culprit_ranks == (1,), (report.verdict, report.culprit_ranks)
     assert report.threshold.quiet_s >= 55, report.threshold.quiet_s
+
+
+@pytest.mark.parametrize("first_read", [True, False], ids=["first stack read", "first stack unreadable"])
+def test_a_watch_attached_after_an_nccl_shaped_stall_dates_it_whether_or_not_the_first_stack_was_read(first_read):
+    # GIVEN a watch attached 14 s into a stall: rank 0 spins on its step's Works at its own line
+    # (on the CPU, so the kernel dates nothing of it), rank 1 waits on its DataLoader, its main
+    # thread off the CPU for 14 s at the first sample; and (the second case) py-spy could not read
+    # rank 0's stack at the first sample ("Failed to get local variables: Bad address")
+    rows = [[{"frames": function_spin(i), "cpu": 11.0 + 2 * i}, {"frames": in_dataloader(28), "cpu": 11.0}]
+            for i in range(4)]
+    bundle = job_bundle(rows)
+    off = lambda s, seconds: dataclasses.replace(s, proc=dataclasses.replace(
+        s.proc, main_thread=dataclasses.replace(s.proc.main_thread, off_cpu_s=seconds)))
+    first = bundle.samples[0]
+    spinner, sleeper = first.processes
+    spinner = off(spinner, 0.0) if first_read else dataclasses.replace(off(spinner, 0.0), stack=None)
+    later = [dataclasses.replace(s, processes=(off(s.processes[0], 0.0), s.processes[1])) for s in bundle.samples[1:]]
+    samples = (dataclasses.replace(first, processes=(spinner, off(sleeper, 14.0))), *later)
+    # WHEN judged at the fourth sample, 6 s after the first
+    report = judge(dataclasses.replace(bundle, samples=samples)).report
+    # THEN a hang of rank 1 from the past: the wait dated by rank 1, which it needs, asleep since
+    # 14 s before the first sample (not the 60 s default, not hangdoc's first read of rank 0)
+    assert (report.verdict, report.culprit_ranks) == ("hang", (1,)), (report.verdict, report.threshold)
+    assert report.before is not None and report.before.told_by == "peers" and report.before.waited_s == 14.0

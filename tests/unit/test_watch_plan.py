@@ -104,3 +104,50 @@ def test_the_job_is_discovered_again_when_a_process_starts_and_at_least_every_fe
     watcher.probes.procfs.now = {1, 2, 4}
     watcher._rediscover()
     assert len(found) == 2
+
+
+def test_a_spinning_rank_is_probed_again_while_no_wait_is_found_at_its_line_and_no_more_once_one_is():
+    # GIVEN a watch of two ranks: rank 0 burns a core at one line of its own (main:50) with nothing
+    # moving, rank 1 waits on its DataLoader
+    import dataclasses as dc
+
+    from hangdoc.analyze.classify import WORK_WAIT
+    from hangdoc.collect.stacks import PySpy
+    from hangdoc.live.sampling import DWELL_PROBES, SPIN_PROBES
+    from tests.unit.test_progress import TRAIN, pyframe
+    from tests.unit.test_witnesses import in_dataloader, job_bundle, module
+
+    def spin_line(i: int, native: tuple = ()) -> list[dict]:
+        return [*native, pyframe("main", TRAIN, 50, {"pending": (0x13, "[...]")}), module(68)]
+
+    rows = [[{"frames": spin_line(i), "cpu": 1.0 + 2 * i}, {"frames": in_dataloader(28), "cpu": 1.0}] for i in range(3)]
+    bundle = job_bundle(rows)
+    watcher = Watcher(bundle.job.launcher_pid, Probes(pyspy=PySpy("py-spy")), WatchOptions(), job=bundle.job,
+                      samples=deque(bundle.samples))
+    spinner = bundle.job.ranks[0].pid
+
+    def round_with(probe_frames: list[dict] | None) -> set[int]:
+        """One more sample (`probe_frames`: rank 0 read natively with these frames), judged; the
+        next round's probes."""
+        i = len(watcher.samples)
+        more = job_bundle([[{"frames": probe_frames or spin_line(i), "cpu": 1.0 + 2 * i, "probe": bool(probe_frames)},
+                            {"frames": in_dataloader(28), "cpu": 1.0}]])
+        last = dc.replace(more.samples[0], time=watcher.samples[-1].time + 2.0)
+        watcher.samples.append(last)
+        watcher.judge_round(dc.replace(bundle, samples=tuple(watcher.samples)))
+        return watcher._spinning()
+
+    watcher.judge_round(dc.replace(bundle, samples=tuple(watcher.samples)))
+    # WHEN it is probed and the probe catches the Python side of the spin (no native wait under it)
+    assert watcher._spinning() == {spinner}
+    probes = [round_with(spin_line(0)) for _ in range(SPIN_PROBES + DWELL_PROBES)]
+    # THEN it is probed again: SPIN_PROBES times as a spin, DWELL_PROBES more as a line it dwells at, then left
+    assert probes == [{spinner}] * (SPIN_PROBES + DWELL_PROBES - 1) + [set()], probes
+    # AND a probe that finds the wait (c10d's Work under the line) ends the probing of that line
+    watcher.spin_probes.clear()
+    assert round_with(None) == {spinner}
+    native = [pyframe("c10d::Work::isCompleted", "libtorch_cpu.so", 0, {})]
+    waited = round_with(spin_line(0, tuple(native)))
+    assert watcher.live.waits_at(spinner, watcher.judgement.lines[spinner].last.sig) or \
+        watcher.judgement.lines[spinner].last.reading.detail == WORK_WAIT, watcher.judgement.lines[spinner].last.reading
+    assert waited == set() and round_with(None) == set()
