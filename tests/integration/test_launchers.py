@@ -110,14 +110,24 @@ def test_job_that_uses_up_its_restarts_is_a_crash_named_by_its_last_start_with_t
     # GIVEN torchrun --max-restarts=2 whose rank 1 raises in every start
     # WHEN it runs under `hangdoc run`
     result = cell("elastic_ddp", FAULTS["raise_always"], "run")
-    # THEN a crash (exit 4), rank 1 the culprit, the last start's failure first in the cause, its error
-    # said, the starts before it listed
-    assert (result.exit_code, result.verdict, result.culprits) == (4, "crash", [1]), result.describe()
+    # THEN a crash (exit 4), the last start's failure first in the cause, its error said, the starts
+    # before it listed, the first one rank 1's
+    assert (result.exit_code, result.verdict) == (4, "crash"), result.describe()
     restarted = next(f for f in result.findings if f["rule"] == "workers-restarted")
     assert restarted["evidence"][0].startswith("the first start: rank 1"), result.describe()
     assert any("RuntimeError" in c for c in result.cause), result.describe()
-    assert result.cause[0].startswith("restart 2 failed: rank 1 "), result.describe()
     assert any(c.startswith("before it, the first start failed: rank 1 ") for c in result.cause), result.describe()
+    if result.cause[0].startswith("restart 2 failed in init_process_group: rank "):
+        # AND where torchrun's restart itself failed in gloo's connect (a store that handed the
+        # restarted ranks restart 1's addresses, as it often does on a loaded machine), that start's
+        # failing rank is the culprit, and the cause says whose making it was
+        failed = int(result.cause[0].split("rank ", 1)[1].split()[0])
+        assert result.culprits == [failed], result.describe()
+        assert any("the launcher's own making: " in c for c in result.cause), result.describe()
+    else:
+        # AND otherwise rank 1, which raised again in the last start
+        assert result.culprits == [1], result.describe()
+        assert result.cause[0].startswith("restart 2 failed: rank 1 "), result.describe()
 
 
 MATRIX = os.environ.get("HANGDOC_LAUNCHER_MATRIX") == "1"
