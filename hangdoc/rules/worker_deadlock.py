@@ -12,6 +12,7 @@ from hangdoc.rules.samples import above_worker_loop, chain, in_futex, kernel_wai
 _LIBRARY_FILES = ("threading.py", "multiprocessing/", "queue.py", "selectors.py", "concurrent/", "torch/")
 
 MIN_ASLEEP_S = 2.0
+NEVER_RAN_CPU_S = 0.05     # CPU a forked worker that never reached Python has used, at most
 QUEUE_WAIT = "waiting for work on its index queue"
 
 
@@ -38,18 +39,28 @@ def check(ctx: Context) -> list[Finding]:
             continue
         evidence, stuck = [rank_line(ctx, view)], []
         for worker, reading, alive in view.workers:
-            if not alive or reading.detail == QUEUE_WAIT or reading.state not in ("lock-wait", "idle"):
+            if not alive or reading.detail == QUEUE_WAIT:
+                continue
+            unborn = _never_reached_python(ctx, worker.pid) if reading.state == "unknown" else None
+            if reading.state not in ("lock-wait", "idle") and unborn is None:
                 continue
             asleep = asleep_in_futex(ctx, worker.pid)
             if asleep is None or asleep[0] < MIN_ASLEEP_S:
                 continue
             seconds, cpu, wait = asleep
-            frames = above_worker_loop(latest_frames(ctx.bundle, worker.pid))
-            top = reading.frame.label if reading.frame else "?"
-            stuck.append((worker, top))
-            evidence.append(f"{worker_name(worker)} asleep for {seconds:.0f} s in a futex ({wait}), "
-                            f"{cpu:.2f} s CPU, at {top}")
-            evidence.append(f"{worker_name(worker)} stack: {chain(frames)}")
+            if unborn is not None:
+                stuck.append((worker, None))
+                evidence.append(f"{worker_name(worker)} asleep for {seconds:.0f} s in a futex ({wait}) since hangdoc "
+                                f"first saw it, {unborn:.2f} s CPU in all since it was forked")
+                evidence.append(f"{worker_name(worker)} has no Python stack: {_no_stack_why(ctx, worker.pid)}; a "
+                                "forked child that waits on a lock before it runs a line of Python")
+            else:
+                frames = above_worker_loop(latest_frames(ctx.bundle, worker.pid))
+                top = reading.frame.label if reading.frame else "?"
+                stuck.append((worker, top))
+                evidence.append(f"{worker_name(worker)} asleep for {seconds:.0f} s in a futex ({wait}), "
+                                f"{cpu:.2f} s CPU, at {top}")
+                evidence.append(f"{worker_name(worker)} stack: {chain(frames)}")
             if worker.start_method:
                 evidence.append(f"{worker_name(worker)} start method: {worker.start_method}")
         if not stuck:
@@ -57,13 +68,35 @@ def check(ctx: Context) -> list[Finding]:
         evidence += _rank_threads(ctx, view.info)
         worker, top = stuck[0]
         index = worker.worker_index if worker.worker_index is not None else "?"
+        where = f"at {top}" if top is not None else "it inherited at fork: it never reached Python"
         findings.append(finding(
             RULE, [view.info.rank],
-            f"DataLoader worker {index} of rank {view.info.rank} is deadlocked on a lock at {top}; "
+            f"DataLoader worker {index} of rank {view.info.rank} is deadlocked on a lock {where}; "
             f"rank {view.info.rank} waits for its data",
             evidence, RULE.fix,
         ))
     return findings
+
+
+def _never_reached_python(ctx: Context, pid: int) -> float | None:
+    """The CPU a worker used in all, when py-spy tried to read its stack at two samples or more and
+    never could, and it used next to none (a child forked while another thread of its rank held a
+    lock, asleep on it from its first instant); None otherwise. A worker whose stack was not asked
+    for (the cheap /proc read of a worker nobody looks at) is not one."""
+    seen = [s for _, s in samples_of(ctx.bundle, pid) if s.alive and s.proc is not None]
+    if not seen or any(s.stack is not None for s in seen):
+        return None
+    if sum(1 for s in seen if any(e.startswith("stack:") for e in s.errors)) < 2:
+        return None
+    cpu = seen[-1].proc.cpu_s
+    return cpu if cpu <= NEVER_RAN_CPU_S else None
+
+
+def _no_stack_why(ctx: Context, pid: int) -> str:
+    said = " ".join(e for _, s in samples_of(ctx.bundle, pid) for e in (s.errors or ()))
+    if "python interpreter" in said.lower():
+        return "py-spy finds no Python interpreter in it"
+    return "py-spy read none at any sample"
 
 
 def _rank_threads(ctx: Context, rank) -> list[str]:
@@ -87,7 +120,9 @@ RULE = Rule(
     check=check,
     summary="Fires on a hang when the culprit waits on its DataLoader and one of its workers is "
             "alive but asleep in a futex (syscall 202 / 98, wchan futex_*) with no CPU used across "
-            "samples, not on its index queue: a lock held across fork.",
+            "samples, not on its index queue: a lock held across fork. Also for a worker with no Python "
+            "stack at any sample (py-spy finds no interpreter in it) that has used next to no CPU since "
+            "it was forked: it waits on the inherited lock before it runs a line of Python.",
     fix='Start workers with spawn or forkserver (multiprocessing_context=...) and create threads, locks '
         'and clients in worker_init_fn, not before the DataLoader forks.',
     snippet=SPAWN_SNIPPET,
