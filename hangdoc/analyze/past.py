@@ -86,7 +86,7 @@ def before_attach(ranks: Sequence[RankDigest], quiet_since: float, first: float,
               and _same_wait_since(r) <= r.first_seen]
     # Off the CPU before the first sample: the kernel dates the wait. On the CPU (a host spinning on
     # its collective's Work, NCCL's shape): the watch saw it there from its first sample on.
-    found = [(r.last_ran, r.rank, r.joining or r.detail, "kernel") if r.first_seen - r.last_ran > 0 and r.still
+    found = [(r.last_ran, r.rank, r.joining or r.detail, "kernel") if _off_cpu_before(r) and r.still
              else (r.first_seen, r.rank, r.joining or r.detail, "watch") for r in steady]
     if fr_pending is not None and fr_pending[0] < first and any(waiting(r) and _same_wait_since(r) <= first
                                                                 for r in live):
@@ -100,11 +100,15 @@ def before_attach(ranks: Sequence[RankDigest], quiet_since: float, first: float,
         # A spinner's wait needs the ranks outside it: a main thread that has not run since t has
         # issued no collective since t, so no step of the job has ended since (but the one whose
         # collective it had issued). Dated so, the spinners' wait reads as the sleepers' would.
-        ran = [r.last_ran for r in others if r.last_ran is not None and r.first_seen is not None
-               and r.first_seen - r.last_ran > 0]
+        ran = [r.last_ran for r in others if _off_cpu_before(r)]
         if len(ran) == len(others) and max(ran) < since:
             since, told_by = max(ran), "peers"
     return Before(since, rank, wait, others_asleep, told_by)
+
+
+def _off_cpu_before(rank: RankDigest) -> bool:
+    """The kernel read the rank's main thread off the CPU when hangdoc first read its stack."""
+    return rank.last_ran is not None and rank.first_seen is not None and rank.first_seen - rank.last_ran > 0
 
 
 def _same_wait_since(rank: RankDigest) -> float:

@@ -214,11 +214,12 @@ class _Callers:
 
     def __init__(self):
         self._at: dict[tuple[str, int], tuple] = {}
+        self._pending: set[tuple[str, int]] = set()   # lines caught lone, their own frame not yet seen
 
-    def new_line(self, sig: tuple) -> bool:
-        """`sig` is the first stack seen standing at its innermost line of the job's code: the
-        lone generator expressions caught there before can now be completed."""
-        return bool(sig) and sig[0].is_job_code and not _lone(sig) and (sig[0].filename, sig[0].line) not in self._at
+    def completes_earlier(self, sig: tuple) -> bool:
+        """`sig` is the first stack seen at a line whose generator expression was caught alone
+        before: those samples can now be completed with it (`complete` is asked next)."""
+        return bool(sig) and not _lone(sig) and (sig[0].filename, sig[0].line) in self._pending
 
     def complete(self, sig: tuple) -> tuple:
         if not sig:
@@ -226,11 +227,16 @@ class _Callers:
         top = sig[0]
         if _lone(sig):
             caller = self._at.get((top.filename, top.line))
-            return (top, *caller) if caller else sig
+            if caller:
+                return (top, *caller)
+            if len(self._pending) < self.KEPT:
+                self._pending.add((top.filename, top.line))
+            return sig
         if top.is_job_code:
             if len(self._at) >= self.KEPT:
                 self._at.clear()
             self._at[top.filename, top.line] = sig
+            self._pending.discard((top.filename, top.line))
         return sig
 
 
@@ -301,9 +307,9 @@ class LiveTimelines:
             gpu = gpu_activity(snapshot.gpu.device_of(pid)) if snapshot.gpu.available else None
             callers = self._callers.setdefault(pid, _Callers())
             raw = signature(sample)
-            first_at_line = callers.new_line(raw)
+            earlier = callers.completes_earlier(raw)
             sig = callers.complete(raw)
-            if first_at_line:
+            if earlier:
                 self._complete_earlier(pid, sig)
             point = _point(snapshot.time, sample, False, self._rank_reading(pid, sample, snapshot, sig), gpu, sig)
             if point.loop is not None:
@@ -334,18 +340,20 @@ class LiveTimelines:
         if lone in learned:
             self._learn(pid, place(sig), learned[lone])
 
-    def _learn(self, pid: int, where: tuple, reading: Reading) -> None:
+    def _learn(self, pid: int, where: tuple, reading: Reading) -> Reading:
         """The rank waits at `where`: so it did at its earlier samples there, read then as computing
         (a spin line's own frame caught before its generator expression showed the Work, a stack
         read before the native probe). They are read again, and what was worked out from them after
-        the first is worked out anew: a wait under way since the first sample is then seen as one."""
+        the first is worked out anew: a wait under way since the first sample is then seen as one.
+        Returns the place's reading: one name for one wait, the first it was read by (a new name
+        would read as a new wait, begun then)."""
         known = self._learned.setdefault(pid, {})
         if where in known:
-            return      # one name for one wait: the first reading of the place (`_rank_reading` keeps to it)
+            return known[where]
         known[where] = reading
         series = self._series.get(pid)
         if not series:
-            return
+            return reading
         first = None
         for i, point in enumerate(series):
             # A round with no stack carried its reading on: it is read again with the point it carried.
@@ -357,6 +365,7 @@ class LiveTimelines:
         if first is not None:
             for i in range(first, len(series)):
                 series[i].memo.clear()
+        return reading
 
     def _rank_reading(self, pid: int, sample: ProcSample, snapshot: Snapshot, sig: tuple) -> Reading:
         """The rank's reading: what its frames say, a wait a native probe of the same stack found,
@@ -365,15 +374,12 @@ class LiveTimelines:
         learned = self._learned.get(pid)
         if sample.stack is not None and sample.stack.probe:
             if reading.state == RankState.COLLECTIVE:
-                self._learn(pid, place(sig), reading)
-                reading = self._learned[pid][place(sig)]
+                reading = self._learn(pid, place(sig), reading)
         elif reading.state in (RankState.COMPUTE, RankState.IDLE) and _waits_on_work(sample):
             # Its own line holds a collective's Work and waits on it (NCCL's shape, in the job's
-            # code): a wait on the others there, whichever frame of the line a sample catches. A
-            # native read of the place named it first: the wait keeps that name (a new name would
-            # read as a new wait, begun now).
-            self._learn(pid, place(sig), Reading(RankState.COLLECTIVE, WORK_WAIT, reading.frame))
-            reading = self._learned[pid][place(sig)]
+            # code): a wait on the others there, whichever frame of the line a sample catches (under
+            # the name a native read of the place gave it first, if one did).
+            reading = self._learn(pid, place(sig), Reading(RankState.COLLECTIVE, WORK_WAIT, reading.frame))
         elif learned and reading.state == RankState.COMPUTE:
             reading = learned.get(place(sig), reading)
         if snapshot.gpu.available and is_gpu_sync(reading.detail):
