@@ -85,26 +85,52 @@ class Sampling:
         return chosen
 
     def _blocked_workers(self, waiting_on_data: set[int]) -> set[int]:
-        """Workers to probe natively this round, once per stack: a worker of a rank that waits on
-        its data, asleep in a futex at its last two samples with no CPU used between them. A lock
-        in native code (a thread pool its parent used before forking it) shows no Python frame of
-        its own; the native frames name the library (rules/native_libs.py)."""
+        """Workers to probe natively this round, once per stack (`_unprobed_blocked`)."""
+        chosen = set()
+        for key in self._unprobed_blocked(waiting_on_data):
+            self.probed.add(key)
+            chosen.add(key[0])
+        return chosen
+
+    def probes_due(self) -> bool:
+        """Whether the next round would probe a blocked worker it has not probed at this stack: a
+        hang named now would end the watch without the native frames that name the library."""
+        return bool(self._unprobed_blocked(self._ranks_waiting_on_data()))
+
+    def _unprobed_blocked(self, waiting_on_data: set[int]) -> set[tuple]:
+        """(worker pid, stack) of each worker of a rank that waits on its data, asleep in a futex at
+        its last two full readings with no CPU used between them, not yet probed at that stack. A
+        lock in native code (a thread pool its parent used before forking it) shows no Python frame
+        of its own; the native frames name the library (rules/native_libs.py). The cheap /proc reads
+        between (no kernel wait in them) are passed over: a worker read cheaply at one round is not
+        kept from its probe for two more."""
         if self.options.nonblocking or len(self.samples) < 2 or not isinstance(self.probes.pyspy, PySpy):
             return set()
-        before, last = self.samples[-2], self.samples[-1]
-        chosen = set()
+        due = set()
         for proc in self.job.processes:
             if proc.role is not Role.WORKER or proc.rank_pid not in waiting_on_data:
                 continue
-            now, then = last.sample_of(proc.pid), before.sample_of(proc.pid)
-            if now is None or then is None or now.proc is None or then.proc is None \
-                    or not (now.proc.in_futex and then.proc.in_futex) or now.proc.cpu_s != then.proc.cpu_s:
+            full = self._full_readings(proc.pid, 2)
+            if len(full) < 2 or not all(p.in_futex for p in full) or full[0].cpu_s != full[1].cpu_s:
                 continue
             key = (proc.pid, self._stack_key(proc.pid))
             if key[1] is not None and key not in self.probed:
-                self.probed.add(key)
-                chosen.add(proc.pid)
-        return chosen
+                due.add(key)
+        return due
+
+    def _full_readings(self, pid: int, count: int) -> list:
+        """The newest `count` full /proc readings of `pid` (oldest first), from the samples since the
+        newest one that read it at all: a process gone from a sample breaks the run."""
+        found = []
+        for snapshot in reversed(self.samples):
+            sample = snapshot.sample_of(pid)
+            if sample is None or sample.proc is None:
+                break
+            if sample.proc.full:
+                found.append(sample.proc)
+                if len(found) == count:
+                    break
+        return found[::-1]
 
     def _stack_key(self, pid: int) -> tuple | None:
         """The Python frames of the newest stack read of `pid`; None: none read yet."""

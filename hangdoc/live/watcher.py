@@ -84,6 +84,8 @@ class Watcher(Sampling):
     exit_watcher: ExitWatcher | None = None          # made at start() over the probes' /proc
     judgement: Judgement | None = None               # the last round's (its report gets its lanes at the end)
     flight_due: bool = False                         # a hang named before the job's own records were asked for
+    probe_due: bool = False                          # a hang named before a blocked worker's native probe
+    held_for_probe: bool = False                     # the watch waited a round for one already
     probed: set = field(default_factory=set)         # (worker pid, stack) a native probe has read once
     spin_probes: dict = field(default_factory=dict)  # (rank pid, place) -> native probes of a spin there
     dwell_probes: dict = field(default_factory=dict)  # pid -> probes of a rank that steps (bounded)
@@ -137,9 +139,10 @@ class Watcher(Sampling):
                 bundle, judgement = self.judge_round(bundle)
                 if on_sample:
                     on_sample(judgement.report)
-                # A hang named before the job's own records (Flight Recorder, RAS) were asked for
-                # waits one round for them: the report the watch ends with carries them.
-                reason = None if self.flight_due else judgement.stop
+                # A hang named before the job's own records (Flight Recorder, RAS) were asked for, or
+                # before a blocked worker's native probe, waits one round for them: the report the
+                # watch ends with carries them.
+                reason = None if self.flight_due or self.probe_due else judgement.stop
                 if reason is None and self.options.stop_when_slow and judgement.settled_slow:
                     reason = StopReason.SLOW
                 if reason is None and (self._all_gone(bundle) or ended()):
@@ -154,7 +157,7 @@ class Watcher(Sampling):
                     ending = End(Ending.TIMED_OUT, timeout_s=self.options.timeout_s) \
                         if reason is StopReason.TIMEOUT else RUNNING
                     return Outcome(self.judge(bundle, ending), bundle, reason)
-                delay = 0.0 if self.flight_due else self._next_delay(bundle)
+                delay = 0.0 if self.flight_due or self.probe_due else self._next_delay(bundle)
                 if self.options.timeout_s is not None:    # never wait past the timeout
                     delay = min(delay, max(0.0, began + self.options.timeout_s - time.monotonic()))
                 self._wait(delay)
@@ -173,6 +176,9 @@ class Watcher(Sampling):
         bundle = self._with_flight_records(bundle, stuck)
         judgement = judge(bundle, RUNNING, prior, hang_after=self.options.hang_after_s, live=self.live, lanes=False)
         self.flight_due = judgement.stop is StopReason.HANG and not stuck and self._has_own_records(bundle.job)
+        # Once a watch: a worker blocked at a new stack every round must not hold the hang for ever.
+        self.probe_due = judgement.stop is StopReason.HANG and not self.held_for_probe and self.probes_due()
+        self.held_for_probe = self.held_for_probe or self.probe_due
         self.stepping = {r.pid for r in judgement.report.ranks if r.progress == Progress.ACTIVE}
         self.judgement = judgement
         return bundle, judgement

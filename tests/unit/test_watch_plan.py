@@ -151,3 +151,63 @@ def test_a_spinning_rank_is_probed_again_while_no_wait_is_found_at_its_line_and_
     assert watcher.live.waits_at(spinner, watcher.judgement.lines[spinner].last.sig) or \
         watcher.judgement.lines[spinner].last.reading.detail == WORK_WAIT, watcher.judgement.lines[spinner].last.reading
     assert waited == set() and round_with(None) == set()
+
+
+def stuck_workers(watcher: Watcher, rank: int, light_at: int | None = None) -> int:
+    """Make rank `rank`'s workers asleep in a futex with no CPU used at every sample (sample
+    `light_at`: a cheap read of worker 0, no kernel wait in it); worker 0's pid."""
+    import dataclasses as dc
+
+    pids = sorted(p.pid for p in watcher.job.processes if p.role is Role.WORKER and p.rank == rank)
+    for i, snap in enumerate(watcher.samples):
+        procs = []
+        for s in snap.processes:
+            if s.pid in pids:
+                stat = dc.replace(s.proc, utime_s=50.0, stime_s=5.0, wchan="futex_wait_queue", syscall="202")
+                if i == light_at and s.pid == pids[0]:
+                    stat = dc.replace(stat, full=False, wchan=None, syscall=None)
+                s = dc.replace(s, proc=stat)
+            procs.append(s)
+        watcher.samples[i] = dc.replace(snap, processes=tuple(procs))
+    return pids[0]
+
+
+def test_a_blocked_worker_read_cheaply_between_two_futex_reads_is_still_probed_once():
+    # GIVEN rank 1 waiting on its DataLoader for three samples, its workers asleep in a futex with
+    # no CPU used; worker 0 read cheaply at the middle sample (no kernel wait in a light read)
+    from hangdoc.collect.stacks import PySpy
+
+    watcher, workers = watcher_after(1, 1, 1)
+    watcher.probes = Probes(pyspy=PySpy("py-spy"))
+    worker = stuck_workers(watcher, 1, light_at=1)
+    # WHEN the next round is planned
+    assert watcher.probes_due()
+    planned = watcher.plan(False)
+    # THEN worker 0 is read natively (paused), its stack with it, and not again at that stack
+    assert worker in planned.native and worker in planned.stacks and worker not in planned.nonblocking
+    assert worker not in watcher.plan(False).native
+
+
+def test_a_hang_named_before_a_blocked_workers_probe_waits_one_round_for_it_once():
+    # GIVEN a watch whose culprit (rank 1) waits on its DataLoader and whose workers are blocked in a
+    # futex, judged as a hang at this round, the workers not yet probed natively
+    import dataclasses as dc
+
+    from hangdoc.collect.stacks import PySpy
+    from hangdoc.model import StopReason
+
+    watcher, workers = watcher_after(1, 1, 1)
+    watcher.probes = Probes(pyspy=PySpy("py-spy"))
+    watcher.options = WatchOptions(hang_after_s=2.0)
+    stuck_workers(watcher, 1)
+    bundle = node_bundle(0, 1, 1, T0, samples=1, workers=2, ranks_per_node=2)
+    bundle = dc.replace(bundle, samples=tuple(watcher.samples))
+    # WHEN the round is judged
+    _, judgement = watcher.judge_round(bundle)
+    # THEN the hang is named but the watch holds it one round, for the probe the next round makes
+    assert judgement.stop is StopReason.HANG
+    assert watcher.probe_due and watcher.plan(False).native
+    # AND only once a watch: the next round's hang ends it whatever is still due
+    watcher.probed.clear()
+    watcher.judge_round(bundle)
+    assert not watcher.probe_due
