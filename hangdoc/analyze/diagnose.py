@@ -28,7 +28,7 @@ from hangdoc.analyze.past import hang_after as past_hang_after
 from hangdoc.analyze.progress import (
     PollLoop, Rhythm, blocked_since, held_since, poll_loop, progress_word, rank_progress, rhythm,
 )
-from hangdoc.analyze.shares import is_step_wait, rank_shares, workers_cpu
+from hangdoc.analyze.shares import is_step_wait, rank_shares, runqueue_share, workers_cpu
 from hangdoc.analyze.slow import SlowCall, slow_call
 from hangdoc.analyze.rendezvous import joining, joining_since, not_joined, setup_name, store_fields
 from hangdoc.analyze.restarts import restarts_of
@@ -308,6 +308,7 @@ def digest_of(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView])
             started=view.info.start_time, last_ran=_last_ran(first), first_seen=first.time, still=quiet,
             shares=rank_shares(line), held_since=held_since(line, [lines[pid] for pid in live if pid in lines]),
             place=_place_label(view, sample), workers_cpu=workers_cpu(line, [lines[pid] for pid in live if pid in lines]),
+            runqueue=runqueue_share(line),
             **_exit_fields(bundle, view.info.pid), **store_fields(view.info, sample, view.joining is not None)))
     nodes = max((n for p in bundle.job.ranks if (n := to_int(p.env.get("GROUP_WORLD_SIZE")))), default=None)
     return NodeDigest(DIGEST_VERSION, bundle.samples[0].time, bundle.last.time, tuple(ranks),

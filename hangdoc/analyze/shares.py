@@ -195,6 +195,16 @@ def time_shares(line: Timeline | None, halves: tuple[ShareCounts, ...] | None = 
 
 
 
+def runqueue_share(line: Timeline) -> float | None:
+    """The share of the rank's window its main thread waited on a run queue for a CPU (schedstat);
+    None: no window, or the kernel's counter not read."""
+    points = [p for p in window(line) if p.main is not None and p.main.runqueue_s is not None]
+    if len(points) < 2 or points[-1].time <= points[0].time:
+        return None
+    queued = points[-1].main.runqueue_s - points[0].main.runqueue_s
+    return round(max(0.0, queued) / (points[-1].time - points[0].time), 3)
+
+
 def workers_cpu(line: Timeline, workers: list[Timeline]) -> float | None:
     """The cores the rank's live workers used over its window (None: no window, or no CPU read)."""
     points = window(line)

@@ -38,7 +38,7 @@ class SlowCall:
     straggler_wait: float            # the stragglers' own step-wait share (data-bound: 0)
     speedup: float                   # an upper bound: the job without the straggler, or with data on time
     samples: int                     # the fewest samples a rank's shares rest on
-    doing: str | None                # what the stragglers mostly do: compute, dataloader-wait or io
+    doing: str | None                # what keeps the stragglers: compute, dataloader-wait, io, or cpu-wait (the machine)
     at: str | None = None            # where the others wait, when it is a sync line of the job's own (NCCL's shape)
     # What told `doing`: each activity's share of a step for the stragglers against the others', and
     # the cores their DataLoader workers used (straggler, others; None: not read).
@@ -127,15 +127,20 @@ def _straggler(ranks: list[RankDigest], waits: Callable[[ShareCounts], int] = _s
 
 
 WORKERS_BUSIER = 1.5        # the stragglers' workers use this many times the others' cores (and more than a tenth)
+CPU_WAIT = "cpu-wait"       # the stragglers' cause when they wait for a CPU: the machine's share, not their work
+QUEUED = 0.2                # ... their main threads wait on a run queue at least this share of the time
+QUEUED_MORE = 0.15          # ... and this much more than the others' do
 
 
 def _cause(mine: ShareCounts, theirs: ShareCounts, late: list[RankDigest], others: list[RankDigest],
-           at: str | None) -> tuple[RankState, tuple, tuple[float | None, float | None]]:
+           at: str | None) -> tuple[RankState | str, tuple, tuple[float | None, float | None]]:
     """What keeps the stragglers: their DataLoader, their own compute or their files. The ranks of a
     job step together, so each activity's share of a step compares as time: the activity the
     stragglers spend more of their step on than the others do is the cause. Their workers are the
     second witness: workers burning far more CPU than the others' make it the data, even where the
-    rank is caught computing (its workers take the cores its compute needs)."""
+    rank is caught computing (its workers take the cores its compute needs). The run queue is the
+    third: a straggler whose main thread waits for a CPU far more than the others' is slowed by the
+    machine (other processes on its CPUs), whatever its frames say it was doing when it got one."""
     def shares(counts: ShareCounts) -> dict[RankState, float]:
         n = counts.n or 1
         compute = max(0, counts.compute - (counts.at(at) if at is not None else 0))
@@ -144,15 +149,20 @@ def _cause(mine: ShareCounts, theirs: ShareCounts, late: list[RankDigest], other
     own, base = shares(mine), shares(theirs)
     excess = tuple((str(state), round(own[state], 3), round(base[state], 3)) for state in own)
     doing = max(own, key=lambda state: (own[state] - base[state], own[state]))
-    cores = (_mean_cpu(late), _mean_cpu(others))
+    cores = (_mean(late, "workers_cpu"), _mean(others, "workers_cpu"))
     if (cores[0] is not None and cores[1] is not None and cores[0] >= WORKERS_BUSIER * cores[1] + 0.1
             and own[RankState.DATALOADER] > base[RankState.DATALOADER]):
         doing = RankState.DATALOADER
+    queued = (_mean(late, "runqueue"), _mean(others, "runqueue"))
+    if queued[0] is not None and queued[1] is not None:
+        excess += ((CPU_WAIT, queued[0], queued[1]),)
+        if queued[0] >= QUEUED and queued[0] >= queued[1] + QUEUED_MORE:
+            doing = CPU_WAIT
     return doing, excess, cores
 
 
-def _mean_cpu(ranks: list[RankDigest]) -> float | None:
-    known = [r.workers_cpu for r in ranks if r.workers_cpu is not None]
+def _mean(ranks: list[RankDigest], field: str) -> float | None:
+    known = [value for r in ranks if (value := getattr(r, field)) is not None]
     return round(sum(known) / len(known), 2) if known else None
 
 

@@ -18,7 +18,8 @@ import msgspec
 #    left out of the rhythm; where its time went by place (shares.places), its workers' cores
 #    (workers_cpu); in setup, the store it was pointed at and whether it reached it (store,
 #    store_reached), and which start of the job it belongs to (generation).
-DIGEST_VERSION = 7
+# 8: the share of its window its main thread waited on a run queue for a CPU (runqueue).
+DIGEST_VERSION = 8
 
 
 class StepSummary(msgspec.Struct, frozen=True, gc=False):
@@ -121,6 +122,10 @@ class RankDigest(msgspec.Struct, frozen=True, gc=False):
     # The cores its live DataLoader workers used over its share window (v6): with its own shares,
     # what tells a straggler slowed by its data from one slowed by its own compute. None: not read.
     workers_cpu: float | None = None
+    # The share of its share window its main thread waited on a run queue, runnable but not running
+    # (v8): a straggler whose lag is the machine's (other processes on its CPUs), not its own work.
+    # None: not read (a kernel without schedstat, an older digest).
+    runqueue: float | None = None
     # In process-group setup: the store its environment points it at (MASTER_ADDR:MASTER_PORT), and
     # whether one of its sockets is connected there (None: not in setup, or its sockets not read);
     # which start of the job it belongs to (TORCHELASTIC_RESTART_COUNT).

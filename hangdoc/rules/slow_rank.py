@@ -4,12 +4,14 @@ from __future__ import annotations
 from collections import Counter
 
 from hangdoc.analyze.shares import interval, is_step_wait, rank_shares, total, window
+from hangdoc.analyze.slow import CPU_WAIT
 from hangdoc.model import Finding, RankState, Severity, SlowKind, Verdict
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import live_workers, worker_habit
 from hangdoc.rules.samples import most_common_line
 
-_DOING = {RankState.COMPUTE: "computes", RankState.DATALOADER: "waits on its DataLoader", RankState.IO: "reads or writes files"}
+_DOING = {RankState.COMPUTE: "computes", RankState.DATALOADER: "waits on its DataLoader", RankState.IO: "reads or writes files",
+          CPU_WAIT: "waits for a CPU"}
 
 
 def where(ctx: Context, pid: int) -> str | None:
@@ -49,7 +51,10 @@ def sync_line(rank: int | None, at: str, line) -> list[str]:
 
 
 _ACTIVITY = {RankState.COMPUTE: "its own compute", RankState.DATALOADER: "waiting on its DataLoader",
-             RankState.IO: "files"}
+             RankState.IO: "files", CPU_WAIT: "waiting on a run queue for a CPU"}
+CPU_FIX = ("It is the machine's share, not the rank's work: its main thread waits for a CPU that other processes hold. "
+           "Give each rank cores of its own (taskset / numactl, Slurm's --cpus-per-task, fewer DataLoader workers or "
+           "OMP_NUM_THREADS per rank) and move other work off them.")
 
 
 def cause_line(slow) -> str:
@@ -90,6 +95,8 @@ def check(ctx: Context) -> list[Finding]:
     noun = "Rank" if len(slow.stragglers) == 1 else "Ranks"
     doing = _DOING.get(slow.doing or "", "is elsewhere")
     fix = RULE.fix
+    if slow.doing == CPU_WAIT:
+        fix = CPU_FIX + " " + RULE.fix
     if slow.doing == RankState.DATALOADER:
         fix = ("Its DataLoader cannot keep up: see the data findings above (slow-decompression, "
                "tar-member-decode) or give it more workers and cheaper samples; " + RULE.fix)

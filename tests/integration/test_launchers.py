@@ -89,8 +89,14 @@ def test_job_that_recovers_through_max_restarts_is_healthy_under_watch_with_the_
     # rank 1 raises once, in the first start only (the injector)
     # WHEN hangdoc watch attaches to torchrun before the failure and the job ends by itself
     result = cell("elastic_ddp", FAULTS["raise_once"], "watch")
-    # THEN healthy, exit 0, and the warning names the restart: rank 1 first, its error, restart k of 2
-    assert (result.exit_code, result.verdict, result.culprits) == (0, "healthy", []), result.describe()
+    # THEN healthy, exit 0, and the warning names the restart: rank 1 first, its error, restart k of 2.
+    # On a loaded machine one rank can be kept from a CPU for the whole restarted start: then the job
+    # is slow, and hangdoc must say it is the machine's doing (the straggler waits for a CPU).
+    if result.verdict == "slow" and any(f["rule"] == "slow-rank" and "waits for a CPU" in f["title"]
+                                        for f in result.findings):
+        assert result.exit_code == 8, result.describe()
+    else:
+        assert (result.exit_code, result.verdict, result.culprits) == (0, "healthy", []), result.describe()
     restarted = next(f for f in result.findings if f["rule"] == "workers-restarted")
     assert "of 2" in restarted["title"] and "first, rank 1" in restarted["title"], result.describe()
     assert any("RuntimeError" in line for line in restarted["evidence"]), result.describe()

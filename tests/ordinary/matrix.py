@@ -275,7 +275,10 @@ class CellResult:
                  f"  exit {self.exit_code}, verdict {self.verdict}, culprits {self.culprits}, rules {self.rules}"
                  + (f", also said (critical): {', '.join(self.also_said)}" if self.also_said else ""),
                  f"  headline: {self.headline}"]
-        lines += [f"  {f['severity'].upper()} {f['rule']} {f['ranks']}: {f['title']}" for f in self.findings]
+        for f in self.findings:
+            lines.append(f"  {f['severity'].upper()} {f['rule']} {f['ranks']}: {f['title']}")
+            if self.status == "MISS":     # what told it, so a miss in a CI log explains itself
+                lines += [f"      {e}" for e in f.get("evidence", ())[:8]]
         lines += [f"  cause: {c}" for c in self.cause[:3]]
         lines += [f"  rank {r}" for r in self.ranks]
         if self.status == "INVALID":

@@ -116,3 +116,49 @@ def test_a_job_ending_raggedly_keeps_its_pace_while_its_last_rank_finishes():
     # AND a live rank without shares yet still holds the call back; a gone one without shares does not
     assert slow_call(ranks + [rank(2)]) is None
     assert slow_call(ranks + [rank(2, gone=True)]).stragglers == (1,)
+
+
+def queued(digest: RankDigest, share: float | None) -> RankDigest:
+    import msgspec
+
+    return msgspec.structs.replace(digest, runqueue=share)
+
+
+def test_a_straggler_whose_main_thread_waits_for_a_cpu_is_slowed_by_the_machine():
+    # GIVEN rank 0 waiting in the gradient all_reduce most of each step and rank 1 caught computing,
+    # but rank 1's main thread waited on a run queue 45 % of the time and rank 0's 5 %
+    ranks = [queued(rank(0, half(step_wait=9), half(step_wait=10)), 0.05),
+             queued(rank(1, half(), half(step_wait=1)), 0.45)]
+    # WHEN the job is judged
+    call = slow_call(ranks)
+    # THEN rank 1 is still the straggler, but what keeps it is a CPU, not its compute, and it says by how much
+    assert (call.kind, call.stragglers, call.doing) == ("straggler", (1,), "cpu-wait")
+    assert ("cpu-wait", 0.45, 0.05) in call.excess
+
+
+@pytest.mark.parametrize("mine, theirs", [(0.30, 0.28), (0.12, 0.0), (None, 0.05), (0.45, None)])
+def test_a_straggler_queued_like_the_others_or_unread_is_kept_by_its_compute(mine, theirs):
+    # GIVEN the same straggler, its run queue like the others' (a loaded machine, evenly), too short
+    # to matter, or not read
+    ranks = [queued(rank(0, half(step_wait=9), half(step_wait=10)), theirs),
+             queued(rank(1, half(), half(step_wait=1)), mine)]
+    # WHEN judged THEN its own compute keeps it
+    assert slow_call(ranks).doing == "compute"
+
+
+def test_the_run_queue_share_is_read_over_the_ranks_window(monkeypatch):
+    # GIVEN a rank's window of 11 samples 1 s apart whose main thread's run-queue time grows 0.3 s a second
+    from hangdoc.analyze import shares
+    from hangdoc.analyze.timeline import Point, Timeline
+    from hangdoc.model import ThreadCounters
+    from hangdoc.analyze.classify import Reading
+
+    points = tuple(Point(T0 + i, Reading("compute", None, None), (), float(i), 0,
+                         main=ThreadCounters(float(i), 0, 0, runqueue_s=0.3 * i if i != 4 else None))
+                   for i in range(11))
+    line = Timeline(100, points)
+    monkeypatch.setattr(shares, "window", lambda tl: list(tl.points))
+    # WHEN its share is read THEN 0.3, the samples without the counter passed over
+    assert shares.runqueue_share(line) == pytest.approx(0.3)
+    # AND none where the kernel never said
+    assert shares.runqueue_share(Timeline(100, tuple(dataclasses.replace(p, main=None) for p in points))) is None
