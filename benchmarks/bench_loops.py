@@ -3,13 +3,15 @@ from the launcher's pid. Never call a moving job hung; name the rank that stalls
 
     python -m benchmarks.bench_loops [--styles main,module,next,lightning,accelerate,hf_trainer]
                                      [--faults healthy,worker_block,rank_3x,nccl_data_stall,nccl_straggler]
-                                     [--modes run,watch] [--healthy-s 240] [--healthy-runs 3] [--slow-s 60]
+                                     [--modes run,watch,watch-early] [--healthy-s 240] [--healthy-runs 3] [--slow-s 60]
                                      [--out DIR]
 
 Healthy cells train for --healthy-s seconds and run --healthy-runs times under `run` (under `watch`
-once, when run is not among --modes); every other cell runs once under each mode. A straggler's
-cells train for --slow-s seconds before the slowing (then about three times as long): a job that
-ends a few seconds after a rank slows down leaves too few samples to tell a straggler from jitter. The NCCL columns
+once, when run is not among --modes); every other cell runs once under each mode (watch: attached
+once the fault has fired; watch-early: attached at the job's first step, the fault held back 8 s).
+A straggler's cells train for --slow-s seconds before the slowing (then about three times as long):
+a job that ends a few seconds after a rank slows down leaves too few samples to tell a straggler
+from jitter. The NCCL columns
 are the style's loop written in NCCL's wait shape (--nccl-shape: collectives return at once, the
 sync line spins); Lightning, accelerate and the HF Trainer have none (n/a). One cell at a time.
 Prints a row as each cell ends, then the table (verdict, culprit, rules, fault->verdict seconds,
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from benchmarks.bench_matrix import parse_names, write_json  # puts tests/ on the path
 from benchmarks.common import machine, table
-from ordinary.matrix import (FAULT_RANK, LOOP_FAULTS, LOOP_STYLES, MODES, CellResult, as_dict, loop_cell,
+from ordinary.matrix import (ALL_MODES, FAULT_RANK, LOOP_FAULTS, LOOP_STYLES, MODES, CellResult, as_dict, loop_cell,
                              run_cell, summarise)
 
 HEADER = ["style", "fault", "mode", "job", "exit", "verdict", "culprit", "rules", "s to verdict", "threshold",
@@ -132,7 +134,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_loops", description=__doc__.split("\n")[0])
     parser.add_argument("--styles", help=f"comma-separated, of {', '.join(LOOP_STYLES)}")
     parser.add_argument("--faults", help=f"comma-separated, of {', '.join(LOOP_FAULTS)}")
-    parser.add_argument("--modes", help="run,watch (default both)")
+    parser.add_argument("--modes", help="run,watch (default both); watch-early: a watch attached before the fault")
     parser.add_argument("--healthy-s", type=float, default=240.0, help="how long a healthy cell trains, seconds")
     parser.add_argument("--healthy-runs", type=int, default=3, help="healthy cells under run, each style")
     parser.add_argument("--slow-s", type=float, default=60.0,
@@ -143,7 +145,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     results = bench_loops(parse_names(args.styles, LOOP_STYLES, "styles"),
                           parse_names(args.faults, LOOP_FAULTS, "faults"),
-                          parse_names(args.modes, dict.fromkeys(MODES), "modes"),
+                          parse_names(args.modes, dict.fromkeys(ALL_MODES), "modes"),
                           args.healthy_s, args.healthy_runs, args.interval, out, slow_s=args.slow_s)
     print()
     print_loops(results)

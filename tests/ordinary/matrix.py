@@ -45,7 +45,9 @@ INJECTOR = HERE / "faults"
 MODES = ("watch", "run")
 # watch-quiet: as watch, with the job's output thrown away (a job in a terminal or under
 # `> /dev/null`): nothing readable says how it ended, only the processes do.
-ALL_MODES = MODES + ("watch-quiet",)
+# watch-early: as watch, attached before the fault (at the job's first step), the fault held back
+# RUN_GATE_S as under run: a watch that has seen the job's rhythm, as one left running from the start.
+ALL_MODES = MODES + ("watch-quiet", "watch-early")
 FAULT_RANK = 1
 EXIT_FOR = {"healthy": 0, "hang": 3, "crash": 4, "slow": 8}
 RUN_GATE_S = 8.0
@@ -527,7 +529,8 @@ def run_cell(job: Job, fault: Fault, mode: str, *, rep: int = 0, rank: int = FAU
         if mode == "run":
             _run(job, fault, paths, result, extra, sample)
         else:
-            _watch(job, fault, paths, result, extra, sample, quiet=mode == "watch-quiet", attach=attach)
+            _watch(job, fault, paths, result, extra, sample, quiet=mode == "watch-quiet", attach=attach,
+                   early=mode == "watch-early")
         expect = fault.truth(paths.log.read_text(errors="replace") if paths.log.exists() else "", job.launcher)
         result.expected = _expected(expect)
         _score(result, expect, paths)
@@ -552,9 +555,10 @@ def _expected(expect: Expect) -> dict:
 
 
 def _watch(job: Job, fault: Fault, paths: _Paths, result: CellResult, extra: list[str], sample: int,
-           quiet: bool = False, attach: str = "launcher") -> None:
+           quiet: bool = False, attach: str = "launcher", early: bool = False) -> None:
     timeout = watch_timeout(job, fault)
-    gated = bool(fault.kind) and fault.attach == "before"
+    early = early and bool(fault.kind) and not fault.early and fault.attach != "before"
+    gated = bool(fault.kind) and (fault.attach == "before" or early)
     env = dict(_clean_environ(), **job_env(fault, paths, sample, gated, job))
     with open(os.devnull if quiet else paths.log, "wb") as log:
         launcher = subprocess.Popen(launch(job, paths.out), cwd=paths.out, env=env, stdout=log,
@@ -562,7 +566,7 @@ def _watch(job: Job, fault: Fault, paths: _Paths, result: CellResult, extra: lis
     tree = ProcessTree(launcher.pid)
     watch = None
     try:
-        before = fault.healthy or fault.attach == "before"
+        before = fault.healthy or fault.attach == "before" or early
         marker = paths.ready if before else paths.record
         if not _wait_for(marker, launcher, time.monotonic() + job.duration_s * 3 + 60):
             result.why.append(f"the job never wrote {marker.name} (job exit {launcher.poll()})")
@@ -577,7 +581,9 @@ def _watch(job: Job, fault: Fault, paths: _Paths, result: CellResult, extra: lis
                                  start_new_session=True)
         attached = time.time()
         stdout, stderr = _Lines(watch.stdout), _Lines(watch.stderr)
-        if gated:
+        if early:
+            threading.Thread(target=_open_gate_after, args=(paths, watch, RUN_GATE_S), daemon=True).start()
+        elif gated:
             deadline = time.monotonic() + 60
             while (time.monotonic() < deadline and watch.poll() is None
                    and _samples_taken(stderr.lines) < fault.gate_samples):
@@ -665,6 +671,13 @@ def _open_gate_later(paths: _Paths, run: subprocess.Popen) -> None:
     rhythm (a fault at step 20 would come before its second sample)."""
     if _wait_for(paths.ready, run, time.monotonic() + 300) and run.poll() is None:
         time.sleep(RUN_GATE_S)
+        paths.gate.touch()
+
+
+def _open_gate_after(paths: _Paths, watch: subprocess.Popen, seconds: float) -> None:
+    """watch-early: the fault waits `seconds` after the watch started, as under run after the first step."""
+    time.sleep(seconds)
+    if watch.poll() is None:
         paths.gate.touch()
 
 
