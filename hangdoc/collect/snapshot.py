@@ -173,7 +173,10 @@ def _read_proc(procfs: ProcFS, pid: int, full: bool = True, links: tuple[int, ..
 
 def refine_job(job: Job, dumps: dict[int, Dump | StackError]) -> Job:
     """Confirm DataLoader workers from their stacks; other Python children become CHILD. A child
-    still starting (its target not yet called) stays a WORKER, to be read again next round."""
+    still starting (its target not yet called) stays a WORKER, to be read again next round, and so
+    does one whose read holds none of multiprocessing's start frames: every child multiprocessing
+    made has them at the bottom of its stack, so such a read is partial (an engine that failed on
+    part of the interpreter's memory), and a worker it would demote is lost to every later round."""
     changed = False
     infos: list[ProcessInfo] = []
     for info in job.processes:
@@ -182,7 +185,7 @@ def refine_job(job: Job, dumps: dict[int, Dump | StackError]) -> Job:
             main = dump.stack.main
             frames = main.frames if main else ()
             names = {f.name for f in frames}
-            if "_worker_loop" not in names and not still_starting(frames):
+            if "_worker_loop" not in names and started(frames) and not still_starting(frames):
                 info = dataclasses.replace(info, role=Role.CHILD)
                 changed = True
             elif dump.worker_id is not None and info.worker_index is None:
@@ -197,6 +200,11 @@ def refine_job(job: Job, dumps: dict[int, Dump | StackError]) -> Job:
 # `Popen._launch` until it calls its target; a spawned one imports the job's modules first.
 _START_FILES = frozenset({"multiprocessing/popen_fork.py", "multiprocessing/spawn.py",
                           "multiprocessing/forkserver.py", "multiprocessing/process.py"})
+
+
+def started(frames) -> bool:
+    """The read reaches down to multiprocessing's start of the child (its fork, spawn or bootstrap)."""
+    return any(f.short_filename in _START_FILES for f in frames)
 
 
 def still_starting(frames) -> bool:

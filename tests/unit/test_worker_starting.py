@@ -79,3 +79,15 @@ def test_a_child_running_something_else_is_not_a_worker():
     refined = refine_job(job, {own: _dump(OWN_PROCESS), worker: _dump(WORKER_IDLE, 1)})
     # THEN the child is another child, the worker a worker
     assert _roles(refined) == {own: (Role.CHILD, None), worker: (Role.WORKER, 1)}
+
+
+def test_a_worker_whose_read_is_partial_stays_a_worker():
+    # GIVEN two workers of a rank read by an engine that failed on part of their memory: one read holds
+    # no frame at all, the other only the innermost frames (none of multiprocessing's start frames)
+    job, (empty, partial) = _job_with_unread_workers()
+    innermost = _frames(("_PollLikeSelector.select", _LIB + "selectors.py", 415),
+                        ("wait", _LIB + "multiprocessing/connection.py", 947))
+    # WHEN their stacks are read
+    refined = refine_job(job, {empty: _dump(()), partial: _dump(innermost)})
+    # THEN both stay workers, to be read again next round, not other children for good
+    assert _roles(refined) == {empty: (Role.WORKER, None), partial: (Role.WORKER, None)}
