@@ -172,11 +172,11 @@ def _read_proc(procfs: ProcFS, pid: int, full: bool = True, links: tuple[int, ..
 
 
 def refine_job(job: Job, dumps: dict[int, Dump | StackError]) -> Job:
-    """Confirm DataLoader workers from their stacks; other Python children become CHILD. A child
-    still starting (its target not yet called) stays a WORKER, to be read again next round, and so
-    does one whose read holds none of multiprocessing's start frames: every child multiprocessing
-    made has them at the bottom of its stack, so such a read is partial (an engine that failed on
-    part of the interpreter's memory), and a worker it would demote is lost to every later round."""
+    """Confirm DataLoader workers from their stacks; a Python child seen running a target of its own
+    becomes CHILD. Any other read leaves it a WORKER, to be read again next round: a child still
+    starting (its target not yet called), and a read that does not reach multiprocessing's
+    `BaseProcess.run` at the bottom of every such child's stack (an engine that failed on part of
+    the interpreter's memory), by which a worker would be lost to every later round."""
     changed = False
     infos: list[ProcessInfo] = []
     for info in job.processes:
@@ -185,7 +185,7 @@ def refine_job(job: Job, dumps: dict[int, Dump | StackError]) -> Job:
             main = dump.stack.main
             frames = main.frames if main else ()
             names = {f.name for f in frames}
-            if "_worker_loop" not in names and started(frames) and not still_starting(frames):
+            if "_worker_loop" not in names and runs_its_target(frames):
                 info = dataclasses.replace(info, role=Role.CHILD)
                 changed = True
             elif dump.worker_id is not None and info.worker_index is None:
@@ -196,20 +196,9 @@ def refine_job(job: Job, dumps: dict[int, Dump | StackError]) -> Job:
     return dataclasses.replace(job, processes=tuple(infos)) if changed else job
 
 
-# Where multiprocessing starts a child: a forked one holds a copy of its parent's frames down to
-# `Popen._launch` until it calls its target; a spawned one imports the job's modules first.
-_START_FILES = frozenset({"multiprocessing/popen_fork.py", "multiprocessing/spawn.py",
-                          "multiprocessing/forkserver.py", "multiprocessing/process.py"})
-
-
-def started(frames) -> bool:
-    """The read reaches down to multiprocessing's start of the child (its fork, spawn or bootstrap)."""
-    return any(f.short_filename in _START_FILES for f in frames)
-
-
-def still_starting(frames) -> bool:
-    """A multiprocessing child that has not called its target yet (no `BaseProcess.run` on its
-    stack): what it is cannot be told from its stack until it does."""
-    mp = [f for f in frames if f.short_filename in _START_FILES]
-    return bool(mp) and not any(f.short_filename == "multiprocessing/process.py"
-                                and f.name.rsplit(".", 1)[-1] == "run" for f in mp)
+def runs_its_target(frames) -> bool:
+    """The read reaches multiprocessing's `BaseProcess.run`: the child has called its target, and
+    the frames above it say what that is. A forked child holds a copy of its parent's frames down
+    to `Popen._launch` until it does; a spawned one imports the job's modules first."""
+    return any(f.short_filename == "multiprocessing/process.py" and f.name.rsplit(".", 1)[-1] == "run"
+               for f in frames)
