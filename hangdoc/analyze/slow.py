@@ -140,7 +140,8 @@ def _cause(mine: ShareCounts, theirs: ShareCounts, late: list[RankDigest], other
     second witness: workers burning far more CPU than the others' make it the data, even where the
     rank is caught computing (its workers take the cores its compute needs). The run queue is the
     third: a straggler whose main thread waits for a CPU far more than the others' is slowed by the
-    machine (other processes on its CPUs), whatever its frames say it was doing when it got one."""
+    machine (other processes on its CPUs), whatever its frames say it was doing when it got one;
+    unless the data keeps it, its own busier workers being the processes on its CPUs."""
     def shares(counts: ShareCounts) -> dict[RankState, float]:
         n = counts.n or 1
         compute = max(0, counts.compute - (counts.at(at) if at is not None else 0))
@@ -156,7 +157,7 @@ def _cause(mine: ShareCounts, theirs: ShareCounts, late: list[RankDigest], other
     queued = (_mean(late, "runqueue"), _mean(others, "runqueue"))
     if queued[0] is not None and queued[1] is not None:
         excess += ((CPU_WAIT, queued[0], queued[1]),)
-        if queued[0] >= QUEUED and queued[0] >= queued[1] + QUEUED_MORE:
+        if doing != RankState.DATALOADER and queued[0] >= QUEUED and queued[0] >= queued[1] + QUEUED_MORE:
             doing = CPU_WAIT
     return doing, excess, cores
 

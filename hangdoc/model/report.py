@@ -95,7 +95,7 @@ class Slowness:
     others_wait: float             # straggler: the share of each step the others wait; data-bound: the least data-wait share
     straggler_wait: float          # the stragglers' own step-wait share
     speedup_at_most: float         # the job without the straggler (or with data on time): an upper bound
-    doing: str | None              # what the stragglers mostly do: compute, dataloader-wait, io
+    doing: str | None              # what keeps the stragglers: compute, dataloader-wait, io, cpu-wait (the machine)
     samples: int                   # the fewest samples a rank's shares rest on
     at: str | None = None          # 0.6: where the others wait when it is a sync line of the job's own (NCCL's
                                    # shape: the step's collectives return at once, the host waits at `.item()`)

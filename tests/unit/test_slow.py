@@ -162,3 +162,17 @@ def test_the_run_queue_share_is_read_over_the_ranks_window(monkeypatch):
     assert shares.runqueue_share(line) == pytest.approx(0.3)
     # AND none where the kernel never said
     assert shares.runqueue_share(Timeline(100, tuple(dataclasses.replace(p, main=None) for p in points))) is None
+
+
+def test_a_straggler_whose_own_workers_take_its_cpus_is_kept_by_its_data():
+    # GIVEN the straggler queued for a CPU 45 % of the time, its DataLoader workers using 1.6 cores
+    # against the others' 0.3, and it caught waiting on its data more than they are
+    import msgspec
+
+    late = msgspec.structs.replace(queued(rank(1, half(data=4), half(data=5, step_wait=1)), 0.45), workers_cpu=1.6)
+    other = msgspec.structs.replace(queued(rank(0, half(step_wait=9), half(step_wait=10)), 0.05), workers_cpu=0.3)
+    # WHEN judged
+    call = slow_call([other, late])
+    # THEN its data keeps it (its own workers are what it queues behind), not the machine
+    assert (call.stragglers, call.doing) == ((1,), "dataloader-wait")
+    assert ("cpu-wait", 0.45, 0.05) in call.excess
