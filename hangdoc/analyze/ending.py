@@ -86,16 +86,18 @@ def _teardown_order(rank: RankDigest) -> int:
 def crash_of(ranks: Sequence[RankDigest], facts: JobFacts) -> tuple[tuple[int, ...], float | None] | None:
     """(culprit ranks, onset) when the job crashed, None when it did not (or not yet), read
     from the samples and the logs: the bundle has no exit status that decides."""
-    exited = sorted((r for r in ranks if r.exited_at is not None), key=lambda r: r.exited_at)
+    # Gone by a sample or by an exit record whose status went unread (a command reaped its ranks
+    # after the last round saw them).
+    exited = sorted((r for r in ranks if gone_at(r) is not None), key=gone_at)
     if not exited:
         return None
     logs = facts.logs
     failed = facts.exit_code not in (None, 0) or (facts.exit_code is None and says_failure(logs))
     some_alive = len(exited) < len(ranks)
     # Ranks of a job that ends well exit together; one gone for long while others live is a crash.
-    if not failed and not (some_alive and facts.now - exited[0].exited_at >= CRASH_GRACE_S):
+    if not failed and not (some_alive and facts.now - gone_at(exited[0]) >= CRASH_GRACE_S):
         return None
-    onset = exited[0].exited_at
+    onset = gone_at(exited[0])
     root = torchrun_root_cause(logs)
     if root is not None:
         return (root.rank,), onset
@@ -105,5 +107,5 @@ def crash_of(ranks: Sequence[RankDigest], facts: JobFacts) -> tuple[tuple[int, .
             return (rank.rank,), onset
     if (failed_rank := failed_worker_rank(logs)) is not None:   # the worker died before we saw it
         return (failed_rank,), onset
-    first = [r.rank for r in exited if r.exited_at == onset and r.rank is not None]
+    first = [r.rank for r in exited if gone_at(r) == onset and r.rank is not None]
     return (tuple(first) if some_alive else ()), onset

@@ -185,6 +185,9 @@ def _signal_name(number: int) -> str:
 _SETUP_ERRORS = ("connectFullMesh", "DistNetworkError", "DistStoreError", "client socket has timed out")
 _SETUP_WHERE = (" in init_process_group", " in _new_process_group_helper", " in _create_c10d_store",
                 " in _store_based_barrier", " in _rendezvous_helper", " in next_rendezvous")
+# gloo's connect to its peers ("connectFullMesh failed with [.../pair.cc:152] ... remote=[host]:port"):
+# the address it names is a peer's listener that the store handed out, never an address the job chose.
+_PEER_CONNECT = ("connectFullMesh", "/tcp/pair.cc")
 _ADDRESS = re.compile(r"\[?(\d{1,3}(?:\.\d{1,3}){3})\]?:(\d+)")
 _PAIR = re.compile(r"\((\d{1,3}(?:\.\d{1,3}){3}), (\d+)\)")      # "(127.0.0.1, 9)", as the store's client says
 
@@ -211,11 +214,20 @@ def launcher_made(bundle: Bundle, failure: Failure) -> str | None:
         if owner is not None:
             return (f"the launcher's own making: {address} was {owner}; the store still held the earlier "
                     "start's address and handed it to the restarted ranks (a stale store), not the job's code")
+    if _peer_connect(failure):
+        return ("the launcher's own making: the restarted ranks could not reach each other in init_process_group "
+                f"(gloo's connect to {', '.join(named) or 'a peer'}, a peer's address handed out by the store, was "
+                "refused, as after a restart on a loaded machine), not the job's code")
     store = _store_of(bundle, failure)
     if store is not None and any(a.rpartition(":")[2] != store.rpartition(":")[2] for a in named):
         return None     # an address of the job's own: `restart_cause` says so
     return ("the launcher's own making: the restarted ranks could not reach each other or the store in "
             "init_process_group (as after a restart on a loaded machine), not the job's code")
+
+
+def _peer_connect(failure: Failure) -> bool:
+    """The failure is gloo's connect to its peers: the addresses it names are theirs, not the store's."""
+    return any(m in (failure.said or "") for m in _PEER_CONNECT)
 
 
 def _named(failure: Failure) -> list[str]:
@@ -236,7 +248,7 @@ def own_address(bundle: Bundle, failure: Failure) -> str | None:
     named (an init_method or MASTER_PORT of the job's own), None otherwise."""
     named = _named(failure)
     store = _store_of(bundle, failure)
-    if store is None or not named or not in_setup(failure):
+    if store is None or not named or not in_setup(failure) or _peer_connect(failure):
         return None
     port = store.rpartition(":")[2]
     if any(a.rpartition(":")[2] == port or _earlier_owner(bundle, a, failure.generation) for a in named):

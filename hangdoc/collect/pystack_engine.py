@@ -62,6 +62,8 @@ class PyStack:
                 # Read while the process runs, pystack often meets a pointer that moved under it
                 # ("Invalid address in remote process"): read it again, stopped.
                 data = _read(get_process_threads, pid, True, want_locals)
+            if not _whole(data, pid):
+                data = _read_again(get_process_threads, pid, want_locals, data, errors.PystackError)
         except errors.ProcessNotFound:
             raise StackError("gone", f"process {pid} exited during the dump") from None
         except (errors.InvalidPythonProcess, errors.NotEnoughInformation) as exc:
@@ -69,6 +71,27 @@ class PyStack:
         except (PermissionError, errors.PystackError, RuntimeError, OSError) as exc:
             raise classify_failure(pid, f"pystack: {_one_line(exc)}", tracer_of(pid)) from None
         return parse_dump(data, took_s=time.monotonic() - started, loop_locals=loop_locals)
+
+
+def _main_frames(data: list[dict], pid: int) -> list[dict]:
+    return next((t["frames"] for t in data if t["os_thread_id"] == pid), [])
+
+
+def _whole(data: list[dict], pid: int) -> bool:
+    """The main thread's read reaches its outermost frame, a `<module>` (the script's, runpy's
+    `-m` module's, or a spawned child's `<string>`). pystack that fails on part of the interpreter's
+    memory ("Failed to read PyObject data") leaves a thread with no frames, or only its innermost."""
+    frames = _main_frames(data, pid)
+    return bool(frames) and frames[-1]["name"] == "<module>"
+
+
+def _read_again(get_process_threads, pid: int, want_locals: bool, first: list[dict], failure) -> list[dict]:
+    """A read that stopped short, read once more with the process stopped; the deeper read is kept."""
+    try:
+        again = _read(get_process_threads, pid, True, want_locals)
+    except failure:
+        return first
+    return again if len(_main_frames(again, pid)) > len(_main_frames(first, pid)) else first
 
 
 def _read(get_process_threads, pid: int, stop: bool, want_locals: bool) -> list[dict]:

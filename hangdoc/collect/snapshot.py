@@ -74,6 +74,7 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
         procs = _with_rank_reads(probes.procfs, procs, ranks)
         if stacks_future is not None:
             dumps = stacks_future.result()
+            dumps.update(_read_again(probes, requests, dumps))
         gpu = gpu_future.result()
 
     samples = []
@@ -96,6 +97,21 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
                         processes=tuple(samples), gpu=gpu, shm=shm_use(job, probes.procfs.root),
                         cpu_quota=cpu_quota(job, probes.procfs.root))
     return snapshot, refine_job(job, dumps)
+
+
+def _read_again(probes: Probes, requests: list[DumpRequest], dumps: dict[int, Dump | StackError]
+                ) -> dict[int, Dump]:
+    """Workers whose index is still unknown and whose read stopped short of multiprocessing's
+    `BaseProcess.run` (an engine that failed on part of the interpreter's memory, or a child still
+    starting), read once more in the same capture: a single snapshot (`watch --once`) has no later
+    round to learn the worker's index from. The better read of the two is kept."""
+    again = [r for r in requests if r.worker_locals and isinstance(d := dumps.get(r.pid), Dump)
+             and d.worker_id is None and not runs_its_target(d.stack.main.frames if d.stack.main else ())]
+    if not again:
+        return {}
+    reread = dump_many(probes.pyspy, again, probes.max_parallel)
+    return {pid: d for pid, d in reread.items() if isinstance(d, Dump)
+            and (d.worker_id is not None or runs_its_target(d.stack.main.frames if d.stack.main else ()))}
 
 
 # A main thread off the CPU this long is asleep in the kernel: its stack stands still, so it is read

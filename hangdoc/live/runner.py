@@ -161,6 +161,10 @@ def _follow(watcher: Watcher | None, popen, job: RunningJob, tail: OutputTail, o
     if outcome.reason is StopReason.ENDED:
         popen.wait()
         tail.join()
+        if _ranks_alive_at_last(watcher):
+            # The command ended after the round that last saw its ranks: one more round sees them
+            # gone (a command that was itself the rank is reaped by us before any record of its exit).
+            watcher.step()
         bundle = watcher.bundle()     # with the command's exit code and its last output
         ending = End(Ending.ENDED, returncode=popen.returncode, run=True, fail_on_slow=fail_on_slow,
                      outlived=_outlived(job))
@@ -168,6 +172,12 @@ def _follow(watcher: Watcher | None, popen, job: RunningJob, tail: OutputTail, o
     kind = Ending.TIMED_OUT if outcome.reason is StopReason.TIMEOUT else Ending.RUNNING
     ending = End(kind, timeout_s=options.timeout_s, returncode=popen.poll(), run=True, fail_on_slow=fail_on_slow)
     return dataclasses.replace(outcome, judgement=watcher.judge(outcome.bundle, ending))
+
+
+def _ranks_alive_at_last(watcher: Watcher) -> bool:
+    last = watcher.samples[-1] if watcher.samples else None
+    return last is not None and any(
+        (s := last.sample_of(p.pid)) is not None and s.alive for p in watcher.job.ranks)
 
 
 def _to_the_last_line(watcher: Watcher, outcome: Outcome, options: WatchOptions, popen,

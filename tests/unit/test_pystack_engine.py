@@ -133,6 +133,40 @@ def test_a_nonblocking_read_that_meets_moving_memory_is_read_again_stopped(monke
     assert dump.stack.main.frames[0].name == "all_reduce"
 
 
+@pytest.mark.parametrize("first", [[], [frame("select", "/usr/lib/python3.11/selectors.py", 415)]],
+                         ids=["no frame", "innermost only"])
+def test_a_read_that_stops_short_of_the_module_is_read_once_more(monkeypatch, first):
+    engine_mod = pytest.importorskip("pystack.engine")
+
+    # GIVEN pystack whose first read of a rank fails on part of its memory: no frame, or only the innermost
+    calls = []
+
+    def get_process_threads(pid, stop_process=True, locals=False, **_):
+        calls.append(stop_process)
+        return [PyThread(4242, first)] if len(calls) == 1 else [main_thread("3", "0x7f00aa")]
+
+    monkeypatch.setattr(engine_mod, "get_process_threads", get_process_threads)
+    # WHEN the rank is read
+    dump = pystack_engine.PyStack().dump(4242, loop_locals=True)
+    # THEN it was read once more, and the whole stack is kept, down to its <module>
+    assert len(calls) == 2
+    assert [f.name for f in dump.stack.main.frames] == ["all_reduce", "train", "<module>"]
+
+
+def test_a_whole_read_is_read_once(monkeypatch):
+    engine_mod = pytest.importorskip("pystack.engine")
+    calls = []
+
+    def get_process_threads(pid, stop_process=True, locals=False, **_):
+        calls.append(stop_process)
+        return [main_thread("3", "0x7f00aa")] if len(calls) == 1 else [PyThread(4242, [])]
+
+    monkeypatch.setattr(engine_mod, "get_process_threads", get_process_threads)
+    # GIVEN a read that reaches the rank's <module>; WHEN read; THEN once, and kept
+    dump = pystack_engine.PyStack().dump(4242, loop_locals=True)
+    assert len(calls) == 1 and dump.stack.main.frames[-1].name == "<module>"
+
+
 def test_a_refused_attach_teaches_the_fix_like_py_spys(monkeypatch):
     engine_mod = pytest.importorskip("pystack.engine")
 

@@ -145,6 +145,18 @@ def test_a_launcher_that_failed_is_not_overruled_by_ranks_that_exited_0():
 # --- a crash -------------------------------------------------------------------------------------
 
 
+def test_a_failed_command_whose_ranks_left_after_the_last_round_unread_is_a_crash():
+    # GIVEN ranks seen alive in every round, then gone with their statuses unread (the command
+    # reaped them first), under a command that exited 1 after printing its error
+    bundle = dataclasses.replace(
+        job_bundle({0: 6, 1: 6}, 6, exits=(died(0, 3.2), died(1, 3.2)), logs=("RuntimeError: the upload failed",)),
+        exit_code=1)
+    # WHEN diagnosed
+    report = judge(bundle).report
+    # THEN the command's failure stands: a crash, never a healthy end
+    assert report.verdict == "crash", report.verdict
+
+
 def test_rank_killed_by_sigkill_then_torchrun_sigterm_is_a_crash_of_the_killed_rank():
     # GIVEN rank 1 SIGKILLed at +1.8 s and rank 0 SIGTERMed by torchrun 0.1 s later
     exits = (died(1, 1.8, signal=9), died(0, 1.9, signal=15))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from hangdoc.collect.snapshot import refine_job
+from hangdoc.collect.procfs import ProcFS
+from hangdoc.collect.snapshot import Probes, capture, refine_job
 from hangdoc.collect.stacks import Dump
 from hangdoc.model import Role, Stack, Thread
 from tests.factories import WORKER_IDLE, _frames, node_bundle
@@ -91,3 +92,35 @@ def test_a_worker_whose_read_is_partial_stays_a_worker():
     refined = refine_job(job, {empty: _dump(()), partial: _dump(innermost)})
     # THEN both stay workers, to be read again next round, not other children for good
     assert _roles(refined) == {empty: (Role.WORKER, None), partial: (Role.WORKER, None)}
+
+
+class _FailsOnceOnWorkers:
+    """A stack engine whose first read of each worker fails on part of its memory (no frame below
+    the select it sleeps in), and whose next read is whole."""
+
+    parallel = 2
+
+    def __init__(self, workers: dict[int, int]):
+        self.workers, self.reads = workers, {}
+
+    def dump(self, pid, native=False, nonblocking=False, worker_locals=False, loop_locals=False):
+        self.reads[pid] = self.reads.get(pid, 0) + 1
+        if pid not in self.workers:
+            return _dump(WORKER_IDLE)
+        if self.reads[pid] == 1:
+            return _dump(_frames(("_PollLikeSelector.select", _LIB + "selectors.py", 415)))
+        return _dump(WORKER_IDLE, self.workers[pid])
+
+
+def test_a_worker_read_in_part_is_read_again_in_the_same_capture(tmp_path):
+    # GIVEN a rank's two workers, of unknown index, whose first read fails on part of their memory
+    job, (first, second) = _job_with_unread_workers()
+    engine = _FailsOnceOnWorkers({first: 0, second: 1})
+    # WHEN one snapshot is captured (as `watch --once` takes it)
+    snapshot, refined = capture(job, Probes(procfs=ProcFS(tmp_path), pyspy=engine))
+    # THEN each worker was read once more, and the snapshot knows both by their index
+    assert (engine.reads[first], engine.reads[second]) == (2, 2)
+    assert _roles(refined) == {first: (Role.WORKER, 0), second: (Role.WORKER, 1)}
+    assert snapshot.sample_of(first).stack.main.frames == WORKER_IDLE
+    # AND a rank, or a worker read whole the first time, is read once
+    assert all(n == 1 for pid, n in engine.reads.items() if pid not in (first, second))
