@@ -7,10 +7,9 @@ from hangdoc.model import FlightSummary, Progress, RankGpu, RankReport, RankStat
 
 def headline(report: Report) -> str:
     culprits = rank_ranges(report.culprit_ranks) if report.culprit_ranks else None
-    if report.verdict == Verdict.HANG and any(f.rule == "run-timeout" for f in report.findings):
-        # A budget ran out: say that, not a collective wait nobody saw (there may be no rank at all).
-        who = f"rank {culprits} is the culprit; " if culprits else ""
-        return f"HANG: {who}the run did not finish within --timeout ({report.ranks_seen} ranks watched)"
+    timeout = next((f for f in report.findings if f.rule == "run-timeout"), None)
+    if report.verdict == Verdict.HANG and timeout is not None:
+        return _timeout_headline(report, timeout.title, culprits)
     if report.verdict == Verdict.HANG:
         if any(f.rule == "no-progress" for f in report.findings):
             who = "nothing moves (no CPU, no I/O, same frames)"
@@ -43,6 +42,19 @@ def headline(report: Report) -> str:
         return "INTERRUPTED: stopped before a verdict; the report shows what was seen so far"
     cause = data_cause(report)
     return "HEALTHY: no hang found" + (f"; data-bound: {cause}" if cause else "")
+
+
+def _timeout_headline(report: Report, title: str, culprits: str | None) -> str:
+    """A budget ran out: say that, and what was read by then, never a stall nobody saw (the verdict
+    and the exit code stay a hang's, so that CI fails)."""
+    said = f"TIMEOUT: {title[:1].lower()}{title[1:]}"
+    watched = f"{report.ranks_seen} ranks watched"
+    if report.ranks_seen == 0:
+        return f"{said} ({watched})"
+    if report.slow is not None:
+        return f"{said}; it still moved, slowly: {slow_headline(report).removeprefix('SLOW: ')} ({watched})"
+    who = f": rank {culprits} is the likely culprit" if culprits else ""
+    return f"{said}; no rank was blocked long enough for a hang verdict{who} ({watched})"
 
 
 def data_cause(report: Report) -> str | None:

@@ -181,7 +181,7 @@ def _same_evidence(before: Bundle | None, now: Bundle) -> bool:
 def _unwatched(ending: End) -> Judgement:
     """A verdict reached before any rank was seen."""
     if ending.kind is Ending.TIMED_OUT:
-        report = report_without_ranks(Verdict.HANG, (_timeout_finding(ending.timeout_s),))
+        report = report_without_ranks(Verdict.HANG, (_timeout_finding(ending.timeout_s, _NOTHING_WATCHED),))
     elif ending.kind is Ending.INTERRUPTED:
         report = report_without_ranks(Verdict.INTERRUPTED, ())
     elif ending.returncode == 0:
@@ -211,16 +211,29 @@ def _from_dumps(report: Report) -> Report:
     return dataclasses.replace(report, verdict=Verdict.HANG, culprit_ranks=culprits)
 
 
-def _timeout_finding(timeout_s: float | None):
-    return finding(RUN_TIMEOUT, (), f"The run did not finish within --timeout {timeout_s:g} s",
-                   ["no rank was blocked long enough for a hang verdict, but the run overstayed its budget"])
+def _timeout_finding(timeout_s: float | None, read: str):
+    return finding(RUN_TIMEOUT, (), f"The run did not finish within --timeout {timeout_s:g} s", [read])
+
+
+# What the watch had read when run's budget ran out, by the verdict it would have given: no stall
+# was seen, and the report must not claim one (the exit code is a hang's: CI must fail).
+_READ_AT_TIMEOUT = {
+    Verdict.HEALTHY: "the job still moved when time ran out: no rank was blocked long enough for a hang "
+                     "verdict; the run is longer than its budget",
+    Verdict.SLOW: "the job still moved when time ran out, slowly (the slow reading below): no rank was blocked "
+                  "long enough for a hang verdict",
+    Verdict.SUSPECT: "the ranks were split in a collective when time ran out, not yet quiet long enough to tell a "
+                     "hang from a slow step",
+}
+_NOTHING_WATCHED = "no rank was watched before time ran out (the command had not started its ranks)"
 
 
 def _run_timed_out(report: Report, timeout_s: float | None) -> Report:
-    """A smoke run that outlives its budget fails like a hang: CI must not wait forever."""
-    if report.verdict in (Verdict.HEALTHY, Verdict.SUSPECT, Verdict.SLOW):
-        return dataclasses.replace(report, verdict=Verdict.HANG,
-                                   findings=(_timeout_finding(timeout_s),) + report.findings)
+    """A smoke run that outlives its budget fails like a hang (CI must not wait forever), and says
+    what was read when time ran out."""
+    if report.verdict in _READ_AT_TIMEOUT:
+        return dataclasses.replace(report, verdict=Verdict.HANG, findings=(
+            _timeout_finding(timeout_s, _READ_AT_TIMEOUT[report.verdict]),) + report.findings)
     return report
 
 

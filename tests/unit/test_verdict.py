@@ -24,6 +24,7 @@ from hangdoc.model import Ending, StopReason, Verdict
 from hangdoc.render.json import report_json
 from hangdoc.render.markdown import report_markdown
 from hangdoc.analyze import assess
+from hangdoc.render.words import headline
 from hangdoc.report.judge import End, exit_code, judge
 from tests.factories import node_bundle
 
@@ -77,6 +78,25 @@ def test_a_run_that_outlives_its_timeout_fails_like_a_hang_and_says_why():
     assert judgement.report.verdict == Verdict.HANG and judgement.report.findings[0].rule == "run-timeout"
     assert "30 s" in judgement.report.findings[0].title
     assert judgement.exit_code == EXIT_HANG
+
+
+@pytest.mark.parametrize("case, moved", [("healthy-finished", "the job still moved when time ran out: "),
+                                          ("compute-2x", "the job still moved when time ran out, slowly")])
+def test_a_run_that_outlives_its_timeout_while_moving_is_not_called_hung_in_words(case, moved):
+    # GIVEN a job read healthy, or slow with a straggler, when run's --timeout passes
+    before = judge(golden(case)).report
+    # WHEN it is judged
+    judgement = judge(golden(case), End(Ending.TIMED_OUT, timeout_s=150, run=True))
+    # THEN it fails as a hang does (verdict hang, exit 3), but the words say a budget ran out and what
+    # was read by then, never a stall: the straggler and its share where it was slow
+    report, line = judgement.report, headline(judgement.report)
+    assert report.verdict == Verdict.HANG and judgement.exit_code == EXIT_HANG
+    assert line.startswith("TIMEOUT: the run did not finish within --timeout 150 s; "), line
+    assert report.findings[0].evidence[0].startswith(moved), report.findings[0].evidence
+    if before.slow is not None:
+        assert f"it still moved, slowly: rank {before.slow.stragglers[0]} is the straggler" in line, line
+    else:
+        assert "no rank was blocked long enough for a hang verdict" in line, line
 
 
 def test_watch_timeout_keeps_the_verdict():
