@@ -14,7 +14,7 @@ from hangdoc.base.words import cut, plural, rank_label
 from hangdoc.model import Lane, Report, Span, Verdict
 from hangdoc.render.escape import html_text as h
 from hangdoc.render.template import fill, template_text
-from hangdoc.render.words import span as long_span
+from hangdoc.render.words import span as long_span, verdict_word
 
 # The lanes' SVG coordinates: the plot, then a gutter on its right for the series' last values.
 PLOT_W = 900
@@ -183,7 +183,7 @@ def _axis(scale: Scale, report: Report) -> str:
     for number, at in enumerate(scale.restarts_s, start=1):
         marks.append(f"<path class=\"restart\" {_RESTART_LOOK} d=\"M{scale.x(at)} 0v24\"><title>restart {number}</title></path>")
     marks.append(f"<path class=\"verdict-mark\" d=\"M{PLOT_W} 0v24\"/><text x=\"{PLOT_W + 4}\" y=\"12\" "
-                 f"class=\"verdict-word\">{h(str(report.verdict).upper())}</text>")
+                 f"class=\"verdict-word\">{h(verdict_word(report))}</text>")
     return (f"<div class=\"lane axis\"><div class=\"label\">time</div><svg viewBox=\"0 0 {VIEW_W} 24\" "
             "role=\"img\" aria-label=\"time axis\">" + "".join(ticks) + "".join(marks) + "</svg></div>")
 

@@ -44,6 +44,12 @@ def headline(report: Report) -> str:
     return "HEALTHY: no hang found" + (f"; data-bound: {cause}" if cause else "")
 
 
+def verdict_word(report: Report) -> str:
+    """The verdict in one word, as the headline begins: TIMEOUT for a run that outlived its budget."""
+    timed_out = report.verdict == Verdict.HANG and any(f.rule == "run-timeout" for f in report.findings)
+    return "TIMEOUT" if timed_out else str(report.verdict).upper()
+
+
 def _timeout_headline(report: Report, title: str, culprits: str | None) -> str:
     """A budget ran out: say that, and what was read by then, never a stall nobody saw (the verdict
     and the exit code stay a hang's, so that CI fails)."""

@@ -24,7 +24,7 @@ from hangdoc.model import Ending, StopReason, Verdict
 from hangdoc.render.json import report_json
 from hangdoc.render.markdown import report_markdown
 from hangdoc.analyze import assess
-from hangdoc.render.words import headline
+from hangdoc.render.words import headline, verdict_word
 from hangdoc.report.judge import End, exit_code, judge
 from tests.factories import node_bundle
 
@@ -92,6 +92,7 @@ def test_a_run_that_outlives_its_timeout_while_moving_is_not_called_hung_in_word
     report, line = judgement.report, headline(judgement.report)
     assert report.verdict == Verdict.HANG and judgement.exit_code == EXIT_HANG
     assert line.startswith("TIMEOUT: the run did not finish within --timeout 150 s; "), line
+    assert verdict_word(report) == "TIMEOUT" and verdict_word(before) == str(before.verdict).upper()
     assert report.findings[0].evidence[0].startswith(moved), report.findings[0].evidence
     if before.slow is not None:
         assert f"it still moved, slowly: rank {before.slow.stragglers[0]} is the straggler" in line, line
