@@ -24,7 +24,7 @@ from hangdoc.collect.spawned import StackRanks
 from hangdoc.live.capture import make_bundle
 from hangdoc.live.options import WatchOptions
 from hangdoc.live.proc import RunningJob, outliving, stop_job
-from hangdoc.live.watcher import Outcome, Watcher
+from hangdoc.live.watcher import Outcome, Watcher, any_rank_alive
 from hangdoc.model import Bundle, Ending, GpuState, Job, LogTail, Snapshot, StopReason, Verdict
 from hangdoc.report.judge import End, judge
 
@@ -161,7 +161,7 @@ def _follow(watcher: Watcher | None, popen, job: RunningJob, tail: OutputTail, o
     if outcome.reason is StopReason.ENDED:
         popen.wait()
         tail.join()
-        if _ranks_alive_at_last(watcher):
+        if watcher.samples and any_rank_alive(watcher.samples[-1], watcher.job):
             # The command ended after the round that last saw its ranks: one more round sees them
             # gone (a command that was itself the rank is reaped by us before any record of its exit).
             watcher.step()
@@ -172,12 +172,6 @@ def _follow(watcher: Watcher | None, popen, job: RunningJob, tail: OutputTail, o
     kind = Ending.TIMED_OUT if outcome.reason is StopReason.TIMEOUT else Ending.RUNNING
     ending = End(kind, timeout_s=options.timeout_s, returncode=popen.poll(), run=True, fail_on_slow=fail_on_slow)
     return dataclasses.replace(outcome, judgement=watcher.judge(outcome.bundle, ending))
-
-
-def _ranks_alive_at_last(watcher: Watcher) -> bool:
-    last = watcher.samples[-1] if watcher.samples else None
-    return last is not None and any(
-        (s := last.sample_of(p.pid)) is not None and s.alive for p in watcher.job.ranks)
 
 
 def _to_the_last_line(watcher: Watcher, outcome: Outcome, options: WatchOptions, popen,

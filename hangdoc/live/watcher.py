@@ -296,9 +296,7 @@ class Watcher(Sampling):
     def _all_gone(self, bundle: Bundle) -> bool:
         """Every rank gone, and no launcher about to start them again (torchrun restarting a
         failed generation: its next one is found by the next rounds' rediscovery)."""
-        last = bundle.last
-        ranks = [last.sample_of(p.pid) for p in bundle.job.ranks]
-        if not all(s is None or not s.alive for s in ranks):
+        if any_rank_alive(bundle.last, bundle.job):
             return False
         restarts = restarts_of(bundle)
         if restarts is not None and restarts.pending:
@@ -328,3 +326,8 @@ class Watcher(Sampling):
         # Jittered, so that samples land at random phases of a step whose time divides the
         # interval: the time shares (analyze/shares.py) are then estimates, not an alias.
         return self.options.interval_s * self.jitter.uniform(1 - JITTER, 1 + JITTER)
+
+
+def any_rank_alive(snapshot: Snapshot, job: Job) -> bool:
+    """Some rank of `job` was sampled alive in `snapshot`."""
+    return any((s := snapshot.sample_of(p.pid)) is not None and s.alive for p in job.ranks)

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 from hangdoc.base.words import rank_label, rank_ranges
-from hangdoc.model import FlightSummary, Progress, RankGpu, RankReport, RankState, Report, SlowKind, Verdict
+from hangdoc.model import Finding, FlightSummary, Progress, RankGpu, RankReport, RankState, Report, SlowKind, Verdict
 
 
 def headline(report: Report) -> str:
     culprits = rank_ranges(report.culprit_ranks) if report.culprit_ranks else None
-    timeout = next((f for f in report.findings if f.rule == "run-timeout"), None)
-    if report.verdict == Verdict.HANG and timeout is not None:
+    if (timeout := _run_timeout(report)) is not None:
         return _timeout_headline(report, timeout.title, culprits)
     if report.verdict == Verdict.HANG:
         if any(f.rule == "no-progress" for f in report.findings):
@@ -46,8 +45,14 @@ def headline(report: Report) -> str:
 
 def verdict_word(report: Report) -> str:
     """The verdict in one word, as the headline begins: TIMEOUT for a run that outlived its budget."""
-    timed_out = report.verdict == Verdict.HANG and any(f.rule == "run-timeout" for f in report.findings)
-    return "TIMEOUT" if timed_out else str(report.verdict).upper()
+    return "TIMEOUT" if _run_timeout(report) is not None else str(report.verdict).upper()
+
+
+def _run_timeout(report: Report) -> Finding | None:
+    """The run-timeout finding of a run that outlived its budget (its verdict a hang's)."""
+    if report.verdict != Verdict.HANG:
+        return None
+    return next((f for f in report.findings if f.rule == "run-timeout"), None)
 
 
 def _timeout_headline(report: Report, title: str, culprits: str | None) -> str:
