@@ -102,11 +102,14 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
 def _read_again(probes: Probes, requests: list[DumpRequest], dumps: dict[int, Dump | StackError]
                 ) -> dict[int, Dump]:
     """Workers whose index is still unknown and whose read stopped short of multiprocessing's
-    `BaseProcess.run` (an engine that failed on part of the interpreter's memory, or a child still
-    starting), read once more in the same capture: a single snapshot (`watch --once`) has no later
-    round to learn the worker's index from. The better read of the two is kept."""
+    `BaseProcess.run` (an engine that failed on part of the interpreter's memory), read once more in
+    the same capture: a single snapshot (`watch --once`) has no later round to learn the worker's
+    index from. The better read of the two is kept. A child still starting (its read whole, down
+    to the parent's start frames) is left to the next round: every worker forked at an epoch's
+    start would cost a second dump, and a few milliseconds later it is most often still starting."""
     again = [r for r in requests if r.worker_locals and isinstance(d := dumps.get(r.pid), Dump)
-             and d.worker_id is None and not runs_its_target(d.stack.main.frames if d.stack.main else ())]
+             and d.worker_id is None and not runs_its_target(frames := d.stack.main.frames if d.stack.main else ())
+             and not still_starting(frames)]
     if not again:
         return {}
     reread = dump_many(probes.pyspy, again, probes.max_parallel)
@@ -210,6 +213,19 @@ def refine_job(job: Job, dumps: dict[int, Dump | StackError]) -> Job:
                 changed = True
         infos.append(info)
     return dataclasses.replace(job, processes=tuple(infos)) if changed else job
+
+
+# Where a multiprocessing child's read ends while it has not yet called its target: a forked one
+# holds its parent's frames down to Popen._launch, a spawned one runs spawn's main.
+_STARTING = (("multiprocessing/popen_fork.py", "_launch"), ("multiprocessing/popen_forkserver.py", "_launch"),
+             ("multiprocessing/spawn.py", "spawn_main"), ("multiprocessing/spawn.py", "_main"))
+
+
+def still_starting(frames) -> bool:
+    """The read is whole and shows a child that has not yet called its target (its start frames
+    at the bottom, no `BaseProcess.run` above them)."""
+    return not runs_its_target(frames) and any(
+        (f.short_filename, f.name.rsplit(".", 1)[-1]) in _STARTING for f in frames)
 
 
 def runs_its_target(frames) -> bool:

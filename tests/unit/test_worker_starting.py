@@ -124,3 +124,29 @@ def test_a_worker_read_in_part_is_read_again_in_the_same_capture(tmp_path):
     assert snapshot.sample_of(first).stack.main.frames == WORKER_IDLE
     # AND a rank, or a worker read whole the first time, is read once
     assert all(n == 1 for pid, n in engine.reads.items() if pid not in (first, second))
+
+
+class _StillStarting:
+    """A stack engine whose reads of the workers are whole and show them still starting."""
+
+    parallel = 2
+
+    def __init__(self, starting: dict[int, tuple]):
+        self.starting, self.reads = starting, {}
+
+    def dump(self, pid, native=False, nonblocking=False, worker_locals=False, loop_locals=False):
+        self.reads[pid] = self.reads.get(pid, 0) + 1
+        return _dump(self.starting.get(pid, WORKER_IDLE))
+
+
+def test_a_worker_still_starting_is_left_to_the_next_round_not_read_twice(tmp_path):
+    # GIVEN a rank's two workers, of unknown index, read whole while still starting: one forked
+    # (its rank's frames down to Popen._launch), one spawned (importing the job's modules)
+    job, (forked, spawned) = _job_with_unread_workers()
+    engine = _StillStarting({forked: FORKED_NOT_RUNNING, spawned: SPAWNED_IMPORTING})
+    # WHEN one snapshot is captured, as at every epoch's start when workers are not persistent
+    _, refined = capture(job, Probes(procfs=ProcFS(tmp_path), pyspy=engine))
+    # THEN each is read once (a second read a few milliseconds later would find it starting still)
+    assert (engine.reads[forked], engine.reads[spawned]) == (1, 1)
+    # AND both stay workers, to be read next round
+    assert _roles(refined) == {forked: (Role.WORKER, None), spawned: (Role.WORKER, None)}
