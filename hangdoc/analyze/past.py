@@ -38,10 +38,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hangdoc.analyze.progress import HANG_FLOOR_S
 from hangdoc.analyze.shares import is_step_wait
 from hangdoc.model import Progress, RankDigest, RankState
 
-PAST_HANG_AFTER_S = 15.0   # a wait this old, with every other rank asleep, is a hang (no --hang-after, no rhythm)
+# A wait this old, with every other rank asleep, is a hang (no --hang-after, no rhythm): the floor a
+# learned rhythm never goes under. The rhythm calls 10 s of quiet a hang on the strength of steps
+# seen 3x as often; here the kernel has dated the wait and every other rank, its workers and its
+# children have done nothing since hangdoc's first sample of them, for CONFIRM_SAMPLES samples.
+PAST_HANG_AFTER_S = HANG_FLOOR_S
 CONFIRM_SAMPLES = 3        # samples that must agree nothing moves now
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from hangdoc.analyze.diagnose import JobFacts, decide
 from hangdoc.analyze.past import PAST_HANG_AFTER_S
+from hangdoc.analyze.progress import HANG_FLOOR_S
 from hangdoc.analyze.timeline import Point, still
 from hangdoc.collect.procfs import ProcFS
 from hangdoc.model import BeforeAttach, RankDigest, Report, StepSummary, Threshold
@@ -57,6 +58,20 @@ def test_two_samples_do_not_confirm_and_a_young_wait_waits_for_the_threshold():
     assert decide(young, facts(T0 + 4)).verdict != "hang"
     later = decide(young, facts(T0 + PAST_HANG_AFTER_S - 5 + 0.1))
     assert later.verdict == "hang" and later.onset == T0 - 5
+
+
+def test_a_wait_begun_as_the_watch_came_is_named_as_soon_as_the_quickest_rhythm_would():
+    # GIVEN a watch attached as rank 1's worker blocked: rank 0 has waited in all_reduce 2 s, rank 1
+    # sits on its DataLoader, asleep with its workers, since hangdoc's first sample
+    ranks = [rank(0, "collective-wait", "all_reduce", waited=2), rank(1, "dataloader-wait", None, waited=2)]
+    # WHEN the wait is 11 s old, every rank outside it asleep for 9 s of samples
+    decision = decide(ranks, facts(T0 + 9))
+    # THEN it is a hang of rank 1: the floor a learned rhythm keeps (10 s), not a longer one, since
+    # here the kernel dates the wait and nothing else in the job moves
+    assert (decision.verdict, decision.culprits, decision.from_past) == ("hang", (1,), True)
+    assert PAST_HANG_AFTER_S == HANG_FLOOR_S
+    # and 1 s short of it, not yet
+    assert decide(ranks, facts(T0 + PAST_HANG_AFTER_S - 3)).verdict != "hang"
 
 
 def test_a_culprit_that_works_keeps_the_rhythm_rule_however_old_the_wait():
@@ -309,7 +324,7 @@ def test_the_report_says_the_wait_was_past_the_threshold_while_a_rank_worked():
     assert "a rank outside the wait still works" in line and "asleep" not in line
 
 
-def test_a_rank_spinning_in_its_wait_from_the_first_sample_with_the_culprit_asleep_is_a_hang_after_15_s():
+def test_a_rank_spinning_in_its_wait_from_the_first_sample_with_the_culprit_asleep_is_a_hang_after_the_past_threshold():
     # GIVEN rank 0 spinning on its collective's Work (NCCL's shape: on the CPU when read, the kernel
     # dates nothing) since hangdoc's first sample, rank 1 asleep waiting on its DataLoader, though
     # its main thread ran at that sample (the kernel dates nothing of it either)
