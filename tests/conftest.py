@@ -58,8 +58,6 @@ def mode_jobs(tmp_path: Path, script: Path, timeout: float = 60, outlive_check: 
     """`start(mode, *extra, wait_fault=True, env=())` for a 2-rank job of tests/jobs/ that writes
     WORKDIR/ready.r and WORKDIR/fault (`env`: NAME=VALUE settings it starts with); a generator for a fixture to yield from: every job started is ended after the
     test (with `outlive_check`, no process of it may outlive that)."""
-    import psutil
-
     started = []
 
     def start(mode: str, *extra: str, wait_fault: bool = True, env: tuple[str, ...] = ()):
@@ -75,10 +73,17 @@ def mode_jobs(tmp_path: Path, script: Path, timeout: float = 60, outlive_check: 
 
     yield start
     for job in started:
-        stop_job(job)
-        if outlive_check:
-            left = [p for p in job.procs.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-            assert not left, f"processes of the job outlived it: {left}"
+        end_job(job, outlive_check)
+
+
+def end_job(job, outlive_check: bool = True) -> None:
+    """Stop the whole job, pass or fail; with `outlive_check`, no process of it may outlive that."""
+    import psutil
+
+    stop_job(job)
+    if outlive_check:
+        left = [p for p in job.procs.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert not left, f"processes of the job outlived it: {left}"
 
 
 @pytest.fixture

@@ -363,20 +363,22 @@ def place(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
     return frames[i:] if i else frames
 
 
+SOCKET_READ = "a socket read"
+
 # What a parked main thread sleeps in, for a poll loop's reading: its Python frames first (a wait
 # written in Python), then the kernel's wait channel (time.sleep and select are C: no frame).
 _PARKED_FRAMES = (
     (("/threading.py",), "a lock or Event wait"),
     (("/queue.py",), "a queue get"),
     (("/selectors.py", "/asyncio/"), "select/poll"),
-    (("/socket.py", "/ssl.py"), "a socket read"),
+    (("/socket.py", "/ssl.py"), SOCKET_READ),
     (("/subprocess.py",), "a subprocess wait"),
     (("/genericpath.py", "/posixpath.py", "/pathlib.py"), "os.path.exists/stat"),
 )
 _PARKED_WCHANS = (
     (("nanosleep",), "time.sleep"),
     (("poll_schedule_timeout", "do_select", "do_sys_poll", "ep_poll", "core_sys_select"), "select/poll"),
-    (("sk_wait_data", "inet_csk_accept", "unix_stream", "tcp_recvmsg", "wait_woken"), "a socket read"),
+    (("sk_wait_data", "inet_csk_accept", "unix_stream", "tcp_recvmsg", "wait_woken"), SOCKET_READ),
     (("futex",), "a lock or Event wait"),
     (("pipe_read", "pipe_wait", "anon_pipe_read"), "a pipe read"),
     (("do_wait", "kernel_wait4"), "a subprocess wait"),
@@ -384,7 +386,7 @@ _PARKED_WCHANS = (
 _PARKED_NATIVE = (
     (("nanosleep",), "time.sleep"),
     (("select", "poll"), "select/poll"),
-    (("recv",), "a socket read"),
+    (("recv",), SOCKET_READ),
     (("pthread_cond", "futex", "sem_"), "a lock or Event wait"),
 )
 

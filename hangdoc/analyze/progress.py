@@ -53,13 +53,12 @@ import itertools
 from dataclasses import dataclass
 
 from hangdoc.analyze.classify import WORK_WAIT, place
-from hangdoc.analyze.timeline import IO_NOISE_BYTES, Point, Timeline, moved, moved_bytes
+from hangdoc.analyze.timeline import IO_NOISE_BYTES, WAKEUPS_PER_DUMP, Point, Timeline, moved, moved_bytes, receiving
 from hangdoc.model import Frame, FrameMark, GpuActivity, LoopMark, Progress, RankState, StepSummary
 
 STEP_MULTIPLE = 3.0
 HANG_FLOOR_S = 10.0
 DEFAULT_HANG_AFTER_S = 60.0
-WAKEUPS_PER_DUMP = 2     # voluntary context switches one blocking py-spy dump adds to a parked thread
 STARTUP_GAPS = 1         # a rank's first gaps between steps seen that are its start-up, not its rhythm
 WAIT_STATES = frozenset({RankState.COLLECTIVE, RankState.DATALOADER, RankState.IDLE})
 # The waits a training step goes through every step: a rank seen in one of them at one sample and
@@ -282,7 +281,7 @@ def held(a: Point, b: Point) -> bool:
     """Nothing of its own between two points: no step, no bytes, its main thread not woken again
     and again, and either a wait (a collective, its DataLoader, asleep) or the same place (a spin
     line) with its counters still."""
-    if stepped(a, b) or moved_bytes(a, b) or woke(a, b):
+    if stepped(a, b) or moved_bytes(a, b) or woke(a, b) or receiving(a, b):
         return False
     return b.reading.state in WAIT_STATES or same_place(a, b)
 
@@ -298,8 +297,9 @@ def held_since(line: Timeline, workers: list[Timeline]) -> float | None:
 
 
 def working(a: Point, b: Point) -> bool:
-    """Busy with I/O of its own: a rank writing a checkpoint or reading a file moves bytes."""
-    return b.reading.state == RankState.IO and moved_bytes(a, b)
+    """Busy with I/O of its own: a rank writing a checkpoint or reading a file moves bytes; one
+    sleeping in a socket read receives data (a download, a remote service answering)."""
+    return (b.reading.state == RankState.IO and moved_bytes(a, b)) or receiving(a, b)
 
 
 def blocked_since(line: Timeline) -> float | None:
@@ -447,6 +447,8 @@ def progress_word(line: Timeline, worker_lines: list[Timeline]) -> Progress:
         return Progress.ACTIVE
     if any(len(w.points) >= 2 and moved(w.points[-2], w.last) for w in worker_lines):
         return Progress.SLOW
+    if receiving(prev, last):
+        return Progress.SLOW       # parked in a socket read, data arriving: a download, not a poll
     if polling(prev, last):
         return Progress.STUCK      # what CPU it used went into polling
     if prev.sig != last.sig or moved(prev, last):

@@ -12,13 +12,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from hangdoc.analyze.classify import NESTED_EXPRESSION, WORK_WAIT, Reading, classify_rank, classify_worker, is_gpu_sync, place, signature
+from hangdoc.analyze.classify import (NESTED_EXPRESSION, SOCKET_READ, WORK_WAIT, Reading, classify_rank, classify_worker,
+                                      is_gpu_sync, parked_in, place, signature)
 from hangdoc.analyze.gpu import gpu_activity, judged_by_gpu
 from hangdoc.model import Bundle, GpuActivity, LoopMark, ProcSample, RankState, Role, Snapshot, ThreadCounters
 
 # Bytes a process may move between samples without it counting as progress (store pings).
 IO_NOISE_BYTES = 4096
 CPU_NOISE_S = 0.02
+WAKEUPS_PER_DUMP = 2     # voluntary context switches one blocking py-spy dump adds to a parked thread
+# Wake-ups of a main thread parked in a socket read, beyond hangdoc's own stack reads, between two
+# samples that show data arriving: each arrival ends the read, and the code around it reads again.
+RECV_WAKEUPS = 3
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,9 @@ class Point:
     # Its loop mark holds a counter of the loop: an integer seen to move, often enough (a rank's
     # `_CounterWatch`); standing still, such counters are the loop's word that it did not step.
     counts: bool = False
+    # Its main thread sleeps in a socket read (Python's socket or ssl, a native recv, the kernel's
+    # wait channel): bytes that arrive there are counted by no /proc/PID/io field (see `receiving`).
+    socket_read: bool = False
     # Answers about this point worked out once (did it step since an earlier point, where does
     # its trailing run start): a live watch asks the same questions of the same points every round.
     memo: dict = field(default_factory=dict, compare=False, repr=False)
@@ -53,7 +61,8 @@ def _point(time: float, sample: ProcSample | None, worker: bool, reading: Readin
     io = proc.io.rchar + proc.io.wchar if proc and proc.io else None
     main = sample.stack.main if sample and sample.stack else None
     return Point(time, reading, signature(sample) if sig is None else sig, proc.cpu_s if proc else None, io,
-                 main.loop if main else None, proc.main_thread if proc else None, reads=_reads(proc), gpu=gpu)
+                 main.loop if main else None, proc.main_thread if proc else None, reads=_reads(proc), gpu=gpu,
+                 socket_read=parked_in(sample) == SOCKET_READ)
 
 
 def _reads(proc) -> tuple[tuple[int, str, int], ...] | None:
@@ -87,9 +96,21 @@ def read_forward(a: Point, b: Point) -> int:
 
 
 def moved(a: Point, b: Point) -> bool:
-    """Did the process do anything between two points (CPU or bytes)?"""
+    """Did the process do anything between two points (CPU, bytes, or data arriving on the socket
+    its main thread reads)?"""
     cpu = a.cpu_s is not None and b.cpu_s is not None and b.cpu_s - a.cpu_s > CPU_NOISE_S
-    return cpu or moved_bytes(a, b)
+    return cpu or moved_bytes(a, b) or receiving(a, b)
+
+
+def receiving(a: Point, b: Point) -> bool:
+    """Data arrived between two points on the socket the process's main thread sleeps reading: a
+    rank downloading its dataset while the others wait at a barrier, a worker fetching a shard
+    from an object store. /proc/PID/io counts read() and write(), not the recv() Python's sockets
+    use, and a slow download costs next to no CPU; but a thread blocked in a socket read wakes only
+    when data comes (or a dump reads it), so its wake-ups count the arrivals. One blocked for good
+    on a silent peer wakes only for hangdoc's reads."""
+    return (a.socket_read and b.socket_read and a.main is not None and b.main is not None
+            and b.main.voluntary_switches - a.main.voluntary_switches > WAKEUPS_PER_DUMP + RECV_WAKEUPS)
 
 
 def moved_bytes(a: Point, b: Point) -> bool:
@@ -148,7 +169,7 @@ STILL_BYTES_PER_S = 16384
 
 def still(points: Sequence[Point]) -> bool:
     """Did the process do nothing worth the name over its points: under STILL_CPU_SHARE of a CPU,
-    under STILL_BYTES_PER_S? Judged from the first and the last point (a share, not a per-round
+    under STILL_BYTES_PER_S, no data arriving on a socket it reads? Judged from the first and the last point (a share, not a per-round
     delta: the kernel counts CPU in 10 ms ticks). False with fewer than two points."""
     if len(points) < 2:
         return False
@@ -157,6 +178,8 @@ def still(points: Sequence[Point]) -> bool:
     if span <= 0 or a.cpu_s is None or b.cpu_s is None:
         return False
     if b.cpu_s - a.cpu_s > STILL_CPU_SHARE * span:
+        return False
+    if any(receiving(p, q) for p, q in zip(points, points[1:])):
         return False
     return a.io_bytes is None or b.io_bytes is None or b.io_bytes - a.io_bytes <= STILL_BYTES_PER_S * span
 

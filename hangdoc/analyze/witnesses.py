@@ -2,16 +2,16 @@
 
 A hang is called from positive evidence, never from a step not seen: the loop's counters where
 they can be read, the stack going round the loop, the ranks' main threads (CPU, going to sleep
-and waking), the bytes they move (gloo's sockets, their workers' pipes), their workers. The
-report lists each with what it said over the stretch the verdict rests on, so a reader sees what
-hangdoc had and did not have.
+and waking; a socket read woken by its data), the bytes they move (gloo's sockets, their workers'
+pipes), their workers. The report lists each with what it said over the stretch the verdict rests
+on, so a reader sees what hangdoc had and did not have.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from hangdoc.analyze.progress import WAKEUPS_PER_DUMP, counted, new_ground, region
-from hangdoc.analyze.timeline import CPU_NOISE_S, IO_NOISE_BYTES, Point, Timeline, moved, read_forward
+from hangdoc.analyze.timeline import CPU_NOISE_S, IO_NOISE_BYTES, Point, Timeline, moved, read_forward, receiving
 from hangdoc.base.words import plural
 from hangdoc.model import GpuActivity, Witness
 
@@ -72,7 +72,11 @@ def _threads(windows) -> Witness:
         wakes = b.voluntary_switches - a.voluntary_switches
         reads = WAKEUPS_PER_DUMP * (len(points) - 1)
         span = points[-1].time - points[0].time
-        if wakes > reads + len(points) and cpu > CPU_NOISE_S:
+        if any(receiving(p, q) for p, q in zip(points, points[1:])):
+            awake = True
+            parts.append(f"{_name(rank)} received data in a socket read (woke {wakes} times, {cpu:.2f} s of CPU; "
+                         "bytes /proc/PID/io does not count)")
+        elif wakes > reads + len(points) and cpu > CPU_NOISE_S:
             awake = True
             parts.append(f"{_name(rank)} woke {wakes} times ({cpu:.2f} s of CPU)")
         elif span > 0 and cpu >= 0.5 * span:
@@ -93,7 +97,8 @@ def _bytes(windows) -> Witness:
     busy = [(rank, d) for rank, d in deltas if d > IO_NOISE_BYTES * (len(windows[0][1]) - 1)]
     if busy:
         return Witness("bytes", True, "; ".join(f"{_name(r)} moved {d / 1e6:.1f} MB" for r, d in busy))
-    return Witness("bytes", False, f"{sum(d for _, d in deltas)} bytes in all (sockets, pipes, files)")
+    return Witness("bytes", False, f"{sum(d for _, d in deltas)} bytes in all (files, pipes, gloo's sockets: "
+                                   "what read() and write() move)")
 
 
 def _workers(workers: Sequence[Timeline], since: float) -> Witness:

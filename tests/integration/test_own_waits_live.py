@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import psutil
 import pytest
 
-from conftest import JOBS, run_hangdoc
-from hangdoc.scenarios.launch import start_job, stop_job, torchrun_cmd, wait_for
+from conftest import JOBS, end_job, run_hangdoc
+from hangdoc.scenarios.launch import start_job, torchrun_cmd, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
@@ -40,9 +39,7 @@ def own_waits_job(tmp_path):
 
     yield start
     for job in started:
-        stop_job(job)
-        left = [p for p in job.procs.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-        assert not left, f"processes of the job outlived it: {left}"
+        end_job(job)
 
 
 def watch(pid: int, tmp_path: Path):

@@ -14,6 +14,8 @@ import pytest
 from hangdoc.analyze.classify import place
 from hangdoc.analyze.logs import output_step, output_steps
 from hangdoc.analyze.progress import DEFAULT_HANG_AFTER_S, HANG_FLOOR_S, region
+from hangdoc.analyze.timeline import timelines
+from hangdoc.analyze.witnesses import job_witnesses
 from hangdoc.model import (BUNDLE_SCHEMA, Bundle, GpuState, Host, IoCounters, Job, LogTail, Options, ProcessInfo,
                            ProcSample, ProcStat, Role, Snapshot, ThreadCounters)
 from hangdoc.report.judge import judge
@@ -46,13 +48,14 @@ def in_dataloader(line: int) -> list[dict]:
             pyframe("_BaseDataLoaderIter.__next__", DL, 733, {}), module(line)]
 
 
-def sample(pid, frames, cpu, io=1000, woken=0, active=None, probe=False) -> ProcSample:
+def sample(pid, frames, cpu, io=1000, woken=0, active=None, probe=False, off_cpu=None) -> ProcSample:
     """One process's sample; `probe`: read natively on hangdoc's own (its native frames tell the wait)."""
     active = frames[0]["name"] not in WAITS if active is None else active
     stack = dump(frames, active)
     stat = ProcStat(state="S", wchan=None, syscall=None, utime_s=cpu, stime_s=0.0, rss_bytes=1 << 30,
                     num_threads=12, io=IoCounters(io, io, 0, 0, 10, 10),
-                    main_thread=ThreadCounters(cpu_s=cpu, voluntary_switches=7 + woken, involuntary_switches=3))
+                    main_thread=ThreadCounters(cpu_s=cpu, voluntary_switches=7 + woken, involuntary_switches=3,
+                                               off_cpu_s=off_cpu))
     return ProcSample(pid=pid, alive=True, proc=stat, stack=dataclasses.replace(stack, probe=True) if probe else stack)
 
 
@@ -271,3 +274,67 @@ def test_an_integer_that_never_moves_is_not_the_loops_counter():
     assert report.verdict == "healthy"
     assert report.threshold.source == "learned" and report.threshold.steps_seen > 20
     assert report.threshold.hang_after_s <= 3 * 2 * 2 + 10
+
+
+def in_socket_read(line: int) -> list[dict]:
+    """Rank 0 downloading its dataset into memory (urllib), asleep in the socket read."""
+    return [pyframe("SocketIO.readinto", "/usr/lib/python3.11/socket.py", 706, {"b": (0x61, "<memoryview>")}),
+            pyframe("HTTPResponse._safe_read", "/usr/lib/python3.11/http/client.py", 638, {"amt": (0x62, "13107200")}),
+            pyframe("HTTPResponse.read", "/usr/lib/python3.11/http/client.py", 489, {}), module(line)]
+
+
+def in_barrier(line: int) -> list[dict]:
+    return [pyframe("barrier", C10D, 5356, {"group": (0x71, "None")}), module(line)]
+
+
+def download_rows(arrivals: int, n: int, off_cpu: float | None = None) -> list[list[dict]]:
+    """Rank 0 in a socket read, its main thread woken `arrivals` times a sample beyond hangdoc's
+    reads, no CPU worth counting and no bytes /proc/PID/io counts; rank 1 asleep at the barrier."""
+    def counters(cell, i):
+        return {**cell, "woken": (arrivals + 2) * i, "off_cpu": off_cpu if i == 0 else 0.1}
+    return [[counters({"frames": in_socket_read(7), "cpu": 0.5, "active": False}, i),
+             {"frames": in_barrier(9), "cpu": 0.5, "active": False, "off_cpu": off_cpu if i == 0 else 5.0 + 2 * i}]
+            for i in range(n)]
+
+
+@pytest.mark.parametrize("arrivals", [12, 4])
+def test_a_rank_downloading_while_the_others_wait_at_a_barrier_is_not_hung(arrivals):
+    # GIVEN rank 0 downloading its dataset (urllib into memory) for 90 s while rank 1 waits at the
+    # barrier: no CPU, no bytes /proc/PID/io counts (recv() is not read()), the same frames at every
+    # sample; only its main thread's wake-ups in the socket read say that data arrives
+    rows = download_rows(arrivals, SECONDS // 2)
+    # WHEN judged (past the default threshold)
+    report = judge(job_bundle(rows)).report
+    # THEN not a hang, and the witness says why
+    assert report.verdict != "hang", report.headline
+
+
+def test_a_rank_downloading_when_a_late_watch_came_is_not_hung_by_the_past():
+    # GIVEN a watch attached 30 s into the download: rank 1 off the CPU at the barrier for 30 s
+    rows = download_rows(12, 8, off_cpu=30.0)
+    # WHEN judged after 14 s of samples THEN not a hang (the past rule needs rank 0 asleep)
+    report = judge(job_bundle(rows)).report
+    assert report.verdict != "hang", report.headline
+
+
+def test_a_rank_in_a_socket_read_its_peer_never_answers_is_hung():
+    # GIVEN the same job, but rank 0's peer sends nothing: it wakes only for hangdoc's stack reads
+    rows = download_rows(0, SECONDS // 2)
+    # WHEN judged THEN a hang, rank 0 the culprit, the main threads' witness: asleep
+    report = judge(job_bundle(rows)).report
+    assert report.verdict == "hang" and report.culprit_ranks == (0,)
+    said = {w.name: w for w in report.threshold.witnesses}
+    assert said["main threads"].moved is False and "rank 0 asleep" in said["main threads"].said
+    # AND attached late, the past names it as soon as the wait is old enough
+    late = judge(job_bundle(download_rows(0, 8, off_cpu=30.0))).report
+    assert late.verdict == "hang" and late.culprit_ranks == (0,)
+
+
+def test_the_main_threads_witness_says_data_arrived_in_a_socket_read():
+    # GIVEN the download, watched while nothing else moved (rank 1 at the barrier)
+    points = download_rows(12, 6)
+    # WHEN the witnesses of that stretch are read
+    lines = timelines(job_bundle(points))
+    said = {w.name: w for w in job_witnesses([(r, lines[100 + r]) for r in range(2)], (), 0.0)}["main threads"]
+    # THEN rank 0 received data (not "asleep"), and the witness moved
+    assert said.moved is True and "rank 0 received data in a socket read" in said.said
