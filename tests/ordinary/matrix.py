@@ -206,14 +206,16 @@ FAULTS: dict[str, Fault] = {f.name: f for f in _ALL_FAULTS}
 JOBS: dict[str, Job] = {j.name: j for j in [
     Job("plain_ddp", duration_s=20, step_s=0.013, length=("--epochs", 1.7)),
     # Loop styles (tests/ordinary/README.md): the loop at module level, and `while True: next(it)`
-    # with the step on an object; --nccl-shape: NCCL's wait on CPU (the sync line spins).
+    # with the step on an object; --nccl-shape: NCCL's wait on CPU (the sync line spins). Its steps
+    # take 0.015-0.05 s as the machine is loaded: 1500 of them outlast run's fault gate (8 s after
+    # the first step) on an idle machine too.
     Job("module_loop", duration_s=30, step_s=0.02, length=("--steps", 0.015)),
     Job("next_loop", duration_s=30, step_s=0.02, length=("--steps", 0.015)),
     Job("plain_ddp_nccl", file="plain_ddp", args=("--nccl-shape",), duration_s=30, step_s=0.05,
         length=("--epochs", 6.4)),
-    Job("module_loop_nccl", file="module_loop", args=("--nccl-shape", "--steps", "600"), duration_s=35,
+    Job("module_loop_nccl", file="module_loop", args=("--nccl-shape", "--steps", "1500"), duration_s=75,
         step_s=0.05, length=("--steps", 0.05)),
-    Job("next_loop_nccl", file="next_loop", args=("--nccl-shape", "--steps", "600"), duration_s=35,
+    Job("next_loop_nccl", file="next_loop", args=("--nccl-shape", "--steps", "1500"), duration_s=75,
         step_s=0.05, length=("--steps", 0.05)),
     # The same kind of job under every common launcher (see LAUNCHERS).
     Job("elastic_ddp", file="plain_ddp", launcher="elastic", duration_s=22),
