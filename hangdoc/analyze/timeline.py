@@ -395,10 +395,10 @@ class LiveTimelines:
         and a sync on its GPU stream judged by what its GPU does."""
         reading = classify_rank(sample)
         learned = self._learned.get(pid)
-        if sample.stack is not None and sample.stack.probe:
-            if reading.state == RankState.COLLECTIVE:
-                reading = self._learn(pid, place(sig), reading)
+        if sample.stack is not None and sample.stack.probe and reading.state == RankState.COLLECTIVE:
+            reading = self._learn(pid, place(sig), reading)
         elif reading.state in (RankState.COMPUTE, RankState.IDLE) and _waits_on_work(sample):
+            # (A native probe's read too: its Python frames hold the Work as a plain read's do.)
             # Its own line holds a collective's Work and waits on it (NCCL's shape, in the job's
             # code): a wait on the others there, whichever frame of the line a sample catches (under
             # the name a native read of the place gave it first, if one did).

@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from hangdoc.analyze.classify import place
+from hangdoc.analyze.classify import WORK_WAIT, place
 from hangdoc.analyze.logs import output_step, output_steps
 from hangdoc.analyze.progress import DEFAULT_HANG_AFTER_S, HANG_FLOOR_S, region
 from hangdoc.analyze.timeline import timelines
@@ -338,3 +338,20 @@ def test_the_main_threads_witness_says_data_arrived_in_a_socket_read():
     said = {w.name: w for w in job_witnesses([(r, lines[100 + r]) for r in range(2)], (), 0.0)}["main threads"]
     # THEN rank 0 received data (not "asleep"), and the witness moved
     assert said.moved is True and "rank 0 received data in a socket read" in said.said
+
+
+def test_a_spin_line_learned_from_a_native_read_is_a_wait_at_every_later_sample():
+    # GIVEN rank 0 spinning at its sync line: a native probe's read caught the line's generator
+    # expression holding the collective's Work, every other read only the line's own frame (no
+    # Work in its locals); rank 1 waits on its DataLoader
+    own = spin_line("own")
+    work = pyframe("<genexpr>", TRAIN, 69, {".0": (0x63, "<list_iterator object at 0x7f3a>"),
+                                            "w": (0x64, "<torch._C._distributed_c10d.Work object at 0x7f3b>")})
+    spin = [work, *own]
+    rows = [[{"frames": spin if i == 2 else own, "cpu": 1.0 + 2 * i, "probe": i == 2},
+             {"frames": in_dataloader(28), "cpu": 1.0}] for i in range(7)]
+    # WHEN its timeline is read
+    line = timelines(job_bundle(rows))[100]
+    # THEN the line is a wait on the others at every sample, before and after the native read
+    assert all((p.reading.state, p.reading.detail) == ("collective-wait", WORK_WAIT) for p in line.points), \
+        [(p.reading.state, p.reading.detail) for p in line.points]
