@@ -169,8 +169,9 @@ STILL_BYTES_PER_S = 16384
 
 def still(points: Sequence[Point]) -> bool:
     """Did the process do nothing worth the name over its points: under STILL_CPU_SHARE of a CPU,
-    under STILL_BYTES_PER_S, no data arriving on a socket it reads? Judged from the first and the last point (a share, not a per-round
-    delta: the kernel counts CPU in 10 ms ticks). False with fewer than two points."""
+    under STILL_BYTES_PER_S, no data arriving on a socket it reads? CPU and bytes are judged from
+    the first and the last point (a share, not a per-round delta: the kernel counts CPU in 10 ms
+    ticks). False with fewer than two points."""
     if len(points) < 2:
         return False
     a, b = points[0], points[-1]
@@ -398,10 +399,10 @@ class LiveTimelines:
         if sample.stack is not None and sample.stack.probe and reading.state == RankState.COLLECTIVE:
             reading = self._learn(pid, place(sig), reading)
         elif reading.state in (RankState.COMPUTE, RankState.IDLE) and _waits_on_work(sample):
-            # (A native probe's read too: its Python frames hold the Work as a plain read's do.)
             # Its own line holds a collective's Work and waits on it (NCCL's shape, in the job's
             # code): a wait on the others there, whichever frame of the line a sample catches (under
-            # the name a native read of the place gave it first, if one did).
+            # the name a native read of the place gave it first, if one did). A native probe's read
+            # counts too: its Python frames hold the Work as a plain read's do.
             reading = self._learn(pid, place(sig), Reading(RankState.COLLECTIVE, WORK_WAIT, reading.frame))
         elif learned and reading.state == RankState.COMPUTE:
             reading = learned.get(place(sig), reading)
