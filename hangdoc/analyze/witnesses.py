@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hangdoc.analyze.progress import WAKEUPS_PER_DUMP, counted, new_ground, region
-from hangdoc.analyze.timeline import CPU_NOISE_S, IO_NOISE_BYTES, Point, Timeline, moved, read_forward, receiving
+from hangdoc.analyze.progress import counted, new_ground, region
+from hangdoc.analyze.timeline import (CPU_NOISE_S, IO_NOISE_BYTES, WAKEUPS_PER_DUMP, Point, Timeline, moved, read_forward,
+                                      receiving)
 from hangdoc.base.words import plural
 from hangdoc.model import GpuActivity, Witness
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hangdoc.analyze.classify import signature
-from hangdoc.analyze.progress import WAKEUPS_PER_DUMP, dwells, place, spins
+from hangdoc.analyze.progress import dwells, place, spins
+from hangdoc.analyze.timeline import WAKEUPS_PER_DUMP
 from hangdoc.collect.stacks import PySpy
 from hangdoc.model import RankState, Role
 
