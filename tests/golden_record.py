@@ -91,6 +91,14 @@ def stall_job(mode: str):
     return start
 
 
+def diverge_job(mode: str, nproc: int = 2):
+    """A mode of tests/jobs/diverge_job.py: ranks that part ways in their own code."""
+    def start(workdir: Path):
+        cmd = torchrun_cmd(JOBS / "diverge_job.py", "--workdir", str(workdir), "--mode", mode, nproc=nproc)
+        return cmd, [*(workdir / f"ready.{r}" for r in range(nproc)), workdir / "fault"]
+    return start
+
+
 def rules_job(mode: str, layout: str = "plain", *, fault: bool = True, fault_after: float = 6.0):
     """A mode of tests/jobs/rules_job.py; crash modes wait only for ready, so watch sees the fault."""
     def start(workdir: Path):
@@ -197,6 +205,21 @@ CASES = [
          "hang", (1,), ("uneven-shards", "collective-mismatch"), scenario("uneven-shards")),
     Case("barrier-mismatch", "stall_job: rank 1 calls barrier() mid-epoch while rank 0 is in all_reduce",
          "hang", (1,), ("collective-mismatch",), stall_job("mismatch")),
+    Case("diverge-swallowed", "diverge_job: rank 1's metrics gather raises inside `try/except: continue`; it "
+         "skips the gather and goes on to the next step's all-reduce", "hang", (1,), ("collective-mismatch",),
+         diverge_job("swallow")),
+    Case("diverge-early-stop", "diverge_job: early stopping on each rank's own validation loss; rank 2 stops",
+         "hang", (2,), ("collective-mismatch",), diverge_job("earlystop", 3)),
+    Case("diverge-handler", "diverge_job: rank 2's bad batch reaches an `except` that broadcasts a checkpoint name",
+         "hang", (2,), ("collective-mismatch",), diverge_job("handler", 3)),
+    Case("diverge-ddp-validation", "diverge_job: rank 0 validates alone through the DDP wrapper (buffer broadcast)",
+         "hang", (0,), ("collective-mismatch",), diverge_job("ddpval", 3)),
+    Case("diverge-clock", "diverge_job: a checkpoint every 2 s by each rank's own clock; rank 0's comes due first",
+         "hang", (0,), ("collective-mismatch",), diverge_job("clock")),
+    Case("diverge-rank0-gather", "diverge_job: `if rank == 0: dist.all_gather_object(...)`",
+         "hang", (0,), ("collective-mismatch",), diverge_job("rank0gather")),
+    Case("diverge-early-return", "diverge_job: a metrics helper returns early on rank 1, which has no metrics",
+         "hang", (1,), ("collective-mismatch",), diverge_job("earlyreturn")),
     Case("worker-segfault", "a rank-1 worker segfaults (x86_64): the job crashes",
          "crash", (1,), ("worker-died",), scenario("worker-segfault", fault=False)),
     Case("worker-segfault-aarch64", "the worker-segfault bundle as an aarch64 host with OpenMP/ACL shows it",

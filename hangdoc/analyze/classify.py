@@ -25,14 +25,24 @@ COLLECTIVES = frozenset({
     "reduce", "send", "recv", "isend", "irecv", "broadcast_object_list", "batch_isend_irecv",
     "wait", "Work.wait",
 })
-# Where collectives surface outside c10d: DDP, Join, and the CUDA sync points NCCL waits hide behind.
+# Where collectives surface outside c10d: the wrappers' own (DDP, FSDP, Join), named in words. Matched
+# by the frame's name or, in torch's own files, its last part (py-spy names methods by their class).
+JOIN_ALL_REDUCE = "Join's shadow all-reduce"
+JOIN_EXIT = "Join's final all-reduce"
+DDP_BUFFERS = "DDP's buffer broadcast in forward"
+DDP_PARAMS = "DDP's parameter broadcast"
+FSDP_GATHER = "FSDP's parameter all-gather"
+FSDP_REDUCE = "FSDP's gradient reduce-scatter"
 _COLLECTIVE_FRAMES = {
-    "Join.__exit__": "Join.__exit__", "_JoinHook.main_hook": "join hook",
-    "_DDPJoinHook.main_hook": "DDP join hook", "_sync_buffers": "DDP buffer broadcast",
-    "_sync_module_buffers": "DDP buffer broadcast", "_distributed_broadcast_coalesced": "DDP broadcast",
-    "_check_global_requires_backward_grad_sync": "DDP join all_reduce",
-    "_match_all_reduce_for_bwd_pass": "DDP join all_reduce",
+    "Join.__exit__": JOIN_EXIT, "_JoinHook.main_hook": JOIN_ALL_REDUCE, "_DDPJoinHook.main_hook": JOIN_ALL_REDUCE,
+    "_check_global_requires_backward_grad_sync": JOIN_ALL_REDUCE, "_match_all_reduce_for_bwd_pass": JOIN_ALL_REDUCE,
+    "_sync_buffers": DDP_BUFFERS, "_sync_module_buffers": DDP_BUFFERS, "_check_and_sync_module_buffers": DDP_BUFFERS,
+    "_default_broadcast_coalesced": DDP_BUFFERS, "_distributed_broadcast_coalesced": DDP_BUFFERS,
+    "_sync_params_and_buffers": DDP_PARAMS, "_sync_module_states": DDP_PARAMS,
+    "_all_gather_flat_param": FSDP_GATHER, "foreach_all_gather": FSDP_GATHER,
+    "_reduce_grad": FSDP_REDUCE, "foreach_reduce": FSDP_REDUCE,
 }
+_WRAPPER_FILES = ("torch/nn/parallel/", "torch/distributed/")
 # Native frames of a wait on the other ranks: NCCL's and gloo's collectives, c10d's Work.
 _NATIVE_WAITS = ("ProcessGroupNCCL", "ncclGroupEnd", "ncclAllReduce", "ncclKernel", "WorkNCCL",
                  "ProcessGroupGloo", "gloo::", "c10d::Reducer", "Work::wait", "isCompleted")
@@ -118,8 +128,8 @@ def collective_frame(frames: tuple[Frame, ...]) -> tuple[str, Frame] | None:
         base = frame.name.rsplit(".", 1)[-1]
         if _is_c10d(frame) and (frame.name in COLLECTIVES or base in COLLECTIVES):
             found = (base, frame)
-        elif frame.name in _COLLECTIVE_FRAMES:
-            found = (_COLLECTIVE_FRAMES[frame.name], frame)
+        elif (named := _wrapper_collective(frame)) is not None:
+            found = (named, frame)
         elif frame.name == "synchronize" and "torch/cuda" in frame.filename:
             found = (f"{GPU_SYNC} (torch.cuda.synchronize)", frame)
         elif frame.native and found is None and any(k in frame.name for k in _NATIVE_WAITS):
@@ -127,6 +137,16 @@ def collective_frame(frames: tuple[Frame, ...]) -> tuple[str, Frame] | None:
         elif frame.native and found is None and any(k in frame.name for k in _GPU_SYNCS):
             found = (f"{GPU_SYNC} ({frame.shown_name[:48]})", frame)
     return found
+
+
+def _wrapper_collective(frame: Frame) -> str | None:
+    """The wrapper's collective a frame runs (DDP's buffer broadcast, FSDP's all-gather), in words."""
+    if frame.native:
+        return None
+    named = _COLLECTIVE_FRAMES.get(frame.name)
+    if named is None and any(p in frame.filename for p in _WRAPPER_FILES):
+        named = _COLLECTIVE_FRAMES.get(frame.name.rsplit(".", 1)[-1])
+    return named
 
 
 def is_gpu_sync(detail: object) -> bool:

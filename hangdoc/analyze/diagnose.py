@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from hangdoc.analyze.classify import Reading, parked_in, per_stack, place, signature
 from hangdoc.analyze.departures import departure_of
+from hangdoc.analyze.divergence import Divergence, divergence
 from hangdoc.analyze.ending import crash_of, ended_readably, told_by_exits
 from hangdoc.analyze.flight import fr_pending, fr_step_times
 from hangdoc.analyze.logs import output_steps
@@ -28,7 +29,7 @@ from hangdoc.analyze.past import hang_after as past_hang_after
 from hangdoc.analyze.progress import (
     PollLoop, Rhythm, blocked_since, held_since, poll_loop, progress_word, rank_progress, rhythm,
 )
-from hangdoc.analyze.shares import is_step_wait, rank_shares, runqueue_share, workers_cpu
+from hangdoc.analyze.shares import rank_shares, runqueue_share, workers_cpu
 from hangdoc.analyze.slow import SlowCall, slow_call
 from hangdoc.analyze.rendezvous import joining, joining_since, not_joined, setup_name, store_fields
 from hangdoc.analyze.restarts import restarts_of
@@ -93,6 +94,7 @@ class Diagnosis:
     slow: SlowCall | None = None       # a straggler or data-bound job (slow.py); also on a job that ended well
     held: bool = False                 # the hang was named from no progress alone (`decide`)
     witnesses: tuple[Witness, ...] = ()   # what each witness of progress said while the job was quiet
+    divergence: Divergence | None = None  # ranks in different collectives: where their paths parted, who left
 
     def view(self, rank: int) -> RankView | None:
         return next((r for r in self.ranks if rank in r.ranks), None)
@@ -135,6 +137,10 @@ def diagnose(bundle: Bundle, hang_after: float | None = None, lines: dict[int, T
     digest = digest_of(bundle, lines, views)
     decision = decide(digest.ranks, job_facts(bundle, digest, hang_after))
     diagnosis = diagnosis_of(decision, bundle.last.time, views, digest=digest)
+    if decision.verdict in (Verdict.HANG, Verdict.SUSPECT) and len(decision.mismatch) >= 2:
+        split = divergence(bundle, decision.mismatch)
+        if split is not None:
+            diagnosis = dataclasses.replace(diagnosis, culprits=split.left, divergence=split)
     if decision.verdict in (Verdict.HANG, Verdict.SUSPECT) and decision.rhythm is not None:
         since = min(decision.rhythm.quiet_since, decision.onset or decision.rhythm.quiet_since)
         ranks = [(v.info.rank, lines[v.info.pid]) for v in views if v.exited_at is None]
@@ -441,10 +447,12 @@ def _culprits(ranks: Sequence[RankDigest]) -> tuple[tuple[int, ...], dict[str, t
         return (), {}
     mismatch = {name: tuple(sorted(r)) for name, r in groups.items()}
 
-    def common_path(item: tuple[str, list[int]]) -> tuple[int, int]:
-        name, ranks = item
-        return len(ranks), int(is_step_wait(name))
-
-    common = max(groups.items(), key=common_path)[0]
+    # Who left is for the evidence to tell (analyze/divergence.py reads the ranks' own code): here,
+    # only a count that is no coin toss names them, three ranks or more with one collective holding
+    # more than half. Never a preference for one collective over another.
+    sizes = sorted((len(ranks) for ranks in groups.values()), reverse=True)
+    if sum(sizes) < 3 or sizes[0] * 2 <= sum(sizes):
+        return (), mismatch
+    common = max(groups.items(), key=lambda item: len(item[1]))[0]
     culprits = sorted(r for name, ranks in groups.items() if name != common for r in ranks)
     return tuple(culprits), mismatch

@@ -19,12 +19,18 @@ MAX_COUNTERS = 16          # per frame
 _INT = re.compile(r"-?\d{1,18}")
 # How py-spy prints a c10d collective's handle, or the Future it gives: its type's name.
 _WORK = re.compile(r"<torch\._C\.(_distributed_c10d\.(Work|FakeWork)|Future)\b")
+MAX_VALUES = 12            # shown values per frame
+# The values a local may show (never a string's or a container's repr): a flag, None, a number
+# with a point, and an exception's type, as py-spy prints an object of it.
+_SHOWN = re.compile(r"True|False|None|-?(?:\d{1,12}\.\d{0,8}(?:e[-+]?\d{1,3})?|nan|inf)")
+_EXCEPTION = re.compile(r"<([A-Za-z_][\w.]{0,60}(?:Error|Exception|Exit|Interrupt|Timeout|Warning)) at 0x[0-9a-f]+>")
 
 
 def frame_mark(frame: dict) -> FrameMark:
     digest = hashlib.blake2b(digest_size=8)
     counters: list[tuple[str, int]] = []
     work = False
+    values: list[tuple[str, str]] = []
     for local in frame.get("locals") or ():
         name = str(local.get("name") or "?")
         text = local.get("repr")
@@ -36,8 +42,22 @@ def frame_mark(frame: dict) -> FrameMark:
         else:
             digest.update(f"{name}@{local.get('addr')}\0".encode())
             work = work or (isinstance(text, str) and _WORK.match(text) is not None)
+            shown = _shown(text)
+            if shown is not None and len(values) < MAX_VALUES:
+                values.append((redact_cached(name), shown))
     return FrameMark(function=redact_cached(frame.get("name") or "?"), line=int(frame.get("line") or 0),
-                     digest=digest.hexdigest(), counters=tuple(counters), holds_work=work)
+                     digest=digest.hexdigest(), counters=tuple(counters), holds_work=work,
+                     values=tuple(values))
+
+
+def _shown(text: object) -> str | None:
+    """The value a local may show, or None: its type's name for an exception it holds."""
+    if not isinstance(text, str):
+        return None
+    if _SHOWN.fullmatch(text):
+        return text
+    raised = _EXCEPTION.fullmatch(text)
+    return raised.group(1) if raised else None
 
 
 def loop_mark(frames: list[dict]) -> LoopMark | None:

@@ -12,6 +12,7 @@ from hangdoc.collect.host import host_facts
 from hangdoc.collect.logs import log_sources, read_tails
 from hangdoc.collect.procfs import ProcFS
 from hangdoc.collect.snapshot import Probes, capture
+from hangdoc.collect.sources import read_sources
 from hangdoc.live.options import WatchOptions
 from hangdoc.live.probes import engine_name, require_stacks
 from hangdoc.model import BUNDLE_SCHEMA, Bundle, Host, Job, NodeDigest, Options, Snapshot
@@ -42,6 +43,7 @@ def make_bundle(job: Job, samples: tuple[Snapshot, ...], procfs: ProcFS, options
         logs=logs,
         options=options,
         exit_code=exit_code,
+        sources=read_sources(job, samples, procfs.root),
     )
 
 

@@ -6,7 +6,7 @@ report says (`report`), and the record every slug is declared by (`rule`), over 
 Every name is importable from `hangdoc.model` itself.
 """
 from hangdoc.model.vocab import (
-    Ending, Engine, GpuActivity, Progress, RankState, Role, Severity, SlowKind, StopReason, Verdict, Wait, Word,
+    Ending, Engine, GpuActivity, Progress, RankState, Role, Severity, SlowKind, SplitCause, StopReason, Verdict, Wait, Word,
     WorkerState,
 )
 from hangdoc.model.stack import Frame, FrameMark, LoopMark, Stack, Thread, is_job_file
@@ -23,8 +23,12 @@ from hangdoc.model.report import (
     Slowness, Threshold, TimeShares, Witness, WorkerReport,
 )
 from hangdoc.model.rule import Cause, Rule, finding
+from hangdoc.model.source import SourceBlock, SourceFunction
 
 __all__ = [
+    "SplitCause",
+    "SourceBlock",
+    "SourceFunction",
     "Ending",
     "Engine",
     "SlowKind",

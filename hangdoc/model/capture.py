@@ -13,6 +13,7 @@ from functools import cached_property
 
 from hangdoc.base.parse import cpu_list, to_int
 from hangdoc.model.flight import FlightRecord, FrConfig, RasStatus
+from hangdoc.model.source import SourceFunction
 from hangdoc.model.stack import Stack
 from hangdoc.model.vocab import Role
 
@@ -474,6 +475,8 @@ class Bundle:
     flight_errors: tuple[str, ...] = ()             # dumps refused or unreadable, one line each
     ras: RasStatus | None = None
     exits: tuple[ProcessExit, ...] = ()   # how its processes ended, as they died (older bundles: none)
+    # The job's own functions its ranks last stood in, outlined from the files (older bundles: none).
+    sources: tuple[SourceFunction, ...] = ()
 
     def exit_of(self, pid: int) -> ProcessExit | None:
         """The process's exit record: the one that tells its status when there are several."""

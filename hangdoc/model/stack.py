@@ -68,6 +68,9 @@ class FrameMark:
     # A local holding a collective's handle (c10d's `Work`, or its Future) that the frame waits on
     # (`while not w.is_completed(): pass`, `w.wait()`): a host waiting the NCCL way, in its own code.
     holds_work: bool = False
+    # Its locals whose values can be shown: booleans, None, numbers with a point, and the type of an
+    # exception a local holds ("UnicodeDecodeError"): what differs between ranks that parted ways.
+    values: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,21 @@ class SlowKind(Word):
     DATA_BOUND = "data-bound"          # every rank waits on its data
 
 
+class SplitCause(Word):
+    """Why ranks that wait in different collectives parted ways (analyze/divergence.py)."""
+
+    HANDLER_COLLECTIVE = "handler-collective"    # an exception handler runs a collective on the rank that raised
+    SWALLOWED_EXCEPTION = "swallowed-exception"  # a handler swallowed an exception and skipped a collective
+    OWN_DECISION = "own-decision"                # a branch or early exit decided on one rank's own values
+    CLOCK_DECISION = "clock-decision"            # ... decided on one rank's own clock
+    RANK_BRANCH = "rank-branch"                  # a collective inside `if rank == 0:`
+    WRAPPER_ON_ONE_RANK = "wrapper-on-one-rank"  # a DDP/FSDP-wrapped model called on one rank
+    EARLY_RETURN = "early-return"                # a function that returns early on some ranks
+    UNEVEN_DATA = "uneven-data"                  # a rank's data ran out first
+    SKIPPED = "skipped"                          # a rank skipped the collective, why unseen
+    UNKNOWN = "unknown"
+
+
 class Engine(Word):
     """How stacks are read."""
 

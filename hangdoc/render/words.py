@@ -14,6 +14,8 @@ def headline(report: Report) -> str:
             who = "nothing moves (no CPU, no I/O, same frames)"
         elif culprits:
             who = f"rank {culprits} is the culprit"
+        elif any(f.rule == "collective-mismatch" for f in report.findings):
+            who = "the ranks wait in different collectives and nothing tells which left the common path"
         elif (setup := _all_in_setup(report)) is not None:
             who = (f"every rank here waits in {setup} and none got through: the rank or store they wait for is "
                    "not among the processes watched (see the findings)")

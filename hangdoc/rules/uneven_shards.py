@@ -1,6 +1,7 @@
 """uneven-shards: a rank ran out of data and left the epoch while the others still step."""
 from __future__ import annotations
 
+from hangdoc.analyze.classify import JOIN_ALL_REDUCE, JOIN_EXIT
 from hangdoc.base.partition import classic_split
 from hangdoc.base.cmdline import data_list
 from hangdoc.model import Cause, DataListCopy, Finding, OpenFile, Role, Severity, Verdict
@@ -11,13 +12,12 @@ from hangdoc.rules.samples import basename, frames_line, latest_frames, samples_
 from hangdoc.base.words import mb, plural
 
 # Where a rank that left its data loop waits: the end-of-epoch sync, Join, the next epoch's start.
-LEFT_LOOP = ("barrier", "monitored_barrier", "Join.__exit__", "join hook", "DDP join hook",
-             "DDP join all_reduce")
+LEFT_LOOP = ("barrier", "monitored_barrier", JOIN_EXIT, JOIN_ALL_REDUCE)
 # What ranks still in the epoch wait in: the step's gradient collective (or the sync NCCL hides behind).
 _STEP = ("all_reduce", "reduce_scatter", "all_gather", "synchronize")
 _NEXT_EPOCH = ("_share_dist_seed", "_get_iterator", "DataLoader.__iter__")
 # Where only a rank that left its loop waits (a barrier may sit inside the loop too).
-_JOINED = ("Join.__exit__", "join hook", "DDP join hook", "DDP join all_reduce")
+_JOINED = (JOIN_EXIT, JOIN_ALL_REDUCE)
 
 
 def _left(view, frames) -> bool:
