@@ -120,3 +120,42 @@ def test_the_wrappers_own_collectives_are_collectives_named_in_words(name, path,
     # WHEN classified THEN it waits in that collective, said in words
     reading = classify_rank(sample)
     assert reading.state == RankState.COLLECTIVE and reading.detail == expected
+
+
+def _without_sources(bundle):
+    return dataclasses.replace(bundle, sources=())
+
+
+def test_a_rank_ahead_in_the_loop_counters_is_the_one_that_skipped_even_without_the_source():
+    # GIVEN the swallowed gather, saved without the source outlines (the file was unreadable)
+    bundle = _without_sources(load_bundle(GOLDEN / "diverge-swallowed" / "bundle.json"))
+    # WHEN judged THEN the counters still tell: rank 1 is a step ahead, so it skipped the gather
+    split = _judged(bundle).diagnosis.divergence
+    assert split.left == (1,) and split.cause == SplitCause.SKIPPED
+    assert "step 13 against 12" in split.why
+
+
+def test_the_only_rank_whose_output_printed_an_exception_is_the_one_that_left():
+    # GIVEN two ranks in different collectives, nothing in their code to tell them apart, and
+    # torchrun's per-rank output where rank 1 alone printed a traceback
+    from hangdoc.model import LogTail
+    bundle = _blind(load_bundle(GOLDEN / "barrier-mismatch" / "bundle.json"))
+    lines = ("[rank0]:step 5 loss 0.1", "[rank1]:Traceback (most recent call last):",
+             '[rank1]:  File "/job/train.py", line 40, in metrics', "[rank1]:    r = hits / total",
+             "[rank1]:ZeroDivisionError: division by zero")
+    bundle = dataclasses.replace(bundle, logs=(LogTail("job.log", lines),))
+    # WHEN judged THEN rank 1 is named, and the exception it printed
+    judgement = _judged(bundle)
+    assert judgement.report.culprit_ranks == (1,)
+    assert judgement.diagnosis.divergence.exception == "ZeroDivisionError: division by zero"
+
+
+def test_an_exception_printed_without_a_rank_prefix_names_nobody():
+    # GIVEN the same traceback, but in output with no rank prefix (it could be any rank's)
+    from hangdoc.model import LogTail
+    bundle = _blind(load_bundle(GOLDEN / "barrier-mismatch" / "bundle.json"))
+    lines = ("Traceback (most recent call last):", '  File "/job/train.py", line 40, in metrics',
+             "ZeroDivisionError: division by zero")
+    bundle = dataclasses.replace(bundle, logs=(LogTail("job.log", lines),))
+    # WHEN judged THEN it is no evidence of who left
+    assert _judged(bundle).report.culprit_ranks == ()
