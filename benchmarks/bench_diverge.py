@@ -18,10 +18,12 @@ from benchmarks.common import ended_by_sigterm, machine, table, write_results
 from hangdoc.scenarios.launch import start_job, stop_job, torchrun_cmd, wait_for
 
 JOB = Path(__file__).resolve().parents[1] / "tests" / "jobs" / "diverge_job.py"
-# mode: (ranks, the rank whose path leaves, the cause it must be read as)
+# mode: (ranks, the rank whose path leaves, the cause it must be read as). With three ranks on gloo
+# the skipped gather pairs up with the next step's all-reduce and the job goes on (its metrics are
+# wrong, it does not hang): right there is any verdict but a hang.
 MODES = {
     "swallow": (2, 1, "swallowed-exception"),
-    "swallow3": (3, 2, "swallowed-exception"),
+    "swallow3": (3, 2, None),
     "earlystop": (3, 2, "own-decision"),
     "handler": (3, 2, "handler-collective"),
     "ddpval": (3, 0, "wrapper-on-one-rank"),
@@ -76,6 +78,8 @@ def run_cell(mode: str) -> dict:
 
 def _right(mode: str, cell: dict) -> bool:
     _, culprit, cause = MODES[mode]
+    if cause is None:
+        return cell.get("verdict") not in ("hang", "no bundle")
     return cell.get("verdict") == "hang" and cell.get("culprits") == [culprit] and cell.get("cause") == cause
 
 
