@@ -226,7 +226,7 @@ def crowded_v1_bundle(ranks: int = 200_000) -> bytes:
     bundle = _golden()
     rank = next(p for p in bundle["job"]["processes"] if p["role"] == "rank")
     sample = next(s for s in bundle["samples"][-1]["processes"] if s["pid"] == rank["pid"])
-    main = next(t for t in sample["stack"]["threads"] if t["name"] == "MainThread")
+    main = dict(next(t for t in sample["stack"]["threads"] if t["name"] == "MainThread"), loop=None)
     lean = {k: v for k, v in rank.items() if k not in ("env", "libs")}
     stack = dict(sample["stack"], threads=[main])
     procs = [dict(lean, pid=10_000 + r, ppid=1, rank=r, local_rank=0, group_rank=r, world_size=ranks, cmdline=["python"])
