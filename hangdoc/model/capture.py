@@ -15,6 +15,7 @@ from hangdoc.base.parse import cpu_list, to_int
 from hangdoc.model.flight import FlightRecord, FrConfig, RasStatus
 from hangdoc.model.stack import Stack
 from hangdoc.model.vocab import Role
+from hangdoc.model.wrapper import Wrapper
 
 BUNDLE_SCHEMA = "hangdoc/bundle-v1"
 # Linux pids stay below 2**22; a merge of several nodes' bundles renumbers colliding pids to
@@ -232,6 +233,8 @@ class ProcessInfo:
     # Where its rank was read: "env RANK" (torchrun, srun, mpirun set it), or, where no environment
     # names it (torch.multiprocessing.spawn, Lightning's own launcher), the job's own stack or launcher.
     rank_source: str | None = None
+    # What its launcher ran it under, outermost first, the last its parent (): none, or not read.
+    wrappers: tuple[Wrapper, ...] = ()
 
     @property
     def generation(self) -> int:
