@@ -71,6 +71,21 @@ def test_env_then_timeout_is_walked_through_to_python(tmp_path):
             (211, 0, (Wrapper(210, ("timeout", "3600", "python", "train.py")),))]
 
 
+def test_srun_bash_wrap_sh_under_slurms_step_daemon(tmp_path):
+    # GIVEN `srun --mpi=pmi2 bash wrap.sh`: slurmstepd runs one shell per task, PMI_RANK in its environment
+    proc = FakeProc(tmp_path)
+    proc.add(500, 1, ("slurmstepd: [4242.0]",))
+    for rank, shell in enumerate((510, 520)):
+        env = {"PMI_RANK": str(rank), "PMI_SIZE": "2", "SLURM_PROCID": str(rank)}
+        proc.add(shell, 500, BASH, env)
+        proc.add(shell + 1, shell, TRAIN, env)
+    # WHEN the job is found from the step daemon's pid
+    job = find_job(500, ProcFS(tmp_path))
+    # THEN the ranks are the Python processes below the shells
+    assert [(r.pid, r.rank, r.ppid) for r in job.ranks] == [(511, 0, 510), (521, 1, 520)]
+    assert job.launcher_pid == 500
+
+
 def test_conda_run_and_a_tee_pipeline_are_walked_through(tmp_path):
     # GIVEN torchrun --no-python running `conda run -n env bash -c 'python train.py | tee log'`:
     # conda (a Python program) runs a shell, which runs python and tee
