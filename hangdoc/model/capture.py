@@ -233,8 +233,7 @@ class ProcessInfo:
     # Where its rank was read: "env RANK" (torchrun, srun, mpirun set it), or, where no environment
     # names it (torch.multiprocessing.spawn, Lightning's own launcher), the job's own stack or launcher.
     rank_source: str | None = None
-    # What its launcher ran it under, outermost first, the last its parent (): none, or not read.
-    wrappers: tuple[Wrapper, ...] = ()
+    wrappers: tuple[Wrapper, ...] = ()   # what its launcher ran it under, outermost first: the last its parent
 
     @property
     def generation(self) -> int:
