@@ -9,6 +9,7 @@ import select
 
 from hangdoc.collect.discover import find_job
 from hangdoc.collect.exits import ExitWatcher
+from hangdoc.collect.logs import log_sources
 from hangdoc.collect.procfs import ProcFS
 from hangdoc.collect.snapshot import Probes, capture
 from hangdoc.collect.stacks import Dump
@@ -106,6 +107,21 @@ def test_a_pid_taken_while_its_stack_was_read_drops_the_strangers_stack(tmp_path
     # THEN the stack read is not kept as rank 1's, and rank 1 is gone
     assert snapshot.sample_of(12).stack is None and not snapshot.sample_of(12).alive
     assert snapshot.sample_of(11).stack is not None
+
+
+def test_a_reused_pids_output_file_is_not_read_as_the_jobs_log(tmp_path):
+    # GIVEN a job found with its ranks writing to rank.log; rank 1's pid then taken by a process writing elsewhere
+    torchrun_job(tmp_path)
+    job = find_job(10, ProcFS(tmp_path))
+    logs = {pid: tmp_path / f"{name}.log" for pid, name in ((11, "rank0"), (12, "stranger"))}
+    for pid, log in logs.items():
+        log.write_text("step 1\n")
+        os.symlink(log, tmp_path / str(pid) / "fd" / "1")
+    write_proc(tmp_path, 12, 1, STRANGER, start_ticks=9000)
+    # WHEN the job's output files are looked for
+    sources = log_sources(job, tmp_path)
+    # THEN rank 0's is one, the stranger's is not
+    assert str(logs[11]) in sources and str(logs[12]) not in sources
 
 
 class _Pidfds:
