@@ -18,7 +18,7 @@ from hangdoc.analyze.workers import workers_of_rank
 from hangdoc.base.words import rank_ranges
 from hangdoc.model import (
     BeforeAttach, Bundle, FlightSummary, Lane, RankGpu, RankReport, RestartMark, Slowness, StackClass, Threshold,
-    Verdict, Wait, WorkerReport, WorkerState,
+    PID_STRIDE, Verdict, Wait, WorkerReport, WorkerState,
 )
 from hangdoc.model.report import class_members
 
@@ -158,6 +158,7 @@ def _rank_report(bundle: Bundle, diagnosis: Diagnosis, view: RankView) -> RankRe
         ),
         retired_workers=len(fates.retired),
         rank_source=view.info.rank_source if not (view.info.rank_source or "env ").startswith("env ") else None,
+        wrappers=tuple(dataclasses.replace(w, pid=w.pid % PID_STRIDE) for w in view.info.wrappers),
         group_rank=view.info.group_rank,
         rank_count=view.count,
         rank_set=rank_ranges(view.members) if len(view.members) > 1 else None,

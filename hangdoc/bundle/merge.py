@@ -25,7 +25,7 @@ from hangdoc.base.errors import BadBundle, HangdocError
 from hangdoc.base.words import span
 from hangdoc.model import (
     BUNDLE_SCHEMA, PID_STRIDE, Bundle, GpuProcess, GpuState, Job, Options, ProcessExit, ProcessInfo, ProcSample,
-    Snapshot,
+    Snapshot, Wrapper,
 )
 
 # Ranks of one run start within seconds of each other on every node (after the rendezvous);
@@ -202,7 +202,8 @@ def _relabel(node: _Node, renumber: bool) -> Bundle:
     def pid(value: int | None) -> int | None:
         return value + base if value is not None and base else value
 
-    procs = tuple(_with(p, pid=pid(p.pid), ppid=pid(p.ppid), rank_pid=pid(p.rank_pid), host=p.host or host)
+    procs = tuple(_with(p, pid=pid(p.pid), ppid=pid(p.ppid), rank_pid=pid(p.rank_pid), host=p.host or host,
+                        wrappers=tuple(_with(w, pid=pid(w.pid)) for w in p.wrappers) if p.wrappers else ())
                   for p in node.bundle.job.processes)
     job = dataclasses.replace(node.bundle.job, processes=procs, launcher_pid=pid(node.bundle.job.launcher_pid))
     samples = node.bundle.samples
@@ -216,7 +217,7 @@ def _relabel(node: _Node, renumber: bool) -> Bundle:
     return dataclasses.replace(node.bundle, job=job, samples=samples, exits=exits)
 
 
-def _with(obj: ProcessInfo | ProcSample | ProcessExit | GpuProcess, **changes):
+def _with(obj: ProcessInfo | ProcSample | ProcessExit | GpuProcess | Wrapper, **changes):
     """`dataclasses.replace` for the plain frozen records a merge copies by the ten thousand.
 
     replace() calls __init__ and looks the fields up again on every call: ten times slower,

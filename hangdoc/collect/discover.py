@@ -13,6 +13,13 @@ Two launchers name no rank in any environment, and are read otherwise:
   script's multiprocessing children, and each one's rank is read from its stack
   (`collect/spawned.py`: init_process_group's arguments, the job's own `rank` argument).
 Each rank records where its rank was read (`ProcessInfo.rank_source`).
+
+A rank is a Python process. The programs a launcher may run it under carry its environment
+too and are walked through: a shell (`torchrun --no-python wrap.sh`, `bash -c 'python train.py;
+echo done'`, a `| tee` pipeline), `timeout`, conda's `run` (`env`, `nice`, `numactl`, `taskset`
+and `stdbuf` exec the next program and leave no process of their own). The rank is the Python
+process below them; they are kept as its `wrappers`, the last its parent. A wrapper whose Python
+has not started yet is no rank: the next discovery reads it again.
 """
 from __future__ import annotations
 
@@ -24,7 +31,7 @@ from hangdoc.collect.procfs import ProcDenied, ProcFS, ProcGone
 from hangdoc.collect.spawned import RankClue, StackRanks, is_worker
 from hangdoc.base.errors import NoSuchProcess, NotDistributed, NotPython, ProcessNotReadable
 from hangdoc.base.parse import to_int
-from hangdoc.model import Job, ProcessInfo, Role
+from hangdoc.model import Job, ProcessInfo, Role, Wrapper
 from hangdoc.base.redact import filter_env, redact_cmdline, redact_text
 
 _RANK_VARS = (("RANK", "WORLD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
@@ -76,6 +83,19 @@ def is_python(cmdline: tuple[str, ...], exe: str | None) -> bool:
     return any("python" in name.rsplit("/", 1)[-1] for name in names)
 
 
+def is_wrapper(cmdline: tuple[str, ...], exe: str | None) -> bool:
+    """A program that runs the job's Python below it: any process that is not Python (a shell,
+    `timeout`), and conda's `run` (a Python program). A process whose command line cannot be read
+    (a zombie, another user's) is not known to wrap anything."""
+    if not cmdline:
+        return False
+    if not is_python(cmdline, exe):
+        return True
+    words = [word.rsplit("/", 1)[-1] for word in cmdline[:4]]
+    return any(name in ("conda", "mamba") and "run" in words[at + 1:at + 2]
+               for at, name in enumerate(words))
+
+
 @dataclass
 class _Table:
     """ppid links of every process on the node, read once per discovery."""
@@ -87,6 +107,7 @@ class _Table:
         self.parent: dict[int, int] = {}
         self.children: dict[int, list[int]] = {}
         self._env: dict[int, dict[str, str]] = {}
+        self._wraps: dict[int, bool] = {}
         for pid in self.procfs.pids():
             try:
                 st = self.procfs.stat(pid)
@@ -99,6 +120,8 @@ class _Table:
                 # Found before (the same process, not a reused pid): its kept environment still
                 # names its rank, so a re-discovery reads no environment it has read already.
                 self._env[pid] = dict(seen.env)
+                self._wraps[pid] = (seen.role is not Role.RANK and rank_identity(seen.env) is not None
+                                    and is_wrapper(seen.cmdline, seen.exe))
 
     def env(self, pid: int) -> dict[str, str]:
         if pid not in self._env:
@@ -119,8 +142,35 @@ class _Table:
             todo.extend(self.children.get(child, ()))
         return out
 
+    def wraps(self, pid: int) -> bool:
+        """The process carries a rank's environment but is no Python rank: it runs one below it."""
+        if pid not in self._wraps:
+            self._wraps[pid] = self.is_rank_carrier(pid) and is_wrapper(
+                self.procfs.cmdline_or_empty(pid), self.procfs.exe(pid))
+        return self._wraps[pid]
+
     def is_rank(self, pid: int) -> bool:
-        return self.is_rank_carrier(pid) and not self.is_rank_carrier(self.parent.get(pid, 0))
+        """The topmost Python process that carries a rank, wrappers above it walked through."""
+        return self.is_rank_carrier(pid) and not self.wraps(pid) and self.wrappers(pid) is not None
+
+    def wrappers(self, pid: int) -> list[int] | None:
+        """The carriers above `pid` up to the first that carries no rank, outermost first, when
+        every one of them is a wrapper; None when one is not (`pid` is a rank's worker or child)."""
+        chain, up = [], self.parent.get(pid, 0)
+        while up > 1 and self.is_rank_carrier(up):
+            if not self.wraps(up) or len(chain) >= _MAX_WRAPPERS:
+                return None
+            chain.append(up)
+            up = self.parent.get(up, 0)
+        return chain[::-1]
+
+    def head(self, pid: int) -> int:
+        """The rank's outermost wrapper, or the rank itself: what its launcher started."""
+        chain = self.wrappers(pid)
+        return chain[0] if chain else pid
+
+
+_MAX_WRAPPERS = 8      # wrappers over one rank; a deeper chain of carriers is not a launch
 
 
 def find_job(pid: int, procfs: ProcFS | None = None, single: bool = False,
@@ -149,11 +199,20 @@ def find_job(pid: int, procfs: ProcFS | None = None, single: bool = False,
     rank_pids: list[int]
     launcher: int | None = None
     if table.is_rank_carrier(pid):
-        rank = pid
-        while table.is_rank_carrier(table.parent.get(rank, 0)):
-            rank = table.parent[rank]
-        launcher = launcher_of(table, rank)
-        rank_pids = _ranks_below(table, launcher) if launcher is not None else [rank]
+        top = pid
+        while table.is_rank_carrier(table.parent.get(top, 0)):
+            top = table.parent[top]
+        up, rank = pid, None                  # the rank itself, or a worker's rank
+        while rank is None and up > 1 and table.is_rank_carrier(up):
+            rank = up if table.is_rank(up) else None
+            up = table.parent.get(up, 0)
+        # a wrapper: the ranks below it (none while its Python has not started)
+        ranks = [rank] if rank is not None else _ranks_below(table, top)
+        launcher = launcher_of(table, ranks[0]) if ranks else None
+        rank_pids = _ranks_below(table, launcher) if launcher is not None else ranks
+        if not rank_pids and table.wraps(pid):
+            raise NotDistributed(pid, "it runs a rank's program (a shell, `timeout`, ...) whose Python "
+                                      "process has not started yet")
     else:
         rank_pids = _ranks_below(table, pid)
         if rank_pids:
@@ -282,6 +341,12 @@ def _spawned(table: "_Table", pid: int, known: dict[int, ProcessInfo],
     return (launcher if clues else None), clues
 
 
+def wraps_a_rank(pid: int, procfs: ProcFS) -> bool:
+    """Whether `pid` is a program that runs a rank's Python below it (a shell, `timeout`), whose
+    Python may not have started yet."""
+    return _Table(procfs).wraps(pid)
+
+
 def spawns_children(pid: int, procfs: ProcFS) -> bool:
     """Whether `pid` has Python children made by multiprocessing: ranks of torch.multiprocessing.spawn
     still starting, perhaps (their stacks say so once they run the job's function)."""
@@ -308,12 +373,16 @@ def local_rank_of(env: dict[str, str]) -> int | None:
 
 
 def launcher_of(table: "_Table", rank_pid: int) -> int | None:
-    """The rank's parent when it started the job: it has other ranks below it or is a known launcher."""
-    parent = table.parent.get(rank_pid, 0)
+    """The rank's parent (its outermost wrapper's) when it started the job: it has other ranks below
+    it or is a known launcher."""
+    parent = table.parent.get(table.head(rank_pid), 0)
     if parent <= 1:
         return None
-    siblings = [p for p in table.children.get(parent, ()) if table.is_rank(p)]
-    return parent if len(siblings) > 1 or looks_like_launcher(table.procfs, parent) else None
+    if looks_like_launcher(table.procfs, parent):
+        return parent
+    siblings = [p for p in table.descendants(parent)
+                if table.is_rank(p) and table.parent.get(table.head(p), 0) == parent]
+    return parent if len(siblings) > 1 else None
 
 
 def looks_like_launcher(procfs: ProcFS, pid: int) -> bool:
@@ -357,6 +426,8 @@ def _info(procfs: ProcFS, table: _Table, pid: int, role: Role,
     # A Python child made by multiprocessing may be a DataLoader worker; its stack decides.
     if method and is_python(cmdline, exe) and "resource_tracker" not in " ".join(cmdline):
         role = Role.WORKER
+    wrappers = tuple(Wrapper(w, redact_cmdline(procfs.cmdline_or_empty(w)))
+                     for w in table.wrappers(pid) or ()) if role is Role.RANK else ()
     return ProcessInfo(
         pid=pid,
         ppid=st.ppid,
@@ -373,4 +444,5 @@ def _info(procfs: ProcFS, table: _Table, pid: int, role: Role,
         start_method=method,
         libs=libs,
         rank_source=source,
+        wrappers=wrappers,
     )

@@ -6,6 +6,7 @@ import functools
 import os
 from pathlib import Path
 
+from hangdoc.collect.procfs import ProcFS
 from hangdoc.model import Job, LogTail, Role
 from hangdoc.base.names import shown
 from hangdoc.base.redact import redact_cached, redact_lines
@@ -17,10 +18,13 @@ TAIL_LINES = 400
 def log_sources(job: Job, proc_root: str | Path = "/proc") -> tuple[str, ...]:
     """Regular files the job writes its output to, found while it is alive."""
     sources: list[str] = []
+    procfs = ProcFS(proc_root)
     for proc in job.processes:
         if proc.role not in (Role.LAUNCHER, Role.RANK):
             continue
-        for fd in (1, 2):
+        # a pid another process took since: its descriptors are that stranger's output, not the job's
+        same = procfs.started_as(proc.pid, proc.start_time) is not False if proc.start_time else True
+        for fd in (1, 2) if same else ():
             try:
                 target = os.readlink(Path(proc_root) / str(proc.pid) / "fd" / str(fd))
             except OSError:

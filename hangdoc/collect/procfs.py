@@ -36,6 +36,13 @@ class ProcDenied(Exception):
     pass
 
 
+class ProcReused(ProcGone):
+    """The process has exited and its pid belongs to a newer process (its start time differs)."""
+
+
+REUSED = "its pid belongs to a newer process"
+
+
 @dataclass(frozen=True)
 class StatLine:
     pid: int
@@ -124,6 +131,18 @@ class ProcFS:
             num_threads=int(fields[17]),
             start_time=self.boot_time + int(fields[19]) / self._ticks,
         )
+
+    def same_start(self, seen: float, started: float) -> bool:
+        """Two start times of one process: equal to the kernel's clock tick (a pid is a process
+        only with its start time: a pid freed by an exit is given to the next process in time)."""
+        return abs(seen - started) < 0.5 / self._ticks
+
+    def started_as(self, pid: int, started: float) -> bool | None:
+        """Whether `pid` is still the process that started at `started`; None when it is gone."""
+        try:
+            return self.same_start(self.stat(pid).start_time, started)
+        except (ProcGone, ProcDenied, ValueError, IndexError):
+            return None
 
     def owner(self, pid: int) -> int | None:
         """The uid the process runs as (the owner of /proc/PID); None when it is gone."""
@@ -317,11 +336,17 @@ class ProcFS:
                 continue             # a thread that ended between the listing and the read
         return tuple(sorted(n for n in names if n))
 
-    def proc_stat(self, pid: int, full: bool = True, links: tuple[int, ...] | None = ()) -> ProcStat:
+    def proc_stat(self, pid: int, full: bool = True, links: tuple[int, ...] | None = (),
+                  started: float | None = None) -> ProcStat:
         """Everything a sample needs from /proc for one process; `full=False` leaves out the
         kernel wait (wchan, syscall) and the open files, the costly part (about 0.5 ms a process).
-        `links`: the descriptors to name when not regular files (None: all, see `fd_links`)."""
+        `links`: the descriptors to name when not regular files (None: all, see `fd_links`).
+        `started`: the process's start time when it was found; a pid that started otherwise is
+        another process now (`ProcReused`), never read as the one found."""
         st = self.stat(pid)
+        if started is not None and not self.same_start(st.start_time, started):
+            raise ProcReused(f"process {pid} has exited; {REUSED} (started "
+                             f"{st.start_time - started:+.2f} s after it)")
         status = self.read_text(pid, "status")
         wchan = self._optional(pid, "wchan") if full else None
         syscall = self._optional(pid, "syscall") if full else None

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from hangdoc.collect.locks import lock_waits
-from hangdoc.collect.procfs import ProcDenied, ProcFS, ProcGone
+from hangdoc.collect.procfs import REUSED, ProcDenied, ProcFS, ProcGone, ProcReused
 from hangdoc.collect.resources import cpu_quota, shm_use
 from hangdoc.collect.sockets import tcp_sockets
 from hangdoc.collect.stacks import Dump, DumpRequest, StackError, StackReader, dump_many
@@ -68,13 +68,16 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
                          if probes.pyspy is not None and requests else None)
         gpu_future = side.submit(probes.gpu)
         links = _links_wanted(job)
-        procs = {pid: _read_proc(probes.procfs, pid, pid not in light, links.get(pid, ())) for pid in pids}
+        start_times = {p.pid: p.start_time for p in job.processes}
+        procs = {pid: _read_proc(probes.procfs, pid, pid not in light, links.get(pid, ()), start_times.get(pid))
+                 for pid in pids}
         procs = _with_lock_holders(probes.procfs, procs)
         ranks = {p.pid for p in job.processes if p.role is Role.RANK} - light
         procs = _with_rank_reads(probes.procfs, procs, ranks)
         if stacks_future is not None:
             dumps = stacks_future.result()
             dumps.update(_read_again(probes, requests, dumps))
+            dumps.update(_strangers(probes.procfs, dumps, start_times, procs))
         gpu = gpu_future.result()
 
     samples = []
@@ -178,9 +181,27 @@ def _with_rank_reads(procfs: ProcFS, procs: dict, ranks: set[int]):
     return procs
 
 
-def _read_proc(procfs: ProcFS, pid: int, full: bool = True, links: tuple[int, ...] | None = ()):
+def _strangers(procfs: ProcFS, dumps: dict[int, Dump | StackError], started: dict[int, float],
+               procs: dict) -> dict[int, StackError]:
+    """The stacks read of another process than the one found: its pid was reused (read so by /proc
+    this round, or started otherwise once the stack was read). The stack is the stranger's, and is
+    dropped: a rank that exited is never read as the process that took its pid."""
+    out = {}
+    for pid, dump in dumps.items():
+        if not isinstance(dump, Dump) or not started.get(pid):
+            continue
+        _, errors, _ = procs.get(pid, (None, (), True))
+        if any(REUSED in e for e in errors) or procfs.started_as(pid, started[pid]) is False:
+            out[pid] = StackError("gone", f"process {pid} has exited; {REUSED}")
+    return out
+
+
+def _read_proc(procfs: ProcFS, pid: int, full: bool = True, links: tuple[int, ...] | None = (),
+               started: float | None = None):
     try:
-        stat = procfs.proc_stat(pid, full, links)
+        stat = procfs.proc_stat(pid, full, links, started or None)
+    except ProcReused as exc:
+        return None, (f"proc: could not collect: {exc}",), False
     except ProcGone:
         return None, ("proc: could not collect: the process has exited",), False
     except ProcDenied as exc:

@@ -1,13 +1,14 @@
 """Attaching as users do: `torchrun ... & hangdoc watch $!` runs before the launcher has started
 its ranks. A launcher with no rank yet is waited for, not refused; so is a script whose
-multiprocessing children (torch.multiprocessing.spawn's ranks) have not shown their ranks yet."""
+multiprocessing children (torch.multiprocessing.spawn's ranks) have not shown their ranks yet, and
+a rank's wrapper (a shell, `timeout`) whose Python has not started yet."""
 from __future__ import annotations
 
 import time
 from typing import Callable
 
 from hangdoc.base.errors import NotDistributed
-from hangdoc.collect.discover import find_job, looks_like_launcher, spawns_children
+from hangdoc.collect.discover import find_job, looks_like_launcher, spawns_children, wraps_a_rank
 from hangdoc.collect.procfs import ProcFS
 from hangdoc.model import Job
 
@@ -28,7 +29,8 @@ def find_job_waiting(pid: int, procfs: ProcFS, *, single: bool = False, patience
         try:
             return find_job(pid, procfs, single=single)
         except NotDistributed:
-            if single or not (looks_like_launcher(procfs, pid) or spawns_children(pid, procfs)):
+            if single or not (looks_like_launcher(procfs, pid) or spawns_children(pid, procfs)
+                              or wraps_a_rank(pid, procfs)):
                 raise
             waited = clock() - began
             if waited >= patience_s:

@@ -1,7 +1,7 @@
 """The plain data at hangdoc's centre: what a capture holds (`capture`, its stacks in `stack`, the
-job's own collective record in `flight`), a node's own reading of its ranks (`digest`), what a
-report says (`report`), and the record every slug is declared by (`rule`), over one vocabulary
-(`vocab`). Frozen dataclasses and enums only; each room's schema version lives beside it.
+job's own collective record in `flight`, the programs a rank runs under in `wrapper`), a node's own
+reading of its ranks (`digest`), what a report says (`report`), and the record every slug is
+declared by (`rule`), over one vocabulary (`vocab`). Frozen dataclasses and enums only; each room's schema version lives beside it.
 
 Every name is importable from `hangdoc.model` itself.
 """
@@ -16,6 +16,7 @@ from hangdoc.model.capture import (
     GpuState, Host, IoCounters, Job, LogTail, OomCount, OpenFile, Options, ProcessExit, ProcessInfo, ProcSample,
     ProcStat, ShmUse, Snapshot, TcpSocket, ThreadCounters, CpuQuota,
 )
+from hangdoc.model.wrapper import Wrapper
 from hangdoc.model.digest import DIGEST_VERSION, DigestWorker, NodeDigest, RankDigest, ShareCounts, StepSummary
 from hangdoc.model.report import (
     REPORT_SCHEMA, BeforeAttach, Finding, FlightSummary, GpuTrend, Lane, RankGpu, RankReport, Report, RestartMark,
@@ -70,6 +71,7 @@ __all__ = [
     "ProcessExit",
     "ProcessInfo",
     "ProcSample",
+    "Wrapper",
     "ProcStat",
     "RasComm",
     "RasStatus",

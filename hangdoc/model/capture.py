@@ -16,6 +16,7 @@ from hangdoc.model.flight import FlightRecord, FrConfig, RasStatus
 from hangdoc.model.source import SourceFunction
 from hangdoc.model.stack import Stack
 from hangdoc.model.vocab import Role
+from hangdoc.model.wrapper import Wrapper
 
 BUNDLE_SCHEMA = "hangdoc/bundle-v1"
 # Linux pids stay below 2**22; a merge of several nodes' bundles renumbers colliding pids to
@@ -233,6 +234,7 @@ class ProcessInfo:
     # Where its rank was read: "env RANK" (torchrun, srun, mpirun set it), or, where no environment
     # names it (torch.multiprocessing.spawn, Lightning's own launcher), the job's own stack or launcher.
     rank_source: str | None = None
+    wrappers: tuple[Wrapper, ...] = ()   # what its launcher ran it under, outermost first: the last its parent
 
     @property
     def generation(self) -> int:

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from hangdoc.base.words import expand_ranges
 from hangdoc.model.vocab import GpuActivity, Progress, RankState, Severity, SlowKind, Verdict, WorkerState
+from hangdoc.model.wrapper import Wrapper
 
 REPORT_SCHEMA = "hangdoc/report-v1"
 
@@ -125,6 +126,8 @@ class RankReport:
     # Where its rank was read, when no environment variable named it (torch.multiprocessing.spawn:
     # its stack; Lightning's launcher: the script's own process is rank 0); None: RANK and the like.
     rank_source: str | None = None
+    # The programs its launcher ran it under, outermost first, the last its parent (pids on its node).
+    wrappers: tuple[Wrapper, ...] = ()
 
     @property
     def members(self) -> tuple[int, ...]:

@@ -1,7 +1,7 @@
 """Phrases every renderer shares, so text, Markdown and the live view say the same thing."""
 from __future__ import annotations
 
-from hangdoc.base.words import rank_label, rank_ranges
+from hangdoc.base.words import cut, rank_label, rank_ranges
 from hangdoc.model import Finding, FlightSummary, Progress, RankGpu, RankReport, RankState, Report, SlowKind, Verdict
 
 
@@ -142,6 +142,22 @@ def rank_source_line(report: Report) -> str | None:
     """Where the ranks were read, when no environment named them (mp.spawn, Lightning's launcher)."""
     said = [f"rank {rank_label(r.rank)}: {r.rank_source}" for r in report.ranks if r.rank_source]
     return ("No environment names the ranks; read from the job itself: " + "; ".join(said)) if said else None
+
+
+def wrapper_line(report: Report, shown: int = 4) -> str | None:
+    """The ranks a launcher ran under wrappers (a shell, `timeout`, conda's `run`): each rank is the
+    Python process below them, and the innermost is its parent."""
+    chains: dict[tuple[str, ...], list[RankReport]] = {}
+    for row in report.ranks:
+        if row.wrappers:
+            chains.setdefault(tuple(" ".join(w.cmdline) or "?" for w in row.wrappers), []).append(row)
+    said = []
+    for chain, rows in chains.items():
+        ranks = rank_ranges(m for r in rows for m in r.members)
+        pids = ", ".join(str(r.wrappers[-1].pid) for r in rows[:shown]) + (", ..." if len(rows) > shown else "")
+        said.append(f"rank{'s' if len(rows) > 1 or ',' in ranks or '-' in ranks else ''} {ranks or '-'} under "
+                    f"{' > '.join(cut(c, 80) for c in chain)} (parent pid{'s' if len(rows) > 1 else ''} {pids})")
+    return ("Ranks behind wrappers, each the Python process its wrapper runs: " + "; ".join(said)) if said else None
 
 
 def before_line(report: Report) -> str | None:

@@ -12,7 +12,7 @@ from hangdoc.analyze.logs import killed_workers
 from hangdoc.analyze.logs import line_rank as log_rank
 from hangdoc.analyze.workers import worker_fates
 from hangdoc.base.words import rank_set
-from hangdoc.model import Bundle, GpuActivity, LogTail
+from hangdoc.model import Bundle, GpuActivity, LogTail, RankState
 from hangdoc.rules.clock import blocked_for, on_clock
 from hangdoc.rules.logs import strip_rank
 from hangdoc.rules.samples import cpu_use, samples_of, usual_line
@@ -22,6 +22,10 @@ def rank_line(ctx, view: RankView) -> str:
     frame = view.reading.frame.label if view.reading.frame else "no stack"
     detail = f" in {view.reading.detail}" if view.reading.detail else ""
     held = ctx.diagnosis.decided_at - on_clock(ctx, view.state_since)
+    record = ctx.bundle.exit_of(view.info.pid) if view.reading.state is RankState.EXITED else None
+    if record is not None and record.told:
+        how = f"exited with code {record.code}" if record.signal is None else f"was killed by signal {record.signal}"
+        return f"rank {view.info.rank} (pid {view.info.node_pid}): {how} {held:.0f} s before"
     return (f"rank {view.info.rank} (pid {view.info.node_pid}): {view.reading.state}{detail} "
             f"for {held:.0f} s at {frame}")
 

@@ -123,7 +123,8 @@ def test_a_merge_keeps_every_field_of_every_record():
     # AND the job's processes, exits, logs and Flight Recorder records are each node's, whole
     [p0], [p1] = node.job.processes, other.job.processes
     assert merged.job == moved(node.job, launcher_pid=None, processes=(
-        p0, moved(p1, pid=p1.pid + stride, ppid=p1.ppid + stride, rank_pid=p1.rank_pid + stride)))
+        p0, moved(p1, pid=p1.pid + stride, ppid=p1.ppid + stride, rank_pid=p1.rank_pid + stride,
+                  wrappers=tuple(moved(w, pid=w.pid + stride) for w in p1.wrappers))))
     assert merged.exits == node.exits + tuple(moved(e, pid=e.pid + stride) for e in other.exits)
     assert merged.logs == tuple(moved(log, source=f"{b.host.hostname}:{log.source}")
                                 for b in (node, other) for log in b.logs)

@@ -275,8 +275,10 @@ def test_a_capture_of_real_processes_names_the_flock_holder_and_what_a_child_wai
         procfs = ProcFS()
         if not _wait_until(lambda: procfs.proc_stat(waiter.pid).in_file_lock):
             pytest.skip(f"this kernel does not name the lock wait (wchan {procfs.proc_stat(waiter.pid).wchan!r})")
-        job = Job(None, None, None, 1, None, (info(waiter.pid, Role.RANK, 0),
-                                              info(cat.pid, Role.CHILD, None, ("cat", str(fifo)), rank_pid=waiter.pid)))
+        infos = (info(waiter.pid, Role.RANK, 0), info(cat.pid, Role.CHILD, None, ("cat", str(fifo)), rank_pid=waiter.pid))
+        # as discovery finds them: each with its start time (a pid that started otherwise is another process)
+        job = Job(None, None, None, 1, None, tuple(dataclasses.replace(p, start_time=procfs.stat(p.pid).start_time)
+                                                   for p in infos))
         # WHEN hangdoc captures them (no stack engine)
         snapshot, _ = capture(job, Probes(pyspy=None))
         # THEN the rank's sample names the lock, its path, its holder and the holder's command line
