@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install browser test unit demo bench bench-headline bench-scale dist clean
+.PHONY: install browser test unit fast demo bench bench-headline bench-scale dist clean
 
 install: $(STAMP) browser
 
@@ -28,6 +28,11 @@ test: install
 
 unit: install
 	$(PY) -m pytest -q tests/unit
+
+# The fast tier, before every commit: the unit tests but the bounds, fuzzers and wheel builds of
+# tens of seconds each (marked `slow`); about a minute on two idle cores. `make test` runs them all.
+fast: install
+	$(PY) -m pytest -q -m "not slow" tests/unit
 
 demo: install
 	$(PY) -m hangdoc demo

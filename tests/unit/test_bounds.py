@@ -32,6 +32,10 @@ from hangdoc.live.watcher import Watcher
 from hangdoc.model import ProcessInfo, Role, Verdict
 from tests.factories import node_bundle
 
+# Bounds, fuzzers and builds of tens of seconds: the full suite runs them, the fast tier (`make fast`) does not.
+pytestmark = pytest.mark.slow
+
+
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
 BUNDLE = GOLDEN / "barrier-mismatch" / "bundle.json"

@@ -10,6 +10,10 @@ import pytest
 from tests.factories import crowded_v1_bundle, deep_stack_bundle, far_apart_bundle
 from tests.unit.test_bounds import GIB, hangdoc_limited, one_error_line
 
+# Bounds, fuzzers and builds of tens of seconds: the full suite runs them, the fast tier (`make fast`) does not.
+pytestmark = pytest.mark.slow
+
+
 SECONDS = 20      # an input's time budget (docs/bundle.md, "Budgets")
 
 

@@ -16,6 +16,10 @@ from pathlib import Path
 
 import pytest
 
+# Bounds, fuzzers and builds of tens of seconds: the full suite runs them, the fast tier (`make fast`) does not.
+pytestmark = pytest.mark.slow
+
+
 ROOT = Path(__file__).resolve().parents[2]
 GiB = 1 << 30
 

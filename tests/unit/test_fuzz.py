@@ -9,6 +9,8 @@ limited to 1 GiB of address space and 20 s an input.
 """
 from __future__ import annotations
 
+import pytest
+
 import argparse
 import contextlib
 import gc
@@ -24,6 +26,10 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+
+# Bounds, fuzzers and builds of tens of seconds: the full suite runs them, the fast tier (`make fast`) does not.
+pytestmark = pytest.mark.slow
+
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"

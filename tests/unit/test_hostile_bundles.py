@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+# Bounds, fuzzers and builds of tens of seconds: the full suite runs them, the fast tier (`make fast`) does not.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
 SEED_CASES = ("healthy-finished", "barrier-mismatch", "worker-segfault")
@@ -22,6 +25,7 @@ CHILD = r"""
 import contextlib, io, json, resource, signal, sys, traceback
 resource.setrlimit(resource.RLIMIT_AS, ({mem}, {mem}))
 from hangdoc.cli import main
+
 
 def alarm(signum, frame):
     raise TimeoutError("took too long")

@@ -1,6 +1,8 @@
 """A live watch's analysis, kept from round to round, says what the whole history says."""
 from __future__ import annotations
 
+import pytest
+
 import dataclasses
 
 from hangdoc.report import judge
@@ -19,6 +21,7 @@ def rounds(samples: int, window: int, hang_after: float | None = None):
         yield dataclasses.replace(full, samples=full.samples[max(0, n - window):n])
 
 
+@pytest.mark.slow
 def test_live_timelines_equal_the_whole_history_every_round_also_after_old_samples_are_dropped():
     live = LiveTimelines()
     for bundle in rounds(samples=40, window=25):

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# Bounds, fuzzers and builds of tens of seconds: the full suite runs them, the fast tier (`make fast`) does not.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = r"""
@@ -18,6 +21,7 @@ sys.path.insert(0, sys.argv[1])          # the installed wheel, ahead of any oth
 import hangdoc
 assert hangdoc.__file__.startswith(sys.argv[1]), hangdoc.__file__
 from hangdoc.cli import main
+
 sys.exit(main(sys.argv[2:]))
 """
 
