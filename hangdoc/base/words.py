@@ -88,3 +88,8 @@ def duration(seconds: float | None) -> str:
 def span(seconds: float) -> str:
     """A long gap in a sentence: "25 min", "2.5 h"."""
     return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min"
+
+
+# The ranks' Flight Recorder setting in words, the same in `hangdoc ps`, the live view and the
+# report: "default" is TORCH_FR_BUFFER_SIZE unset, whatever the job's torch release then records.
+FLIGHT_STATE_WORDS = {"default": "unset (torch's default)"}

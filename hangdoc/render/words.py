@@ -1,7 +1,7 @@
 """Phrases every renderer shares, so text, Markdown and the live view say the same thing."""
 from __future__ import annotations
 
-from hangdoc.base.words import rank_label, rank_ranges
+from hangdoc.base.words import FLIGHT_STATE_WORDS, rank_label, rank_ranges
 from hangdoc.model import Finding, FlightSummary, Progress, RankGpu, RankReport, RankState, Report, SlowKind, Verdict
 
 
@@ -242,16 +242,13 @@ def gpu_cell(gpu: RankGpu | None) -> str:
     return " ".join(parts)
 
 
-# The ranks' Flight Recorder setting: "default" is TORCH_FR_BUFFER_SIZE unset, whatever torch's
-# release then records.
-_FLIGHT_STATES = {"default": "unset (torch's default)"}
 
 
 def flight_words(summary: FlightSummary | None) -> str:
     """"on (2000 entries), pipe on 8 of 8 ranks" for `ps` and the live view."""
     if summary is None:
         return "-"
-    states = [_FLIGHT_STATES.get(state, state) for state in summary.states]
+    states = [FLIGHT_STATE_WORDS.get(state, state) for state in summary.states]
     words = "/".join(states) + (f" ({'/'.join(map(str, summary.buffer_sizes))} entries)"
                                         if summary.buffer_sizes else "")
     return words + (f", pipe on {summary.pipes} of {summary.ranks} ranks" if summary.pipes else "")
