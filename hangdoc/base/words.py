@@ -95,17 +95,6 @@ def span(seconds: float) -> str:
 FLIGHT_STATE_WORDS = {"default": "unset (torch's default)"}
 
 
-def whole_percents(shares: Sequence[float]) -> list[int]:
-    """Shares of one whole as whole percents that add up to the whole's (largest remainders): 14.2 %,
-    79.1 % and 6.7 % are 14, 79 and 7, never 14, 79 and 6 that leave a point unaccounted for."""
-    exact = [100 * max(0.0, x) for x in shares]
-    out = [int(x) for x in exact]
-    short = round(sum(exact)) - sum(out)
-    for i in sorted(range(len(exact)), key=lambda i: exact[i] - out[i], reverse=True)[:max(0, short)]:
-        out[i] += 1
-    return out
-
-
 # What each share of a rank's time is called on the headline's Time line; slow-rank's lines say the
 # same shares (TimeShares.parts), so the two never count a rank's time differently.
 SHARE_WORDS = {"step_wait": "waits for the others", "other_wait": "in other collectives", "data": "on data",
@@ -114,18 +103,17 @@ ALWAYS_SAID = ("step_wait", "data", "compute")
 
 
 def share_words(shares, words: dict[str, str] = SHARE_WORDS, interval: str = "({low:.0%}-{high:.0%})") -> str:
-    """A rank's shares, each said once, adding up to its whole in whole percents: the step's wait
-    (with its interval), data and compute always, the others where they are not 0 ("other 7%": asleep
-    outside those, or no stack read); then, apart, the share of its time its main thread waited on a
-    run queue for a CPU, which falls across them."""
-    keys = [key for key, _ in shares.parts()]
-    percents = dict(zip(keys, whole_percents([share for _, share in shares.parts()])))
+    """A rank's shares, each said once, adding up to its whole (each rounded as every other figure
+    of it is, so within a point or two): the step's wait (with its interval), data and compute
+    always, the others where they round above 0 ("other 7%": asleep outside those, or no stack read);
+    then, apart, the share of its time its main thread waited on a run queue for a CPU, which falls
+    across them."""
     low, high = shares.step_wait_interval
     said = []
-    for key in keys:
-        if key in ALWAYS_SAID or percents[key]:
+    for key, share in shares.parts():
+        if key in ALWAYS_SAID or f"{share:.0%}" != "0%":
             bound = " " + interval.format(low=low, high=high) if key == "step_wait" and interval else ""
-            said.append(f"{words[key]} {percents[key]}%{bound}")
+            said.append(f"{words[key]} {share:.0%}{bound}")
     text = ", ".join(said)
     if shares.runqueue_said is not None:
         text += f" (waiting on a run queue for a CPU {shares.runqueue_said:.0%} of its time, across those)"

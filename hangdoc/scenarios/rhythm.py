@@ -13,7 +13,7 @@ in the same collective sample after sample.
                      a straggler that never stops, slow, not hung (--balanced: both 0.5 s)
     jitter           every rank computes 0.2-0.8 s a step at random: they take turns waiting
     longer-samples   a token corpus sorted by length, cut into contiguous chunks: rank 1's samples
-                     are 2.3x longer, its model's compute with them; DataLoader workers read
+                     are 2.3x longer, its attention's compute with their square; workers read
                      each sample from a file. Slow, never a hang
 
 Markers in --workdir as in train.py: ready.<rank> after the first step.
@@ -119,24 +119,25 @@ def token_corpus(path: Path, n: int = 400) -> list[tuple[int, int]]:
 
 def longer_samples(args) -> None:
     """A newcomer's job: the corpus sorted by length is cut into contiguous chunks, one per rank,
-    so the last rank's samples are the longest (2.3x rank 0's here); each step's compute grows
-    with the sample's length. Nothing is wrong but the split."""
+    so the last rank's samples are the longest (2.3x rank 0's here); each step's attention grows
+    with the square of the sample's length. Nothing is wrong but the split."""
     spans = token_corpus(args.workdir / "tokens.bin")
     world = dist.get_world_size()
     chunk = len(spans) // world
     mine = TokenFile(args.workdir / "tokens.bin", spans[RANK * chunk:(RANK + 1) * chunk])
     loader = torch.utils.data.DataLoader(mine, batch_size=1, shuffle=True, num_workers=1,
                                          generator=torch.Generator().manual_seed(RANK))
-    embed, mix = torch.randn(1000, 128), torch.randn(128, 128) / 12
-    model = DistributedDataParallel(nn.Linear(128, 2))
+    embed, mix = torch.randn(1000, 256), torch.randn(256, 256) / 16
+    model = DistributedDataParallel(nn.Linear(256, 2))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     step = 0
     while step < args.max_steps:
         for tokens in loader:
             seq_len = int(tokens.shape[-1])
             hidden = embed[tokens[0]]
-            for _ in range(40):                      # a few layers whose cost grows with the length
-                hidden = torch.tanh(hidden @ mix)
+            for _ in range(8):                       # attention layers: the cost grows with the length squared
+                weights = torch.softmax(hidden @ hidden.T / 16, dim=-1)
+                hidden = torch.tanh(weights @ hidden @ mix)
             loss = model(hidden).mean()
             optimizer.zero_grad()
             loss.backward()                          # rank 0 waits here for rank 1's longer samples
