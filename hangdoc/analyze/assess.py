@@ -42,6 +42,7 @@ class Analysis:
     samples: int
     pg_timeout_s: float
     timeout_remaining_s: float | None
+    backend: str | None               # "nccl", "gloo"; None: nothing of the ranks was read
     threshold: Threshold | None
     flight: FlightSummary | None
     missing_stacks: tuple[str, ...]
@@ -82,7 +83,7 @@ def analyse(bundle: Bundle, hang_after: float | None = None, *, live: LiveTimeli
     analysis = Analysis(
         evidence=bundle, diagnosis=diagnosis, lines=lines, ranks=ranks,
         host=bundle.host.hostname, samples=len(bundle.samples),
-        pg_timeout_s=timeout, timeout_remaining_s=remaining, threshold=_threshold(diagnosis),
+        pg_timeout_s=timeout, timeout_remaining_s=remaining, backend=backend(bundle), threshold=_threshold(diagnosis),
         flight=facts.flight(bundle), missing_stacks=facts.missing_stacks(bundle), slow=facts.slowness(diagnosis.slow),
         stack_tree=tree, stack_classes=classes,
         crash_story=facts.crash_story(bundle, diagnosis.culprits) if diagnosis.verdict == Verdict.CRASH else (),

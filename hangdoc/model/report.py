@@ -287,6 +287,7 @@ class Report:
     slow: Slowness | None = None             # a straggler or data-bound job (verdict slow, or a job that ended well slowly)
     lanes: tuple[Lane, ...] = ()             # each rank over the watched time (analyze/lanes.py)
     restarts: tuple[RestartMark, ...] = ()   # the launcher's restarts of the ranks, as the timeline marks them
+    backend: str | None = None               # the process group's backend, "nccl" or "gloo" (None: not read)
 
     @property
     def class_members(self) -> dict[int, tuple[int, ...]] | None:

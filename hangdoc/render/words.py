@@ -223,7 +223,8 @@ def timeout_line(report: Report) -> str | None:
     if report.verdict != Verdict.HANG or report.timeout_remaining_s is None:
         return None
     minutes = report.timeout_remaining_s / 60
-    return (f"The process group's timeout (default {report.pg_timeout_s:.0f} s for this backend) "
+    backend = {"nccl": "NCCL", "gloo": "gloo"}.get(report.backend or "", "this backend")
+    return (f"The process group's timeout (default {report.pg_timeout_s:.0f} s for {backend}) "
             f"would kill the job and this evidence in about {minutes:.0f} min.")
 
 

@@ -92,3 +92,14 @@ def test_a_straggler_held_by_a_worker_deadlock_points_at_it_and_does_not_say_bal
     # THEN it follows the finding above rather than contradict it
     assert fix == ("Rank 1 is held by its DataLoader, not by its share of the work: follow the fix of the "
                    "worker-deadlock finding above; the ranks waiting for it need no change.")
+
+
+def test_the_report_carries_the_backend_and_names_it_beside_the_timeout():
+    from hangdoc.render.words import timeout_line
+    from hangdoc.report import judge
+
+    # GIVEN a gloo job's hang WHEN judged
+    report = judge(load_bundle(GOLDEN / "compute-straggler" / "bundle.json")).report
+    # THEN the report carries its backend, and the timeout's line names it
+    assert report.backend == "gloo"
+    assert timeout_line(report).startswith("The process group's timeout (default 1800 s for gloo) ")
