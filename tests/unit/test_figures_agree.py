@@ -5,21 +5,15 @@ finding above it. Held over every golden bundle, through the judge, in every for
 from __future__ import annotations
 
 import dataclasses
-import io
 import re
 from pathlib import Path
 
 import pytest
 
-from hangdoc.analyze.jobfacts import GLOO, backend
+from figures import assert_figures_agree, texts
+from hangdoc.analyze.jobfacts import backend
 from hangdoc.bundle.files import load_bundle
-from hangdoc.render.json import render_json
-from hangdoc.render.live import status_line
-from hangdoc.render.markdown import render_markdown
-from hangdoc.render.text import render_text
-from hangdoc.model import Cause
 from hangdoc.report import judge
-from hangdoc.rules import slugs
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 CASES = sorted(p.name for p in GOLDEN.iterdir() if (p / "bundle.json").exists())
@@ -35,16 +29,6 @@ def still_main_thread(bundle, pid: int):
                       for p in sample.processes)
         return dataclasses.replace(sample, processes=procs)
     return dataclasses.replace(bundle, samples=tuple(frozen(s) for s in bundle.samples))
-
-
-def texts(report) -> dict[str, str]:
-    said = {}
-    for name, render in (("text", lambda r, o: render_text(r, o, width=100_000)), ("markdown", render_markdown),
-                         ("json", render_json)):
-        out = io.StringIO()
-        render(report, out)
-        said[name] = out.getvalue()
-    return said
 
 
 def test_a_rank_that_neither_ran_nor_woke_in_its_wait_is_asleep_not_never_went_to_sleep():
@@ -70,76 +54,16 @@ def test_a_threshold_learned_from_the_samples_is_not_called_a_step_time():
     assert "a gap between samples, not a step's time" in text
 
 
-def adds_up(shares: dict[str, int]) -> bool:
-    """Shares each rounded to a whole percent add up to 100 within half a point each."""
-    return abs(sum(shares.values()) - 100) <= len(shares) // 2
-
-
-def headline_shares(report, key: str) -> list[dict[str, int]]:
-    from hangdoc.base.words import share_words
-    from hangdoc.rules.slow_rank import SHARE_WORDS
-    return [shares_of(share_words(r.shares, SHARE_WORDS, "")) for r in report.ranks if r.shares is not None]
-
-
-def shares_of(said: str) -> dict[str, int]:
-    """"waits for the others 14% (4%-40%), on data 79%, computes 0%, other 7%" -> {name: percent};
-    what is in brackets (an interval, the run queue's wait across the shares) is no share."""
-    plain = re.sub(r" \([^)]*\)", "", said)
-    return {name.strip(): int(p) for name, p in re.findall(r"([A-Za-z/' ]+?) (\d+)%", plain)}
-
-
 @pytest.mark.parametrize("case", CASES)
 def test_every_golden_report_agrees_with_itself(case):
-    # GIVEN a golden bundle, judged and written in every format
+    # GIVEN a golden bundle, judged
     bundle = load_bundle(GOLDEN / case / "bundle.json")
     report = judge(bundle).report
-    said = texts(report)
-    text = said["text"]
-    everything = "\n".join(said.values())
-    # THEN each rank's shares on the headline's Time line add up to its whole, within rounding
-    headline = {}
-    for line in (line for line in text.splitlines() if line.startswith("Time (")):
-        for part in line.split(": ", 1)[1].rstrip(".").split("; "):
-            rank, words = re.match(r"rank (\d+) (.*)", part).groups()
-            headline[rank] = shares_of(words)
-            assert adds_up(headline[rank]), (case, part)
-    # AND slow-rank's share lines add up the same way, and say the same shares as the headline
-    for e in (e for f in report.findings if f.rule == "slow-rank" for e in f.evidence):
-        m = re.match(r"rank (\d+), over \d+ samples: (.*)", e)
-        if m:
-            mine = shares_of(m.group(2))
-            assert adds_up(mine), (case, e)
-            assert sorted(mine.values()) == sorted(headline[m.group(1)].values()), (case, e, headline)
-    # AND what keeps the straggler says the same figures as its share lines
-    for e in (e for f in report.findings if f.rule == "slow-rank" for e in f.evidence):
-        for name, own in re.findall(r"(its own compute|waiting on its DataLoader) (\d+)% of a step", e):
-            key = {"its own compute": "computes", "waiting on its DataLoader": "waits on data"}[name]
-            assert int(own) in [shares[key] for shares in headline_shares(report, key)], (case, e)
-    # AND a thread is never both asleep and "never went to sleep" with no CPU used
-    assert "0.00 s of CPU and never went to sleep" not in everything
-    # AND a gap between samples is never called a step's time
-    assert "moved at least every" not in everything and "steps up to" not in everything
-    # AND a gloo job is never told to set NCCL's variables
-    if backend(bundle) == GLOO:
-        assert "TORCH_NCCL" not in everything, case
-    # AND a finding that follows a root cause on the same rank does not hand out the generic advice
-    roots = {r for f in report.findings if f.rule in ROOTS for r in f.ranks}
-    for f in report.findings:
-        if f.rule == "collective-straggler" and roots & set(f.ranks):
-            assert "balance its data or work" not in f.fix, (case, f.fix)
-    # AND the status line fits 100 columns and never says "quiet 55 s of 10 s"
-    line = status_line(report)
-    assert len(line) <= 100, line
-    for q, t in re.findall(r"quiet (\d+) s of (\d+(?:\.\d+)?) s", line):
-        assert int(q) <= float(t), line
-    # AND Markdown never leaves a bracket bare beside an escaped one
-    prose = re.sub(r"```.*?```", "", said["markdown"], flags=re.S)
-    assert not re.search(r"&lt;[^&\s]*>", prose), case
-
-
-# The rules that name a rank's root cause (its own code, its workers, its data): a generic finding
-# on the same rank follows theirs.
-ROOTS = set(slugs(Cause.OWN_CODE) + slugs(Cause.WORKERS) + slugs(Cause.DATA))
+    assert report.backend == backend(bundle)
+    # THEN written in every format, its figures agree (tests/figures.py says how each is checked):
+    # shares add up, one thread one way, no sample gap called a step, no NCCL advice on gloo, a fix
+    # that follows the finding above it, a status line of 100 columns, Markdown escaped alike
+    assert_figures_agree(report, case)
 
 
 def test_a_straggler_with_longer_samples_is_told_its_inputs_are_bigger():
