@@ -281,6 +281,9 @@ CASES = [
          "healthy", (), ("gpu-starved",), scenario("slow-data", fault=False, max_steps=400), timeout_s=12),
     Case("compute-2x", "rank 1 computes 1.0 s a step, rank 0 0.5 s: rank 0 waits in the gradient all_reduce half of each step",
          "slow", (1,), ("slow-rank",), scenario("compute-2x", fault=False, max_steps=400), timeout_s=30),
+    Case("longer-samples", "a token corpus sorted by length cut into contiguous chunks: rank 1's samples are 2.3x "
+         "longer; slow, and the report says its inputs are bigger",
+         "slow", (1,), ("slow-rank",), scenario("longer-samples", fault=False, max_steps=300), timeout_s=30),
     Case("bz2-straggler", "rank 1 reads .tar.bz2 shards of 30 s clips in order: late every step, never stalled",
          "slow", (1,), ("slow-decompression", "slow-rank"), scenario("bz2-straggler", fault=False, max_steps=400),
          timeout_s=30),

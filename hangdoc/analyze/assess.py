@@ -10,6 +10,7 @@ from hangdoc.analyze import facts
 from hangdoc.analyze.clock import since_on_clock
 from hangdoc.analyze.diagnose import Diagnosis, RankView, diagnose
 from hangdoc.analyze.gpu import gpu_activity
+from hangdoc.analyze.jobfacts import NCCL, backend
 from hangdoc.analyze.lanes import lanes, restart_marks
 from hangdoc.analyze.past import hang_after as past_hang_after
 from hangdoc.analyze.shares import time_shares
@@ -17,7 +18,7 @@ from hangdoc.analyze.timeline import LiveTimelines, Timeline, timelines
 from hangdoc.analyze.workers import workers_of_rank
 from hangdoc.base.words import rank_ranges
 from hangdoc.model import (
-    BeforeAttach, Bundle, FlightSummary, Lane, RankGpu, RankReport, RestartMark, Slowness, StackClass, Threshold,
+    BeforeAttach, Bundle, FlightSummary, Lane, RankGpu, RankReport, RestartMark, Slowness, StackClass, Threshold, TimeShares,
     PID_STRIDE, Verdict, Wait, WorkerReport, WorkerState,
 )
 from hangdoc.model.report import class_members
@@ -41,6 +42,7 @@ class Analysis:
     samples: int
     pg_timeout_s: float
     timeout_remaining_s: float | None
+    backend: str | None               # "nccl", "gloo"; None: nothing of the ranks was read
     threshold: Threshold | None
     flight: FlightSummary | None
     missing_stacks: tuple[str, ...]
@@ -69,19 +71,19 @@ def analyse(bundle: Bundle, hang_after: float | None = None, *, live: LiveTimeli
         lines = live.of(bundle) if live is not None else timelines(bundle)
         diagnosis = diagnose(bundle, hang_after, lines)
     # The shares the diagnosis counted already (a node's digest), by the rank's pid.
-    counted = {r.pid: r.shares for r in diagnosis.digest.ranks} if diagnosis.digest is not None else {}
+    counted = {r.pid: r for r in diagnosis.digest.ranks} if diagnosis.digest is not None else {}
     timeout = pg_timeout(bundle)
     remaining = None
     if diagnosis.verdict == Verdict.HANG and diagnosis.onset is not None and bundle.job.world_size:
         remaining = round(max(0.0, timeout - (diagnosis.decided_at - diagnosis.onset)), 1)
     ranks = tuple(dataclasses.replace(_rank_report(bundle, diagnosis, view),
-                                      shares=time_shares(lines.get(view.info.pid), counted.get(view.info.node_pid)))
+                                      shares=_shares(lines.get(view.info.pid), counted.get(view.info.node_pid)))
                   for view in diagnosis.ranks)
     tree, classes = facts.stacks(bundle, class_members(ranks))
     analysis = Analysis(
         evidence=bundle, diagnosis=diagnosis, lines=lines, ranks=ranks,
         host=bundle.host.hostname, samples=len(bundle.samples),
-        pg_timeout_s=timeout, timeout_remaining_s=remaining, threshold=_threshold(diagnosis),
+        pg_timeout_s=timeout, timeout_remaining_s=remaining, backend=backend(bundle), threshold=_threshold(diagnosis),
         flight=facts.flight(bundle), missing_stacks=facts.missing_stacks(bundle), slow=facts.slowness(diagnosis.slow),
         stack_tree=tree, stack_classes=classes,
         crash_story=facts.crash_story(bundle, diagnosis.culprits) if diagnosis.verdict == Verdict.CRASH else (),
@@ -121,18 +123,16 @@ def _threshold(diagnosis: Diagnosis) -> Threshold | None:
                      moving_s=data, moving=beat.moved_by if data is not None else None)
 
 
+def _shares(line: Timeline | None, counted) -> TimeShares | None:
+    """The rank's time shares: from the digest's counts where the diagnosis made them, else its timeline."""
+    if counted is None:
+        return time_shares(line)
+    return time_shares(line, counted.shares, counted.runqueue)
+
+
 def pg_timeout(bundle: Bundle) -> float:
-    """The default timeout of the job's backend. c10d names its threads, which tells it: NCCL's
-    watchdog (pt_nccl_*) makes it NCCL, gloo's run loops (pt_gloo_*, gloo_*) alone gloo. Where no
-    thread names were read (older bundles), a rank mapping libnccl means NCCL; but every process
-    of a CUDA build of torch maps it, gloo jobs too."""
-    names = {n for s in bundle.last.processes if s.proc is not None for n in s.proc.thread_names}
-    if any(n.startswith("pt_nccl") for n in names):
-        return NCCL_TIMEOUT_S
-    if any(n.startswith(("pt_gloo", "gloo_")) for n in names):
-        return GLOO_TIMEOUT_S
-    nccl = any("libnccl" in lib for p in bundle.job.ranks for lib in p.libs)
-    return NCCL_TIMEOUT_S if nccl else GLOO_TIMEOUT_S
+    """The default timeout of the job's backend (`jobfacts.backend`): gloo's where it is not NCCL."""
+    return NCCL_TIMEOUT_S if backend(bundle) == NCCL else GLOO_TIMEOUT_S
 
 
 def _rank_report(bundle: Bundle, diagnosis: Diagnosis, view: RankView) -> RankReport:

@@ -6,7 +6,25 @@ from dataclasses import dataclass
 
 from hangdoc.analyze.departures import Departure
 from hangdoc.analyze.restarts import Restarts
-from hangdoc.model import LogTail
+from hangdoc.model import Bundle, LogTail
+
+NCCL, GLOO = "nccl", "gloo"
+
+
+def backend(bundle: Bundle) -> str | None:
+    """The job's process-group backend, "nccl" or "gloo"; None when nothing of the ranks was read.
+    c10d names its threads, which tells it: NCCL's watchdog (pt_nccl_*) makes it NCCL, gloo's run
+    loops (pt_gloo_*, gloo_*) alone gloo. Where no thread names were read (older bundles), a rank
+    mapping libnccl means NCCL; but every process of a CUDA build of torch maps it, gloo jobs too."""
+    names = {n for s in bundle.last.processes if s.proc is not None for n in s.proc.thread_names}
+    if any(n.startswith("pt_nccl") for n in names):
+        return NCCL
+    if any(n.startswith(("pt_gloo", "gloo_")) for n in names):
+        return GLOO
+    libs = [lib for p in bundle.job.ranks for lib in p.libs]
+    if any("libnccl" in lib for lib in libs):
+        return NCCL
+    return GLOO if libs or names else None
 
 
 @dataclass(frozen=True)

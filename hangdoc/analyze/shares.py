@@ -176,11 +176,13 @@ def interval(hits: int, n: int) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def time_shares(line: Timeline | None, halves: tuple[ShareCounts, ...] | None = None) -> TimeShares | None:
+def time_shares(line: Timeline | None, halves: tuple[ShareCounts, ...] | None = None,
+                runqueue: float | None = None) -> TimeShares | None:
     """Where a rank's time went over its last steps, as shares with their 95 % intervals (from
-    `halves` when the digest has them already, else from the rank's timeline)."""
+    `halves` and `runqueue` when the digest has them already, else from the rank's timeline)."""
     if halves is None:
         halves = rank_shares(line) if line is not None else ()
+        runqueue = runqueue_share(line) if line is not None else None
     if not halves:
         return None
     whole = total(halves)
@@ -191,7 +193,7 @@ def time_shares(line: Timeline | None, halves: tuple[ShareCounts, ...] | None = 
     return TimeShares(whole.n, share(whole.step_wait), share(whole.other_wait), share(whole.data),
                       share(whole.compute), share(whole.io),
                       tuple(round(x, 3) for x in interval(whole.step_wait, whole.n)),
-                      tuple(round(x, 3) for x in interval(whole.data, whole.n)))
+                      tuple(round(x, 3) for x in interval(whole.data, whole.n)), runqueue)
 
 
 

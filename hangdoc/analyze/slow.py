@@ -164,7 +164,7 @@ def _cause(mine: ShareCounts, theirs: ShareCounts, late: list[RankDigest], other
 
 def _mean(ranks: list[RankDigest], field: str) -> float | None:
     known = [value for r in ranks if (value := getattr(r, field)) is not None]
-    return round(sum(known) / len(known), 2) if known else None
+    return round(sum(known) / len(known), 3) if known else None
 
 
 def _sync_straggler(ranks: list[RankDigest]) -> SlowCall | None:

@@ -88,3 +88,33 @@ def duration(seconds: float | None) -> str:
 def span(seconds: float) -> str:
     """A long gap in a sentence: "25 min", "2.5 h"."""
     return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min"
+
+
+# The ranks' Flight Recorder setting in words, the same in `hangdoc ps`, the live view and the
+# report: "default" is TORCH_FR_BUFFER_SIZE unset, whatever the job's torch release then records.
+FLIGHT_STATE_WORDS = {"default": "unset (torch's default)"}
+
+
+# What each share of a rank's time is called on the headline's Time line; slow-rank's lines say the
+# same shares (TimeShares.parts), so the two never count a rank's time differently.
+SHARE_WORDS = {"step_wait": "waits for the others", "other_wait": "in other collectives", "data": "on data",
+               "compute": "computes", "io": "I/O", "other": "other"}
+ALWAYS_SAID = ("step_wait", "data", "compute")
+
+
+def share_words(shares, words: dict[str, str] = SHARE_WORDS, interval: str = "({low:.0%}-{high:.0%})") -> str:
+    """A rank's shares, each said once, adding up to its whole (each rounded as every other figure
+    of it is, so within a point or two): the step's wait (with its interval), data and compute
+    always, the others where they round above 0 ("other 7%": asleep outside those, or no stack read);
+    then, apart, the share of its time its main thread waited on a run queue for a CPU, which falls
+    across them."""
+    low, high = shares.step_wait_interval
+    said = []
+    for key, share in shares.parts():
+        if key in ALWAYS_SAID or f"{share:.0%}" != "0%":
+            bound = " " + interval.format(low=low, high=high) if key == "step_wait" and interval else ""
+            said.append(f"{words[key]} {share:.0%}{bound}")
+    text = ", ".join(said)
+    if shares.runqueue_said is not None:
+        text += f" (waiting on a run queue for a CPU {shares.runqueue_said:.0%} of its time, across those)"
+    return text

@@ -202,7 +202,7 @@ def _env(f: EnvFacts) -> tuple[str, list[Table]]:
         ("py-spy", spy),
         ("NVML", nvml),
         (f.shm.path, shm),
-        ("launch", f"num_workers={workers}, nproc_per_node={launch.nproc_per_node}, "
+        ("launch", f"num_workers={'not given' if launch.num_workers is None else launch.num_workers}, nproc_per_node={launch.nproc_per_node}, "
                    f"prefetch_factor={launch.prefetch_factor}, batch_bytes="
                    f"{'?' if launch.batch_bytes is None else size(launch.batch_bytes)}"),
     )

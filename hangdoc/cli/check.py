@@ -45,7 +45,10 @@ def data(
         None, "--world-size", "-w", show_default=False,
         help="Ranks in the job (W). Default: torchrun's WORLD_SIZE, else the job running on this node, else "
              "one rank per visible GPU, else 1 (said on stderr)."),
-    num_workers: int = typer.Option(..., "--num-workers", "-k", help="DataLoader workers per rank (K)."),
+    num_workers: Optional[int] = typer.Option(
+        None, "--num-workers", "-k", show_default=False,
+        help="DataLoader workers per rank (K). Default: 1, DataLoader's own default (num_workers=0: the rank "
+             "reads its data as one worker; said on stderr)."),
     sample: int = typer.Option(DEFAULT_SAMPLE, "--sample", min=0, help="Shards to read in full and time."),
     batch_size: int | None = typer.Option(None, "--batch-size", min=1,
                                           help="Utterances per batch: compare ranks in batches."),
@@ -61,6 +64,10 @@ def data(
         world_size, why = known_world_size()
         print(f"hangdoc: --world-size not given: checking for {world_size} rank{'s' if world_size != 1 else ''} "
               f"({why}); pass --world-size W for another", file=sys.stderr)
+    if num_workers is None:
+        num_workers = 1
+        print("hangdoc: --num-workers not given: checking for 1 worker per rank (DataLoader's default, "
+              "num_workers=0, reads in the rank as one worker); pass --num-workers K for another", file=sys.stderr)
     progress = Progress("check data: reading shard headers")
     try:
         result = check_data(lists, world_size, num_workers, sample=sample, batch_size=batch_size,

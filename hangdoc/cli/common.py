@@ -25,8 +25,8 @@ def engine_option():
                              "auto: py-spy when installed, else pystack.")
 
 
-HANG_AFTER_HELP = ("Seconds without a step before the verdict is hang. Default: learned, 3x the longest step "
-                   "seen (at least 10 s; 60 s until a step has been seen).")
+HANG_AFTER_HELP = ("Seconds without a step before the verdict is hang. Default: learned, 3x the longest gap "
+                   "between samples that saw a rank's loop move (at least 10 s; 60 s until a step has been seen).")
 
 
 def interval_option(default: float = INTERVAL_S):

@@ -20,6 +20,7 @@ from typing import Callable
 
 from hangdoc.base.outputs import kind_of
 from hangdoc.base.parse import to_int
+from hangdoc.base.words import FLIGHT_STATE_WORDS
 from hangdoc.model import FrConfig, Job, ProcessInfo
 
 LEGACY_DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"   # torch releases before the cache-directory default
@@ -142,6 +143,6 @@ def rank_flight_text(pid: int, rank: int | None, procfs=None) -> str:
     config = fr_config(ProcessInfo(pid=pid, ppid=0, role=Role.RANK, cmdline=(), exe=None, start_time=0.0,
                                    env=env, rank=rank))
     size = f" ({config.buffer_size} entries)" if config.buffer_size else ""
-    state = {"default": "unset (torch 2.13: on)"}.get(config.state, config.state)
+    state = FLIGHT_STATE_WORDS.get(config.state, config.state)
     pipe = f", pipe {config.pipe}" if config.pipe_exists else ""
     return f"{state}{size}{pipe}"

@@ -21,7 +21,7 @@ from hangdoc.model.digest import DIGEST_VERSION, DigestWorker, NodeDigest, RankD
 from hangdoc.model.report import (
     REPORT_SCHEMA, BeforeAttach, Finding, FlightSummary, GpuTrend, Lane, RankGpu, RankReport, Report, RestartMark,
     Span, StackClass,
-    Slowness, Threshold, TimeShares, Witness, WorkerReport,
+    Slowness, Threshold, TimeShares, RUNQUEUE_SAID, Witness, WorkerReport,
 )
 from hangdoc.model.rule import Cause, Rule, finding
 from hangdoc.model.source import SourceBlock, SourceFunction
@@ -104,7 +104,7 @@ __all__ = [
     "RestartMark",
     "Threshold",
     "Witness",
-    "TimeShares",
+    "TimeShares", "RUNQUEUE_SAID",
     "WorkerReport",
     "Cause",
     "Rule",

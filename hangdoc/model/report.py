@@ -73,6 +73,9 @@ class FlightSummary:
     dumps: int = 0             # dumps read so far
 
 
+RUNQUEUE_SAID = 0.05    # a main thread's wait for a CPU is said from this share of its time (less is the machine's noise)
+
+
 @dataclass(frozen=True)
 class TimeShares:
     """Where a rank's time went over its last steps: shares (0..1) of its samples in the window."""
@@ -85,6 +88,24 @@ class TimeShares:
     io: float
     step_wait_interval: tuple[float, float] = (0.0, 1.0)   # 95 % (Wilson) of step_wait
     data_interval: tuple[float, float] = (0.0, 1.0)        # 95 % of data
+    # The share of its time its main thread waited on a run queue for a CPU (schedstat), across the
+    # shares above (a thread runnable but not running is caught at any of its frames); None: not read.
+    runqueue: float | None = None
+
+    @property
+    def runqueue_said(self) -> float | None:
+        """The run-queue share where it is worth a word (RUNQUEUE_SAID and more), else None."""
+        return self.runqueue if self.runqueue is not None and self.runqueue >= RUNQUEUE_SAID else None
+
+    @property
+    def other(self) -> float:
+        """The rest of its samples: asleep outside those (a lock, a queue, a prompt) or no stack read."""
+        return max(0.0, round(1 - (self.step_wait + self.other_wait + self.data + self.compute + self.io), 3))
+
+    def parts(self) -> tuple[tuple[str, float], ...]:
+        """Every share of the whole, in the order the report says them: they add up to 1."""
+        return (("step_wait", self.step_wait), ("other_wait", self.other_wait), ("data", self.data),
+                ("compute", self.compute), ("io", self.io), ("other", self.other))
 
 
 @dataclass(frozen=True)
@@ -269,6 +290,7 @@ class Report:
     slow: Slowness | None = None             # a straggler or data-bound job (verdict slow, or a job that ended well slowly)
     lanes: tuple[Lane, ...] = ()             # each rank over the watched time (analyze/lanes.py)
     restarts: tuple[RestartMark, ...] = ()   # the launcher's restarts of the ranks, as the timeline marks them
+    backend: str | None = None               # the process group's backend, "nccl" or "gloo" (None: not read)
 
     @property
     def class_members(self) -> dict[int, tuple[int, ...]] | None:

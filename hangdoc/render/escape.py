@@ -24,7 +24,6 @@ _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud
 # that would escape what follows it, and a backtick that opens no code span of ours. Emphasis too:
 # every `*` and `~`, and an `_` run unless letters or digits stand on both sides of it (`__next__`
 # after a dot is bold on GitHub; `try_get_data` never is).
-_TAG_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
 _LINK_CLOSE = re.compile(r"\](?=[(\[:])")
 _ESCAPING = re.compile(r"\\(?=[!-/:-@\[-`{-~]|$)")
 _TICKS = re.compile(r"`+")
@@ -84,7 +83,9 @@ def md_text(text: str | None) -> str:
 def _prose(text: str) -> str:
     text = _ESCAPING.sub(r"\\\\", text)
     text = _EMPHASIS.sub(_no_emphasis, text)
-    text = _TAG_OPEN.sub("&lt;", text)
+    # Every angle bracket of the prose is an entity, the one that opens no tag too: `<locals>`
+    # reads `&lt;locals&gt;`, never half escaped.
+    text = text.replace("<", "&lt;").replace(">", "&gt;")
     return _LINK_CLOSE.sub(r"\\]", text).replace("`", "\\`")
 
 

@@ -14,7 +14,7 @@ from hangdoc.model import RankReport, Report, SlowKind
 from hangdoc.render.escape import terminal as esc
 from hangdoc.render.text import make_console
 from hangdoc.render.words import flight_words, progress_word
-from hangdoc.base.words import cut, duration, rank_label
+from hangdoc.base.words import cut, duration, rank_label, rank_ranges
 
 _BARS = "▁▂▃▄▅▆▇█"
 
@@ -114,17 +114,62 @@ def _head(report: Report, width: int, now: str) -> Text:
 
 
 def _pace(report: Report) -> str:
+    """"quiet 4 s of 10 s (learned)": how long no rank has stepped against the hang threshold, and
+    where the threshold came from; past it, "quiet 55 s, over 10 s (past)"."""
     t = report.threshold
     if t is None:
         return report.verdict
-    learned = f"steps up to {t.longest_step_s:.1f} s · " if t.longest_step_s is not None else ""
-    return f"{learned}quiet {t.quiet_s:.0f} s of {t.hang_after_s:g} s ({t.source})"
+    if round(t.quiet_s) > t.hang_after_s:
+        return f"quiet {t.quiet_s:.0f} s, over {t.hang_after_s:g} s ({t.source})"
+    return f"quiet {t.quiet_s:.0f} s of {t.hang_after_s:g} s ({t.source})"
 
 
-def status_line(report: Report) -> str:
-    parts = [f"r{rank_label(r.rank)} {esc(r.state)} {duration(r.waiting_s)} {_progress(report, r)}" for r in report.ranks]
-    return (f"hangdoc: {time.strftime('%H:%M:%S')} sample {report.samples} ({_pace(report)})"
-            f"{flight_note(report)}: " + " | ".join(parts))
+STATUS_WIDTH = 100
+
+
+def status_line(report: Report, width: int = STATUS_WIDTH) -> str:
+    """One round in at most `width` columns: the clock, the sample, the pace, then each rank. Where
+    that is too long, every rank shown goes before the clock: the head shrinks to the sample's
+    number, ranks alike are folded into one entry ("r0-6 collective-wait 4s still"), then each
+    entry leaves out how long its state has lasted, and what still does not fit is counted
+    ("+3 more"). The Flight Recorder's setting is a standing fact: `flight_line` says it, once."""
+    pace = _pace(report)
+    heads = (f"hangdoc: {time.strftime('%H:%M:%S')} sample {report.samples} ({pace}): ",
+             f"hangdoc #{report.samples} ({pace}): ")
+    full = [(r.rank, f"{esc(r.state)} {duration(r.waiting_s)} {_progress(report, r)}") for r in report.ranks]
+    short = [(r.rank, f"{esc(r.state)} {_progress(report, r)}") for r in report.ranks]
+    choices = ([f"r{rank_label(rank)} {said}" for rank, said in full], _folded(full), _folded(short))
+    for parts in choices:
+        for head in heads:
+            if len(head) + len(" | ".join(parts)) <= width:
+                return head + " | ".join(parts)
+    line, parts = heads[-1], choices[-1]
+    for i, part in enumerate(parts):
+        rest = len(parts) - i - 1
+        sep = " | " if i else ""
+        if len(line) + len(sep) + len(part) + (len(f" | +{rest} more") if rest else 0) > width:
+            return cut(line + f"{sep}+{len(parts) - i} more", width)
+        line += sep + part
+    return cut(line, width)
+
+
+def _folded(entries: list[tuple[int | None, str]]) -> list[str]:
+    alike: dict[str, list[int | None]] = {}
+    for rank, said in entries:
+        alike.setdefault(said, []).append(rank)
+    return [f"r{_ranks(ranks)} {said}" for said, ranks in alike.items()]
+
+
+def _ranks(ranks: list[int | None]) -> str:
+    known = [r for r in ranks if r is not None]
+    return rank_ranges(known) + (",-" if len(known) < len(ranks) else "") if known else "-"
+
+
+def flight_line(report: Report) -> str | None:
+    """"hangdoc: flight recorder unset (torch's default)": the ranks' Flight Recorder setting, a
+    standing fact the status lines do not repeat; None when the watcher does not know it."""
+    note = flight_note(report)
+    return f"hangdoc:{note.replace(' · ', ' ', 1)}" if note else None
 
 
 def flight_note(report: Report) -> str:
@@ -143,6 +188,7 @@ class LiveView:
         self.out = out
         self.every = every
         self.count = 0
+        self._flight: str | None = None     # the Flight Recorder line said last: said again only when it changes
         self._live = None
         if live and getattr(out, "isatty", lambda: False)():
             self._live = Live(console=make_console(out), refresh_per_second=4, transient=False)
@@ -153,6 +199,10 @@ class LiveView:
         if self._live is not None:
             self._live.update(live_table(report, self._live.console.width))
         elif self.count == 1 or self.count % self.every == 0:
+            flight = flight_line(report)
+            if flight is not None and flight != self._flight:
+                print(flight, file=self.out, flush=True)
+                self._flight = flight
             print(status_line(report), file=self.out, flush=True)
 
     def close(self) -> None:

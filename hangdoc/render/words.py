@@ -1,7 +1,7 @@
 """Phrases every renderer shares, so text, Markdown and the live view say the same thing."""
 from __future__ import annotations
 
-from hangdoc.base.words import cut, rank_label, rank_ranges
+from hangdoc.base.words import FLIGHT_STATE_WORDS, cut, rank_label, rank_ranges, share_words
 from hangdoc.model import Finding, FlightSummary, Progress, RankGpu, RankReport, RankState, Report, SlowKind, Verdict
 
 
@@ -109,12 +109,7 @@ def shares_line(report: Report) -> str | None:
     ranks = [r for r in report.ranks if r.shares is not None]
     if not ranks or report.failed:
         return None
-    parts = []
-    for r in ranks[:8]:
-        s = r.shares
-        low, high = s.step_wait_interval
-        parts.append(f"rank {rank_label(r.rank)} waits for the others {s.step_wait:.0%} ({low:.0%}-{high:.0%}), "
-                     f"on data {s.data:.0%}, computes {s.compute:.0%}")
+    parts = [f"rank {rank_label(r.rank)} {share_words(r.shares)}" for r in ranks[:8]]
     more = f"; {len(ranks) - 8} more ranks" if len(ranks) > 8 else ""
     n = min(r.shares.samples for r in ranks)
     return f"Time (each rank's last {n}+ samples after its first steps; 95 % intervals): " + "; ".join(parts) + more + "."
@@ -197,9 +192,10 @@ def _short(path: str) -> str:
 
 
 def threshold_line(report: Report) -> str | None:
-    """How hang was told from slow, in one line: "a rank's loop moved at least every 4.1 s (12 moves
-    seen), so hang after 12.3 s; no rank has stepped for 13 s". A move is a sample at which the loop
-    had stepped: with steps faster than the samples, the gap between moves is the sampling's."""
+    """How hang was told from slow, in one line: "the samples saw a rank's loop move at most 4.1 s
+    apart (12 moves seen, ...), so hang after 12.3 s; no rank has stepped for 13 s". A move is a
+    sample at which the loop had stepped: with steps faster than the samples, the gap between moves
+    is the sampling's, so it is never called a step's time."""
     t = report.threshold
     if t is None or report.verdict == Verdict.CRASH:
         return None
@@ -217,8 +213,9 @@ def threshold_line(report: Report) -> str | None:
     if t.source == "given":
         rule = f"hang after {t.hang_after_s:g} s (--hang-after)"
     elif t.source == "learned":
-        rule = (f"a rank's loop moved at least every {t.longest_step_s:.1f} s ({t.steps_seen} moves seen; "
-                f"each rank's first gap, its start-up, left out), so hang after {t.hang_after_s:g} s")
+        rule = (f"the samples saw a rank's loop move at most {t.longest_step_s:.1f} s apart ({t.steps_seen} moves "
+                f"seen, each rank's first gap, its start-up, left out; a gap between samples, not a step's time), "
+                f"so hang after {t.hang_after_s:g} s")
     else:
         rule = f"no step seen yet, so hang after the default {t.hang_after_s:g} s (--hang-after sets it)"
     signal = "" if t.signal == "loop" else (" [no loop counters could be read: judged by the stack going round "
@@ -244,7 +241,8 @@ def timeout_line(report: Report) -> str | None:
     if report.verdict != Verdict.HANG or report.timeout_remaining_s is None:
         return None
     minutes = report.timeout_remaining_s / 60
-    return (f"The process group's timeout (default {report.pg_timeout_s:.0f} s for this backend) "
+    backend = {"nccl": "NCCL", "gloo": "gloo"}.get(report.backend or "", "this backend")
+    return (f"The process group's timeout (default {report.pg_timeout_s:.0f} s for {backend}) "
             f"would kill the job and this evidence in about {minutes:.0f} min.")
 
 
@@ -260,16 +258,13 @@ def gpu_cell(gpu: RankGpu | None) -> str:
     return " ".join(parts)
 
 
-# The ranks' Flight Recorder setting: "default" is TORCH_FR_BUFFER_SIZE unset, whatever torch's
-# release then records.
-_FLIGHT_STATES = {"default": "unset (torch's default)"}
 
 
 def flight_words(summary: FlightSummary | None) -> str:
     """"on (2000 entries), pipe on 8 of 8 ranks" for `ps` and the live view."""
     if summary is None:
         return "-"
-    states = [_FLIGHT_STATES.get(state, state) for state in summary.states]
+    states = [FLIGHT_STATE_WORDS.get(state, state) for state in summary.states]
     words = "/".join(states) + (f" ({'/'.join(map(str, summary.buffer_sizes))} entries)"
                                         if summary.buffer_sizes else "")
     return words + (f", pipe on {summary.pipes} of {summary.ranks} ranks" if summary.pipes else "")

@@ -23,6 +23,7 @@ def report_of(analysis: Analysis) -> Report:
         findings=findings,
         ranks=analysis.ranks,
         pg_timeout_s=analysis.pg_timeout_s,
+        backend=analysis.backend,
         timeout_remaining_s=analysis.timeout_remaining_s,
         host=analysis.host,
         threshold=analysis.threshold,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from hangdoc.analyze.diagnose import Diagnosis, RankView
+from hangdoc.analyze.jobfacts import backend
 from hangdoc.analyze.shares import time_shares
 from hangdoc.analyze.timeline import Timeline, timelines
 from hangdoc.model import Bundle, Cause, Finding, ProcessInfo, RankState, Role, Rule, SlowKind, TimeShares, Verdict, finding
@@ -24,6 +25,11 @@ class Context:
     lines: dict[int, Timeline] | None = None    # the bundle's timelines, when already built
     findings: tuple[Finding, ...] = ()          # what the rules before this one found (run_rules' order)
     before: tuple[Rule, ...] = ()               # the rules before this one, whose findings those are
+
+    @cached_property
+    def backend(self) -> str | None:
+        """The job's process-group backend ("nccl", "gloo"; None: not read): a fix names its own."""
+        return backend(self.bundle)
 
     @cached_property
     def timelines(self) -> dict[int, Timeline]:
@@ -64,11 +70,14 @@ class Context:
     def _counted(self) -> dict:
         """The shares the diagnosis counted already, by the rank's node pid."""
         digest = self.diagnosis.digest
-        return {r.pid: r.shares for r in digest.ranks} if digest is not None else {}
+        return {r.pid: r for r in digest.ranks} if digest is not None else {}
 
     def shares(self, view: RankView) -> TimeShares | None:
         """Where the rank's time went over its window (the counts the diagnosis made, when it made them)."""
-        return time_shares(self.timelines.get(view.info.pid), self._counted.get(view.info.node_pid))
+        counted = self._counted.get(view.info.node_pid)
+        if counted is None:
+            return time_shares(self.timelines.get(view.info.pid))
+        return time_shares(self.timelines.get(view.info.pid), counted.shares, counted.runqueue)
 
     def workers_of(self, rank_pid: int) -> list[ProcessInfo]:
         return [p for p in self.bundle.job.children_of(rank_pid) if p.role is Role.WORKER]

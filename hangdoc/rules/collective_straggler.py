@@ -1,6 +1,7 @@
 """collective-straggler: most ranks wait in a collective for one that is elsewhere."""
 from __future__ import annotations
 
+from hangdoc.analyze.jobfacts import GLOO, NCCL
 from hangdoc.model import Cause, Finding, Severity, Verdict, Wait
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.clock import on_clock
@@ -14,13 +15,43 @@ def explained_by(ctx: Context) -> dict[int, str]:
     return ctx.explained(Cause.OWN_CODE)
 
 
-def stand_back(ranks, causes: dict[int, str]) -> str:
+def held_by_data(ctx: Context) -> dict[int, str]:
+    """rank -> the slug of the rule before this one that names what holds that rank's DataLoader
+    (its workers, its shards): the late rank waits for its data, and that finding's fix is the one."""
+    return {**ctx.explained(Cause.DATA), **ctx.explained(Cause.WORKERS)}
+
+
+def stand_back(ranks, causes: dict[int, str], by: str = "its own code, not by its data or its share of "
+               "the work") -> str:
     """The fix of a generic finding whose ranks a specific rule explains: that rule's, by name."""
     slugs = list(dict.fromkeys(causes[r] for r in ranks if r in causes))
     held = [str(r) for r in ranks if r in causes]
     who = f"Rank {held[0]} is" if len(held) == 1 else f"Ranks {', '.join(held)} are"
-    return (f"{who} held by its own code, not by its data or its share of the work: follow the fix "
+    return (f"{who} held by {by}: follow the fix "
             f"of the {' and '.join(slugs)} finding above; the ranks waiting for it need no change.")
+
+
+# How to name the exact collective next time, by the job's backend: NCCL dumps its Flight Recorder
+# on a timeout or when its pipe is written; gloo records it too but only the job itself can dump it.
+RECORD_NEXT_TIME = {
+    NCCL: "To name the exact collective next time, keep PyTorch's Flight Recorder on (TORCH_FR_BUFFER_SIZE=2000; "
+          "TORCH_NCCL_TRACE_BUFFER_SIZE is its legacy alias), let NCCL dump it on a timeout "
+          "(TORCH_NCCL_DUMP_ON_TIMEOUT=1) or on hangdoc's request (TORCH_NCCL_DEBUG_INFO_PIPE_FILE=/tmp/fr_pipe_), "
+          "and set a shorter init_process_group(timeout=...).",
+    GLOO: "To name the exact collective next time, keep PyTorch's Flight Recorder on (TORCH_FR_BUFFER_SIZE=2000): "
+          "gloo has no dump on a timeout and no dump pipe, so dump it from the job "
+          "(torch._C._distributed_c10d._dump_fr_trace() from a watchdog thread or a signal handler), "
+          "and set a shorter init_process_group(timeout=...).",
+}
+
+
+def fix_for(ctx: Context) -> str:
+    """The generic fix, with the record-it-next-time advice of the job's own backend (both, named,
+    where the bundle does not say which)."""
+    said = ctx.backend
+    if said in RECORD_NEXT_TIME:
+        return f"{GENERIC} {RECORD_NEXT_TIME[said]}"
+    return f"{GENERIC} On NCCL: {RECORD_NEXT_TIME[NCCL]} On gloo: {RECORD_NEXT_TIME[GLOO]}"
 
 
 def _quiet(ctx, waiting) -> str:
@@ -57,7 +88,7 @@ def check(ctx: Context) -> list[Finding]:
                 f"{d.count(waiting)} burn CPU at {where} with their loop counters still: NCCL's shape of a "
                 "wait (the collective sits on the GPU stream and the host spins at the next sync, as .item() does)")
     findings = []
-    causes = explained_by(ctx)
+    causes, data = explained_by(ctx), held_by_data(ctx)
     for view in ctx.culprit_views():
         doing = view.reading.state + (f" ({view.reading.detail})" if view.reading.detail else "")
         evidence = [f"{d.count(waiting)} of {d.count(d.ranks)} ranks wait in {collective} ({_quiet(ctx, waiting)})",
@@ -71,10 +102,20 @@ def check(ctx: Context) -> list[Finding]:
         findings.append(finding(
             RULE, [view.info.rank],
             f"Rank {view.info.rank} is the straggler: the others wait in {collective} while it is in {doing}",
-            evidence, stand_back(view.ranks, causes) if causes.keys() & set(view.ranks) else RULE.fix,
+            evidence, _fix(ctx, view.ranks, causes, data),
         ))
     return findings
 
+
+def _fix(ctx: Context, ranks, causes: dict[int, str], data: dict[int, str]) -> str:
+    if causes.keys() & set(ranks):
+        return stand_back(ranks, causes)
+    if data.keys() & set(ranks):
+        return stand_back(ranks, data, by="its DataLoader, not by its share of the work")
+    return fix_for(ctx)
+
+
+GENERIC = "Look at what the late rank is doing and balance its data or work."
 
 RULE = Rule(
     slug="collective-straggler",
@@ -83,10 +124,9 @@ RULE = Rule(
     check=check,
     summary="Fires on a hang where the majority of ranks are blocked in one collective and a "
             "minority is elsewhere (data loader, compute, I/O); names the minority and what it does.",
-    fix='Look at what the late rank is doing and balance its data or work. To name the exact collective '
-        "next time, keep PyTorch's Flight Recorder on (TORCH_FR_BUFFER_SIZE=2000; "
-        'TORCH_NCCL_TRACE_BUFFER_SIZE is its legacy alias), let NCCL dump it on a timeout '
-        "(TORCH_NCCL_DUMP_ON_TIMEOUT=1) or on hangdoc's request "
-        '(TORCH_NCCL_DEBUG_INFO_PIPE_FILE=/tmp/fr_pipe_), and set a shorter '
-        'init_process_group(timeout=...).',
+    fix=f"{GENERIC} To name the exact collective next time, keep PyTorch's Flight Recorder on "
+        "(TORCH_FR_BUFFER_SIZE=2000) and dump it: on NCCL on a timeout (TORCH_NCCL_DUMP_ON_TIMEOUT=1) or on "
+        "hangdoc's request (TORCH_NCCL_DEBUG_INFO_PIPE_FILE=/tmp/fr_pipe_); on gloo from the job itself "
+        "(torch._C._distributed_c10d._dump_fr_trace()); and set a shorter init_process_group(timeout=...). "
+        "The report gives the advice of the job's own backend.",
 )

@@ -9,6 +9,7 @@ from hangdoc.analyze.classify import is_gpu_sync
 from hangdoc.analyze.diagnose import RankView
 from hangdoc.analyze.gpu import gpu_activity
 from hangdoc.analyze.logs import killed_workers
+from hangdoc.analyze.timeline import CPU_NOISE_S, WAKEUPS_PER_DUMP
 from hangdoc.analyze.logs import line_rank as log_rank
 from hangdoc.analyze.workers import worker_fates
 from hangdoc.base.words import rank_set
@@ -47,10 +48,16 @@ def waiting_line(ctx, view: RankView) -> str | None:
     if not counters and (a is None or b is None):
         return None    # an older bundle: nothing beyond what the straggler line says
     if a is not None and b is not None:
-        sleeps = b.voluntary_switches - a.voluntary_switches
-        slept = ("never went to sleep" if sleeps <= 0 else
-                 f"went to sleep {sleeps} time{'s' if sleeps != 1 else ''} (each stack read that pauses it adds 2)")
-        parts.append(f"its main thread used {b.cpu_s - a.cpu_s:.2f} s of CPU and {slept}")
+        sleeps, cpu = b.voluntary_switches - a.voluntary_switches, b.cpu_s - a.cpu_s
+        reads = f"each stack read that pauses it adds {WAKEUPS_PER_DUMP}"
+        if cpu <= CPU_NOISE_S:       # neither ran nor woke of its own: asleep in the wait, whatever it counted
+            woke = f"{sleeps} wake-up{'s' if sleeps != 1 else ''}, {reads}" if sleeps > 0 else "no wake-up"
+            parts.append(f"its main thread was asleep in its wait ({cpu:.2f} s of CPU, {woke})")
+        elif sleeps <= 0:
+            parts.append(f"its main thread used {cpu:.2f} s of CPU and never went to sleep (a spin)")
+        else:
+            parts.append(f"its main thread used {cpu:.2f} s of CPU and went to sleep {sleeps} "
+                         f"time{'s' if sleeps != 1 else ''} ({reads})")
     return "; ".join(parts)
 
 

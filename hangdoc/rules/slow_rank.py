@@ -5,9 +5,11 @@ from collections import Counter
 
 from hangdoc.analyze.shares import interval, is_step_wait, rank_shares, total, window
 from hangdoc.analyze.slow import CPU_WAIT
-from hangdoc.model import Finding, RankState, Severity, SlowKind, Verdict
+from hangdoc.base.words import share_words
+from hangdoc.model import RUNQUEUE_SAID, Finding, RankState, Severity, SlowKind, Verdict
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import live_workers, worker_habit
+from hangdoc.rules.inputs import bigger_inputs
 from hangdoc.rules.samples import most_common_line
 
 _DOING = {RankState.COMPUTE: "computes", RankState.DATALOADER: "waits on its DataLoader", RankState.IO: "reads or writes files",
@@ -32,11 +34,15 @@ def waited_in(ctx: Context, views) -> str:
     return names.most_common(1)[0][0] if names else "the step's collectives"
 
 
+# The headline's shares (TimeShares.parts), in this finding's words: each rank's add up to its whole.
+SHARE_WORDS = {"step_wait": "waits in the step's collectives", "other_wait": "in other collectives",
+               "data": "waits on data", "compute": "computes", "io": "I/O", "other": "other"}
+
+
 def share_line(rank: int | None, shares) -> str:
-    low, high = shares.step_wait_interval
-    return (f"rank {rank}: waits in the step's collectives {shares.step_wait:.0%} of {shares.samples} samples "
-            f"(95 %: {low:.0%}-{high:.0%}), computes {shares.compute:.0%}, waits on data {shares.data:.0%}, "
-            f"I/O {shares.io:.0%}")
+    """"rank 0, over 14 samples: waits in the step's collectives 14% (95 %: 4%-40%), waits on data
+    79%, computes 0%, other 7%": the shares the headline says, adding up to 100 %."""
+    return f"rank {rank}, over {shares.samples} samples: " + share_words(shares, SHARE_WORDS, "(95 %: {low:.0%}-{high:.0%})")
 
 
 def sync_line(rank: int | None, at: str, line) -> list[str]:
@@ -59,12 +65,46 @@ CPU_FIX = ("It is the machine's share, not the rank's work: its main thread wait
 
 def cause_line(slow) -> str:
     """What told the cause: each activity's share of a step against the others', and the workers' cores."""
-    parts = [f"{_ACTIVITY.get(state, state)} {own:.0%} of a step (the others {theirs:.0%})"
-             for state, own, theirs in slow.excess if own or theirs]
+    parts = [f"{_ACTIVITY.get(state, state)} {own:.0%} of {'its time' if state == CPU_WAIT else 'a step'} "
+             f"(the others {theirs:.0%})"
+             for state, own, theirs in slow.excess
+             if (own or theirs) and (state != CPU_WAIT or max(own, theirs) >= RUNQUEUE_SAID)]
     mine, theirs = slow.workers_cpu
     if mine is not None and theirs is not None and max(mine, theirs) >= 0.01:   # workers that did nothing say nothing
         parts.append(f"its DataLoader workers used {mine:.2f} cores (the others' {theirs:.2f})")
     return "what keeps it: " + "; ".join(parts)
+
+
+BIGGER_FIX = ("Its inputs are bigger than the others' (longer samples, larger batches): balance them across ranks "
+              "(shuffle before cutting the data into ranks' shares, bucket by length across ranks, or cap the "
+              "length); a corpus sorted by length and cut into contiguous chunks gives the last rank the longest.")
+
+
+CPU_ALSO = ("Its main thread also waits for a CPU that other processes hold: give each rank cores of its own "
+            "(taskset / numactl, Slurm's --cpus-per-task, fewer DataLoader workers or OMP_NUM_THREADS per rank).")
+DATA_FIX = ("Its DataLoader cannot keep up: see the data findings above (slow-decompression, tar-member-decode) or "
+            "give it more workers and cheaper samples;")
+
+
+def _fix(doing, bigger: bool) -> str:
+    """The fix for what keeps the straggler: bigger inputs are balanced first (the generic advice's
+    "balance its data", said of its own), then its DataLoader or the CPUs it waits for."""
+    if bigger:
+        extra = {CPU_WAIT: CPU_ALSO, RankState.DATALOADER: DATA_FIX.replace(";", ".")}.get(doing)
+        return BIGGER_FIX + (" " + extra if extra else "")
+    if doing == CPU_WAIT:
+        return CPU_FIX + " " + RULE.fix
+    if doing == RankState.DATALOADER:
+        return DATA_FIX + " " + RULE.fix
+    return RULE.fix
+
+
+def _bigger_inputs(ctx: Context, late, others) -> str | None:
+    """What says the stragglers' inputs are bigger: their loops' integer locals, their workers' bytes."""
+    def lines(views):
+        return [(line, [w for p in live_workers(ctx, v.info.pid) if (w := ctx.timelines.get(p.pid)) is not None])
+                for v in views if (line := ctx.timelines.get(v.info.pid)) is not None]
+    return bigger_inputs(lines(late), lines(others))
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -89,17 +129,15 @@ def check(ctx: Context) -> list[Finding]:
             evidence.extend(f"  {habit.text}" for habit in habits if habit is not None)
     if slow.excess:
         evidence.append(cause_line(slow))
+    bigger = _bigger_inputs(ctx, late, [v for v in views if v not in late])
+    if bigger:
+        evidence.append(bigger)
     evidence.append(f"without the straggler each step would take at most {1 / slow.speedup:.0%} "
                     f"of its time: up to {slow.speedup:.1f}x faster (an upper bound from the wait shares)")
     who = ", ".join(map(str, slow.stragglers))
     noun = "Rank" if len(slow.stragglers) == 1 else "Ranks"
     doing = _DOING.get(slow.doing or "", "is elsewhere")
-    fix = RULE.fix
-    if slow.doing == CPU_WAIT:
-        fix = CPU_FIX + " " + RULE.fix
-    if slow.doing == RankState.DATALOADER:
-        fix = ("Its DataLoader cannot keep up: see the data findings above (slow-decompression, "
-               "tar-member-decode) or give it more workers and cheaper samples; " + RULE.fix)
+    fix = _fix(slow.doing, bigger is not None)
     if slow.at is not None:
         evidence.append("the step's collectives return at once and each rank waits for them at its next sync "
                         "line (NCCL's shape of a wait; `.item()`, `.cpu()`, a flag it spins on): the ranks that "
@@ -107,9 +145,10 @@ def check(ctx: Context) -> list[Finding]:
         where_they_wait = f"stand at their sync line {slow.at}"
     else:
         where_they_wait = f"sit in {waited_in(ctx, [v for v in views if v not in late])}"
+    bigger_said = "its inputs are bigger, and " if bigger else ""
     return [finding(RULE, list(slow.stragglers),
                     f"{noun} {who} {'makes' if len(slow.stragglers) == 1 else 'make'} the others wait "
-                    f"{slow.others_wait:.0%} of every step: it {doing} while they {where_they_wait}",
+                    f"{slow.others_wait:.0%} of every step: {bigger_said}it {doing} while they {where_they_wait}",
                     evidence, fix)]
 
 

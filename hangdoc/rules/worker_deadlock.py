@@ -50,16 +50,16 @@ def check(ctx: Context) -> list[Finding]:
             seconds, cpu, wait = asleep
             if unborn is not None:
                 stuck.append((worker, None))
-                evidence.append(f"{worker_name(worker)} asleep for {seconds:.0f} s in a futex ({wait}) since hangdoc "
-                                f"first saw it, {unborn:.2f} s CPU in all since it was forked")
+                evidence.append(f"{worker_name(worker)} asleep in a futex ({wait}) all {seconds:.0f} s hangdoc "
+                                f"watched it, {unborn:.2f} s CPU in all since it was forked")
                 evidence.append(f"{worker_name(worker)} has no Python stack: {_no_stack_why(ctx, worker.pid)}; a "
                                 "forked child that waits on a lock before it runs a line of Python")
             else:
                 frames = above_worker_loop(latest_frames(ctx.bundle, worker.pid))
                 top = reading.frame.label if reading.frame else "?"
                 stuck.append((worker, top))
-                evidence.append(f"{worker_name(worker)} asleep for {seconds:.0f} s in a futex ({wait}), "
-                                f"{cpu:.2f} s CPU, at {top}")
+                evidence.append(f"{worker_name(worker)} asleep in a futex ({wait}) all {seconds:.0f} s hangdoc "
+                                f"watched it, {cpu:.2f} s CPU, at {top}")
                 evidence.append(f"{worker_name(worker)} stack: {chain(frames)}")
             if worker.start_method:
                 evidence.append(f"{worker_name(worker)} start method: {worker.start_method}")

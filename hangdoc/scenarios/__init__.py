@@ -180,6 +180,9 @@ _ALL = [
     Scenario("compute-2x", "rank 1 computes 1.0 s a step, rank 0 0.5 s: rank 0 waits half of every step; "
              "slow, never a hang", "slow", (1,), "slow-rank", max_steps=30, layout=_plain(2, clips=2),
              script=RHYTHM_SCRIPT),
+    Scenario("longer-samples", "a token corpus sorted by length, cut into contiguous chunks: rank 1's samples "
+             "are 2.3x longer and rank 0 waits for it every step; slow, never a hang", "slow", (1,), "slow-rank",
+             max_steps=240, layout=_plain(2, clips=2), script=RHYTHM_SCRIPT),
     Scenario("jitter", "every rank computes 0.2-0.8 s a step at random: they take turns waiting; healthy",
              "healthy", (), None, max_steps=40, layout=_plain(2, clips=2), script=RHYTHM_SCRIPT),
     Scenario("sync-line", "every rank parks at the same all_reduce line each step (a GPU-bound NCCL "

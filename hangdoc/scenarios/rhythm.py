@@ -12,6 +12,9 @@ in the same collective sample after sample.
     compute-2x       every rank computes each step, rank 1 twice as long (1.0 s against 0.5 s):
                      a straggler that never stops, slow, not hung (--balanced: both 0.5 s)
     jitter           every rank computes 0.2-0.8 s a step at random: they take turns waiting
+    longer-samples   a token corpus sorted by length, cut into contiguous chunks: rank 1's samples
+                     are 2.3x longer, its attention's compute with their square; workers read
+                     each sample from a file. Slow, never a hang
 
 Markers in --workdir as in train.py: ready.<rank> after the first step.
 """
@@ -82,6 +85,69 @@ def jitter(args) -> None:
     paced_steps(args, lambda step: rng.uniform(0.2, 0.8))
 
 
+class TokenFile(torch.utils.data.Dataset):
+    """Token sequences stored one after another in a file; a sample is read from its offset."""
+
+    def __init__(self, path: Path, spans: list[tuple[int, int]]):
+        self.path, self.spans = path, spans
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        offset, length = self.spans[i]
+        with open(self.path, "rb") as f:
+            f.seek(offset * 8)
+            return torch.frombuffer(bytearray(f.read(length * 8)), dtype=torch.int64)
+
+
+def token_corpus(path: Path, n: int = 400) -> list[tuple[int, int]]:
+    """The corpus every rank builds alike (same seed): `n` sequences sorted by length (60-540
+    tokens), written to `path`; (offset, length) of each, in that order."""
+    rng = random.Random(7)
+    lengths = sorted(rng.randint(60, 540) for _ in range(n))
+    spans, offset = [], 0
+    for length in lengths:
+        spans.append((offset, length))
+        offset += length
+    if not path.exists():
+        tmp = path.with_suffix(f".{RANK}.tmp")
+        torch.randint(0, 1000, (offset,), dtype=torch.int64).numpy().tofile(tmp)
+        os.replace(tmp, path)
+    return spans
+
+
+def longer_samples(args) -> None:
+    """A newcomer's job: the corpus sorted by length is cut into contiguous chunks, one per rank,
+    so the last rank's samples are the longest (2.3x rank 0's here); each step's attention grows
+    with the square of the sample's length. Nothing is wrong but the split."""
+    spans = token_corpus(args.workdir / "tokens.bin")
+    world = dist.get_world_size()
+    chunk = len(spans) // world
+    mine = TokenFile(args.workdir / "tokens.bin", spans[RANK * chunk:(RANK + 1) * chunk])
+    loader = torch.utils.data.DataLoader(mine, batch_size=1, shuffle=True, num_workers=1,
+                                         generator=torch.Generator().manual_seed(RANK))
+    embed, mix = torch.randn(1000, 256), torch.randn(256, 256) / 16
+    model = DistributedDataParallel(nn.Linear(256, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    step = 0
+    while step < args.max_steps:
+        for tokens in loader:
+            seq_len = int(tokens.shape[-1])
+            hidden = embed[tokens[0]]
+            for _ in range(8):                       # attention layers: the cost grows with the length squared
+                weights = torch.softmax(hidden @ hidden.T / 16, dim=-1)
+                hidden = torch.tanh(weights @ hidden @ mix)
+            loss = model(hidden).mean()
+            optimizer.zero_grad()
+            loss.backward()                          # rank 0 waits here for rank 1's longer samples
+            optimizer.step()
+            mark_ready(step, args)
+            step += 1
+            if step >= args.max_steps:
+                break
+
+
 def tiny_allreduce(args) -> None:
     for step in range(args.max_steps):
         value = torch.tensor([float(step)])
@@ -135,6 +201,7 @@ SHAPES = {
     "sync-line": sync_line,
     "compute-2x": compute_2x,
     "jitter": jitter,
+    "longer-samples": longer_samples,
 }
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from figures import assert_figures_agree
 from hangdoc.scenarios import SCENARIOS
 from hangdoc.scenarios.evaluate import evaluate
 
@@ -29,6 +30,12 @@ def test_scenario_is_diagnosed_as_its_ground_truth(name, tmp_path):
         assert scenario.expected_rule in result.rules, got
     if scenario.verdict == "healthy":
         assert not any(f.severity.value == "critical" for f in result.report.findings), got
+    # AND its figures agree with each other in every format (tests/figures.py)
+    assert_figures_agree(result.report, name)
+    if name == "longer-samples":
+        # AND the rank with the longer samples is told its inputs are bigger
+        slow = next(f for f in result.report.findings if f.rule == "slow-rank")
+        assert "its inputs are bigger" in slow.title, slow.title
     if scenario.verdict in ("healthy", "slow"):
         # AND a job that ends by itself trained on every rank, marked no fault and said it was done
         assert all(p.exists() for p in scenario.ready_markers(tmp_path)), got

@@ -57,3 +57,49 @@ def test_thread_names_are_read_from_proc():
     finally:
         stop.set()
         thread.join()
+
+
+def straggler_fix(bundle) -> str:
+    from hangdoc.report import judge
+
+    return next(f.fix for f in judge(bundle).report.findings if f.rule == "collective-straggler")
+
+
+def test_a_gloo_jobs_straggler_fix_names_gloo_not_nccls_variables():
+    # GIVEN a gloo job whose rank 1 computes while rank 0 waits in all_reduce (no finding above it)
+    bundle = load_bundle(GOLDEN / "compute-straggler" / "bundle.json")
+    # WHEN the straggler's fix is written
+    fix = straggler_fix(bundle)
+    # THEN it gives gloo's way to record the collectives, and no NCCL variable
+    assert "TORCH_NCCL" not in fix and "NCCL" not in fix
+    assert "gloo has no dump on a timeout" in fix and "TORCH_FR_BUFFER_SIZE=2000" in fix
+
+
+def test_an_nccl_jobs_straggler_fix_names_nccls_dump_variables():
+    # GIVEN the same evidence, its ranks running NCCL's watchdog
+    bundle = with_thread_names(load_bundle(GOLDEN / "compute-straggler" / "bundle.json"),
+                               ("pt_nccl_heartbt", "pt_nccl_watchdg"))
+    # THEN the fix is NCCL's: dump on a timeout or through the pipe
+    fix = straggler_fix(bundle)
+    assert "TORCH_NCCL_DUMP_ON_TIMEOUT=1" in fix and "gloo" not in fix
+
+
+def test_a_straggler_held_by_a_worker_deadlock_points_at_it_and_does_not_say_balance_its_data():
+    # GIVEN a job whose rank 1 waits on a deadlocked DataLoader worker (worker-deadlock above)
+    bundle = load_bundle(GOLDEN / "worker-deadlock" / "bundle.json")
+    # WHEN collective-straggler writes its fix
+    fix = straggler_fix(bundle)
+    # THEN it follows the finding above rather than contradict it
+    assert fix == ("Rank 1 is held by its DataLoader, not by its share of the work: follow the fix of the "
+                   "worker-deadlock finding above; the ranks waiting for it need no change.")
+
+
+def test_the_report_carries_the_backend_and_names_it_beside_the_timeout():
+    from hangdoc.render.words import timeout_line
+    from hangdoc.report import judge
+
+    # GIVEN a gloo job's hang WHEN judged
+    report = judge(load_bundle(GOLDEN / "compute-straggler" / "bundle.json")).report
+    # THEN the report carries its backend, and the timeout's line names it
+    assert report.backend == "gloo"
+    assert timeout_line(report).startswith("The process group's timeout (default 1800 s for gloo) ")

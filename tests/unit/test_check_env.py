@@ -164,3 +164,17 @@ def test_cli_env_on_this_host_prints_json_facts(capsys):
 def test_cli_env_rejects_negative_workers_with_exit_2(capsys):
     assert main(["check", "env", "--num-workers", "-1"]) == 2
     assert capsys.readouterr().err.strip() == "hangdoc: error: --num-workers must be 0 or more, got -1"
+
+
+def test_check_env_without_num_workers_never_prints_an_empty_value(tmp_path):
+    # GIVEN `check env` run without --num-workers
+    import io
+
+    from hangdoc.render.formats import render_check
+    result = check_env(num_workers=None, probes=fake_host(tmp_path))
+    # WHEN its text is printed
+    out = io.StringIO()
+    render_check(result, "text", out)
+    # THEN the launch row says the workers were not given, never "num_workers=,"
+    assert "num_workers=," not in out.getvalue()
+    assert "num_workers=not given," in out.getvalue()

@@ -49,3 +49,17 @@ def test_check_data_without_world_size_checks_and_says_what_it_assumed(tmp_path,
     assert "hangdoc check data: 4 shards in 1 list, 2 ranks x 1 worker" in out
     assert ("hangdoc: --world-size not given: checking for 2 ranks (WORLD_SIZE in the environment); "
             "pass --world-size W for another") in err.splitlines()
+
+
+def test_check_data_without_num_workers_checks_one_worker_and_says_so(tmp_path, monkeypatch, capsys):
+    # GIVEN a shard list and torchrun's WORLD_SIZE in the environment
+    listing = tmp_path / "list.txt"
+    listing.write_text("".join(f"{tmp_path}/s{i}.tar\n" for i in range(4)))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    # WHEN `hangdoc check data LIST` runs with no option at all
+    main(["check", "data", str(listing)])
+    out, err = capsys.readouterr()
+    # THEN it checks 1 worker per rank (DataLoader's default reads as one) and says it assumed so
+    assert "hangdoc check data: 4 shards in 1 list, 2 ranks x 1 worker" in out
+    assert ("hangdoc: --num-workers not given: checking for 1 worker per rank (DataLoader's default, "
+            "num_workers=0, reads in the rank as one worker); pass --num-workers K for another") in err.splitlines()

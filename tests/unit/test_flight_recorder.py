@@ -332,3 +332,17 @@ def test_ps_and_the_live_view_say_whether_fr_is_on(tmp_path):
     assert flight_words(flight_summary(configs)) == "on (2000 entries), pipe on 1 of 2 ranks"
     bundle = load_bundle(GOLDEN / "fr-straggler" / "bundle.json")
     assert flight_note(judge(bundle).report) == " · flight recorder on (2000 entries), 2 dumps"
+
+
+def test_ps_and_the_live_view_say_the_same_of_an_unset_flight_recorder(tmp_path):
+    from hangdoc.collect.flight_recorder import rank_flight_text
+    from hangdoc.collect.procfs import ProcFS
+    from hangdoc.render.words import flight_words
+
+    # GIVEN a rank that leaves TORCH_FR_BUFFER_SIZE unset
+    (tmp_path / "11").mkdir()
+    (tmp_path / "11" / "environ").write_bytes(b"RANK=0\0")
+    # WHEN ps and the live view word its setting THEN they say the same words
+    said = rank_flight_text(11, 0, ProcFS(str(tmp_path)))
+    assert said == "unset (torch's default)"
+    assert flight_words(flight_summary((fr_config(rank_info(0, {})),))) == said

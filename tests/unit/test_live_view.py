@@ -57,8 +57,7 @@ def test_gpu_sparklines_show_when_there_are_gpus_and_power_when_there_is_room(mo
 def test_off_a_terminal_the_view_is_one_status_line_per_round():
     bundle = load_bundle(GOLDEN / "bz2-shards" / "bundle.json")
     line = status_line(judge(bundle).report)
-    assert line.startswith("hangdoc: ") and " sample 8 (quiet 4 s of 4 s (given)): " in line
-    assert line.endswith("r0 collective-wait 4s still | r1 dataloader-wait 4s working")
+    assert line == "hangdoc #8 (quiet 4 s of 4 s (given)): r0 collective-wait 4s still | r1 dataloader-wait 4s working"
 
 
 def test_a_long_header_drops_the_clock_before_the_pace(monkeypatch):
@@ -68,17 +67,47 @@ def test_a_long_header_drops_the_clock_before_the_pace(monkeypatch):
     report = judge(bundle).report
     # WHEN the live view draws it at 80 and at 60 columns
     wide, narrow = drawn(bundle, report, 80)[0], drawn(bundle, report, 60)[0]
-    # THEN the header fits, and the pace ("quiet N s of M s") is never what is cut
+    # THEN the header fits, and the pace ("quiet N s of M s", "quiet N s, over M s") is never what is cut
     for head, width in ((wide, 80), (narrow, 60)):
-        assert len(head) <= width and "quiet " in head and " of " in head, head
+        assert len(head) <= width and "quiet 6 s, over 4 s (given)" in head, head
 
 
-def test_the_status_line_says_flight_recorder_in_words_not_fr_default():
-    # GIVEN a job whose ranks leave TORCH_FR_BUFFER_SIZE unset
+def test_the_flight_recorder_is_said_once_in_words_not_on_every_status_line():
+    # GIVEN a job whose ranks leave TORCH_FR_BUFFER_SIZE unset, watched off a terminal
     from hangdoc.model import FlightSummary
+    from hangdoc.render.live import LiveView
 
     bundle = load_bundle(GOLDEN / "bz2-shards" / "bundle.json")
     report = replace(judge(bundle).report, flight=FlightSummary(states=("default",), buffer_sizes=(), pipes=0, ranks=2))
-    # WHEN the status line is written THEN it names the Flight Recorder and says its setting is torch's default
-    line = status_line(report)
-    assert " · flight recorder unset (torch's default): " in line and "FR default" not in line
+    out = io.StringIO()
+    view = LiveView(out, live=False, every=1)
+    # WHEN three rounds are shown
+    for _ in range(3):
+        view.update(report)
+    lines = out.getvalue().splitlines()
+    # THEN the Flight Recorder's setting is one line of its own, in words, and no status line repeats it
+    assert lines[0] == "hangdoc: flight recorder unset (torch's default)"
+    assert len(lines) == 4 and not any("flight recorder" in line for line in lines[1:])
+
+
+def test_the_status_line_fits_100_columns_with_every_rank_of_a_slow_job_shown():
+    # GIVEN golden jobs whose status lines ran to about 200 columns (a slow job's shares among them)
+    for case in ("compute-straggler", "workers-unpinned", "slow-data", "fr-straggler", "restart-recovered"):
+        report = judge(load_bundle(GOLDEN / case / "bundle.json")).report
+        # WHEN the status line is written
+        line = status_line(report)
+        # THEN it fits 100 columns and still names each rank (none counted away as "+N more")
+        assert len(line) <= 100, line
+        assert " more" not in line and "r0" in line, line
+
+
+def test_many_ranks_fold_into_entries_alike_and_the_rest_is_counted():
+    # GIVEN 16 ranks, 15 of them alike
+    bundle = load_bundle(GOLDEN / "bz2-shards" / "bundle.json")
+    report = judge(bundle).report
+    first, second = report.ranks
+    ranks = tuple(replace(first, rank=r) for r in range(15)) + (replace(second, rank=15),)
+    # WHEN the status line is written THEN the alike ranks are one entry, in 100 columns
+    line = status_line(replace(report, ranks=ranks))
+    assert line.endswith("r0-14 collective-wait still | r15 dataloader-wait working"), line
+    assert len(line) <= 100

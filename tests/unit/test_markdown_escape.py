@@ -61,3 +61,13 @@ def test_own_code_words_stay_code_and_plain_text_stays_as_it_was():
     assert RENDER(md_text("a `x` b")).strip() == "<p>a <code>x</code> b</p>"
     # AND a code word holding backticks gets a longer fence, with padding, per CommonMark
     assert RENDER(md_text("``a ` b``")).strip() == "<p><code>a ` b</code></p>"
+
+
+def test_angle_brackets_of_prose_are_escaped_alike():
+    # GIVEN a stack line of the job's names, `<locals>` and an arrow among them
+    text = md_text("f.<locals>.wrapper (a.py:1) <- <module> (b.py:2) > g")
+    # WHEN it is written as Markdown prose THEN no bracket is left bare beside an escaped one
+    assert "<" not in text and ">" not in text
+    assert "f.&lt;locals&gt;.wrapper (a.py:1) &lt;- &lt;module&gt; (b.py:2) &gt; g" == text
+    # AND a renderer still shows it as it was
+    assert visible(RENDER(text)) == "f.<locals>.wrapper (a.py:1) <- <module> (b.py:2) > g"

@@ -48,7 +48,7 @@ def test_explain_glossary_defines_every_word_the_live_view_prints(capsys):
     from hangdoc.model import RankState, WorkerState
     from hangdoc.render.words import PROGRESS_WORDS
 
-    words = ["sample N", "steps up to", "quiet Q s of T s", "flight recorder", "unset (torch's default)",
+    words = ["sample N", "quiet Q s of T s", "quiet Q s, over T s", "flight recorder", "unset (torch's default)",
              "**RANK**", "**STATE**", "**FOR**", "**PROGRESS**", "**GPU**", "**TOP FRAME**", "`spin`", "`straggler`",
              "`waits 63%`", "`data 64%`", *(f"`{w}`" for w in PROGRESS_WORDS.values()),
              *(f"`{s.value}`" for s in (*RankState, *WorkerState))]

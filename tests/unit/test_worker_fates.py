@@ -223,9 +223,10 @@ def test_the_live_view_of_2_ranks_after_10_epochs_fits_an_80x24_terminal(monkeyp
     lines = [line.rstrip() for line in out.getvalue().splitlines()]
     # THEN both ranks show with their 2 live workers each, and nothing else; every sample finds
     # them waiting on their data, so the job is slow, data-bound, and each row says how much; the
-    # header gives up the clock before the pace, a frame the middle of its name before file:line
+    # header keeps the clock now that the pace no longer calls a gap between samples a step, and
+    # a frame gives up the middle of its name before file:line
     assert lines == [
-        "hangdoc · 2 ranks · sample 30 · steps up to 2.0 s · quiet 0 s of 10 s (learned)",
+        "hangdoc watching 2 ranks · sample 30 · 12:00:00 · quiet 0 s of 10 s (learned)",
         "RANK  STATE            FOR  PROGRESS   TOP FRAME",
         "0     dataloader-wait  58s  data 100%  _MultiPr…_get_data (…/dataloader.py:1251)",
         " w0   idle                             Queue.get (multiprocessing/queues.py:113)",
