@@ -10,6 +10,7 @@ from hangdoc.analyze import facts
 from hangdoc.analyze.clock import since_on_clock
 from hangdoc.analyze.diagnose import Diagnosis, RankView, diagnose
 from hangdoc.analyze.gpu import gpu_activity
+from hangdoc.analyze.jobfacts import GLOO_TIMEOUT_S, NCCL_TIMEOUT_S, pg_timeout
 from hangdoc.analyze.lanes import lanes, restart_marks
 from hangdoc.analyze.past import hang_after as past_hang_after
 from hangdoc.analyze.shares import time_shares
@@ -22,11 +23,7 @@ from hangdoc.model import (
 )
 from hangdoc.model.report import class_members
 
-__all__ = ["Analysis", "Diagnosis", "LiveTimelines", "Timeline", "analyse"]
-
-NCCL_TIMEOUT_S = 600.0
-GLOO_TIMEOUT_S = 1800.0
-
+__all__ = ["GLOO_TIMEOUT_S", "NCCL_TIMEOUT_S", "Analysis", "Diagnosis", "LiveTimelines", "Timeline", "analyse", "pg_timeout"]
 
 @dataclass(frozen=True)
 class Analysis:
@@ -82,7 +79,7 @@ def analyse(bundle: Bundle, hang_after: float | None = None, *, live: LiveTimeli
         evidence=bundle, diagnosis=diagnosis, lines=lines, ranks=ranks,
         host=bundle.host.hostname, samples=len(bundle.samples),
         pg_timeout_s=timeout, timeout_remaining_s=remaining, threshold=_threshold(diagnosis),
-        flight=facts.flight(bundle), missing_stacks=facts.missing_stacks(bundle), slow=facts.slowness(diagnosis.slow),
+        flight=facts.flight(bundle), missing_stacks=facts.missing_stacks(bundle), slow=facts.slowness(diagnosis.slow, bundle, lines),
         stack_tree=tree, stack_classes=classes,
         crash_story=facts.crash_story(bundle, diagnosis.culprits) if diagnosis.verdict == Verdict.CRASH else (),
         before=facts.before_attach(bundle, diagnosis), restarts=restart_marks(bundle),
@@ -118,21 +115,7 @@ def _threshold(diagnosis: Diagnosis) -> Threshold | None:
     return Threshold(source=beat.source, hang_after_s=beat.threshold_s, longest_step_s=beat.longest_step_s,
                      steps_seen=beat.steps_seen, quiet_s=round(diagnosis.decided_at - quiet_since, 1),
                      signal="loop" if beat.has_locals else "frames", witnesses=diagnosis.witnesses,
-                     moving_s=data, moving=beat.moved_by if data is not None else None)
-
-
-def pg_timeout(bundle: Bundle) -> float:
-    """The default timeout of the job's backend. c10d names its threads, which tells it: NCCL's
-    watchdog (pt_nccl_*) makes it NCCL, gloo's run loops (pt_gloo_*, gloo_*) alone gloo. Where no
-    thread names were read (older bundles), a rank mapping libnccl means NCCL; but every process
-    of a CUDA build of torch maps it, gloo jobs too."""
-    names = {n for s in bundle.last.processes if s.proc is not None for n in s.proc.thread_names}
-    if any(n.startswith("pt_nccl") for n in names):
-        return NCCL_TIMEOUT_S
-    if any(n.startswith(("pt_gloo", "gloo_")) for n in names):
-        return GLOO_TIMEOUT_S
-    nccl = any("libnccl" in lib for p in bundle.job.ranks for lib in p.libs)
-    return NCCL_TIMEOUT_S if nccl else GLOO_TIMEOUT_S
+                     moving_s=data, moving=beat.moved_by if data is not None else None, start=beat.start)
 
 
 def _rank_report(bundle: Bundle, diagnosis: Diagnosis, view: RankView) -> RankReport:

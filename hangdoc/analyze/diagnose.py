@@ -22,14 +22,14 @@ from hangdoc.analyze.ending import crash_of, ended_readably, told_by_exits
 from hangdoc.analyze.flight import fr_pending, fr_step_times
 from hangdoc.analyze.logs import output_steps
 from hangdoc.analyze.gpu import GPU_WORK
-from hangdoc.analyze.jobfacts import JobFacts
+from hangdoc.analyze.jobfacts import JobFacts, pg_timeout
 from hangdoc.analyze.past import Before, a_pause, before_attach, confirmed, gone_at
 from hangdoc.analyze.past import hang_after as past_hang_after
 from hangdoc.analyze.progress import (
     PollLoop, Rhythm, blocked_since, held_since, poll_loop, progress_word, rank_progress, rhythm,
 )
 from hangdoc.analyze.shares import is_step_wait, rank_shares, runqueue_share, workers_cpu
-from hangdoc.analyze.slow import SlowCall, slow_call
+from hangdoc.analyze.slow import SlowCall, long_batch, slow_call
 from hangdoc.analyze.rendezvous import joining, joining_since, not_joined, setup_name, store_fields
 from hangdoc.analyze.restarts import restarts_of
 from hangdoc.analyze.timeline import Timeline, raw_points, still, timelines
@@ -166,7 +166,7 @@ def job_facts(bundle: Bundle, digest: NodeDigest, hang_after: float | None) -> J
     return JobFacts(first, bundle.last.time, bundle.logs, bundle.exit_code,
                     hang_after if hang_after is not None else bundle.options.hang_after_s,
                     digest.collective_steps + digest.output_steps, digest.fr_pending, restarts, _launcher_code(bundle),
-                    departure_of(bundle))
+                    departure_of(bundle), pg_timeout(bundle))
 
 
 def _launcher_code(bundle: Bundle) -> int | None:
@@ -217,6 +217,9 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
     """The verdict from the ranks' digests: one node's, or every node's of a job."""
     now = facts.now
     beat = rhythm([r.rhythm for r in ranks], facts.first, facts.hang_after, list(facts.collective_steps))
+    if facts.restarts is not None and facts.restarts.restarted:
+        # The ranks are the newest start's: the rhythm, its start-up included, is that start's own.
+        beat = dataclasses.replace(beat, start=facts.restarts.generation)
     told = told_by_exits(ranks, facts)
     crash = told.crash if told is not None else crash_of(ranks, facts)
     if crash is not None:
@@ -257,6 +260,15 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
         outliers, spinning = _outliers(ranks) if not waiting else (culprits, ())
         return Decision(Verdict.HANG, outliers, beat.quiet_since, mismatch, rhythm=beat, before=before, held=True,
                         spinning=spinning)
+    stepped = beat.stepped_since if beat.stepped_since is not None else beat.quiet_since
+    if beat.moved_by == "data" and now - stepped >= beat.threshold_s:
+        # No step for the threshold, but the data moves on: a batch longer than the threshold.
+        # Slow, unless at the pace seen the batch would outlast the process group's timeout.
+        batch = long_batch(ranks, stepped, now)
+        if batch.waited_s + batch.next_batch_s >= facts.pg_timeout_s:
+            return Decision(Verdict.HANG, batch.stragglers or culprits, stepped, mismatch, rhythm=beat, before=before,
+                            slow=batch)
+        return Decision(Verdict.SLOW, batch.stragglers, rhythm=beat, before=before, slow=batch)
     if split and (max(r.points for r in ranks) == 1 or now - since >= _suspect_after(beat)):
         return Decision(Verdict.SUSPECT, culprits, since, mismatch, rhythm=beat, before=before)
     call = slow_call(ranks)

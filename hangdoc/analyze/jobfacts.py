@@ -6,7 +6,10 @@ from dataclasses import dataclass
 
 from hangdoc.analyze.departures import Departure
 from hangdoc.analyze.restarts import Restarts
-from hangdoc.model import LogTail
+from hangdoc.model import Bundle, LogTail
+
+NCCL_TIMEOUT_S = 600.0
+GLOO_TIMEOUT_S = 1800.0
 
 
 @dataclass(frozen=True)
@@ -23,3 +26,18 @@ class JobFacts:
     restarts: Restarts | None = None   # the launcher's restarts of the ranks (analyze/restarts.py)
     launcher_code: int | None = None   # the launcher's exit code, read as it died (None: not read)
     departure: Departure | None = None   # the rank that left first, before a failure (analyze/departures.py)
+    pg_timeout_s: float = GLOO_TIMEOUT_S  # the process group's timeout: a wait longer than it kills the job
+
+
+def pg_timeout(bundle: Bundle) -> float:
+    """The default timeout of the job's backend. c10d names its threads, which tells it: NCCL's
+    watchdog (pt_nccl_*) makes it NCCL, gloo's run loops (pt_gloo_*, gloo_*) alone gloo. Where no
+    thread names were read (older bundles), a rank mapping libnccl means NCCL; but every process
+    of a CUDA build of torch maps it, gloo jobs too."""
+    names = {n for s in bundle.last.processes if s.proc is not None for n in s.proc.thread_names}
+    if any(n.startswith("pt_nccl") for n in names):
+        return NCCL_TIMEOUT_S
+    if any(n.startswith(("pt_gloo", "gloo_")) for n in names):
+        return GLOO_TIMEOUT_S
+    nccl = any("libnccl" in lib for p in bundle.job.ranks for lib in p.libs)
+    return NCCL_TIMEOUT_S if nccl else GLOO_TIMEOUT_S

@@ -20,7 +20,7 @@ from hangdoc.model.digest import DIGEST_VERSION, DigestWorker, NodeDigest, RankD
 from hangdoc.model.report import (
     REPORT_SCHEMA, BeforeAttach, Finding, FlightSummary, GpuTrend, Lane, RankGpu, RankReport, Report, RestartMark,
     Span, StackClass,
-    Slowness, Threshold, TimeShares, Witness, WorkerReport,
+    DataPace, Slowness, Threshold, TimeShares, Witness, WorkerReport,
 )
 from hangdoc.model.rule import Cause, Rule, finding
 
@@ -89,6 +89,7 @@ __all__ = [
     "GpuTrend",
     "Lane",
     "Span",
+    "DataPace",
     "Slowness",
     "StackClass",
     "Finding",
