@@ -91,7 +91,8 @@ def slow_headline(report: Report) -> str:
         return "SLOW: the job moves, slowly"
     if slow.kind == SlowKind.DATA_BOUND and slow.waited_s is not None:
         who = rank_ranges(slow.stragglers) if slow.stragglers else "?"
-        return (f"SLOW: data-bound: rank {who} has waited {span(slow.waited_s)} on one batch, longer than the hang "
+        cause = data_cause(report)
+        return (f"SLOW: data-bound{f' ({cause})' if cause else ''}: rank {who} has waited {span(slow.waited_s)} on one batch, longer than the hang "
                 f"threshold, while its DataLoader workers move on through their data{batch_pace(slow)}")
     if slow.kind == SlowKind.DATA_BOUND:
         cause = data_cause(report)
