@@ -31,7 +31,7 @@ from hangdoc.analyze.progress import (
 from hangdoc.analyze.shares import is_step_wait, rank_shares, runqueue_share, workers_cpu
 from hangdoc.analyze.slow import SlowCall, long_batch, slow_call
 from hangdoc.analyze.rendezvous import joining, joining_since, not_joined, setup_name, store_fields
-from hangdoc.analyze.restarts import restarts_of
+from hangdoc.analyze.restarts import newest_output, restarts_of
 from hangdoc.analyze.timeline import Timeline, raw_points, still, timelines
 from hangdoc.analyze.witnesses import job_witnesses
 from hangdoc.base.parse import to_int
@@ -163,7 +163,7 @@ def job_facts(bundle: Bundle, digest: NodeDigest, hang_after: float | None) -> J
     # Ranks the launcher started again are quiet from their start, not from the first sample.
     began = restarts.began if restarts is not None else None
     first = max(bundle.samples[0].time, began) if began is not None else bundle.samples[0].time
-    return JobFacts(first, bundle.last.time, bundle.logs, bundle.exit_code,
+    return JobFacts(first, bundle.last.time, newest_output(bundle, restarts), bundle.exit_code,
                     hang_after if hang_after is not None else bundle.options.hang_after_s,
                     digest.collective_steps + digest.output_steps, digest.fr_pending, restarts, _launcher_code(bundle),
                     departure_of(bundle), pg_timeout(bundle))

@@ -113,7 +113,9 @@ def restarts_of(bundle: Bundle) -> Restarts | None:
 def _first_failure(bundle: Bundle, generation: int, by_generation: dict[int, list[ProcessInfo]]) -> Failure | None:
     """The generation's first rank to fail: the earliest failed exit, a fatal signal or an error
     before the launcher's SIGTERM when read at one instant. A rank whose status the watch could not
-    read (its launcher reaped it first) counts with what torchrun's log says of it, or as unknown."""
+    read (its launcher reaped it first) counts with what torchrun's log says of it ("failed
+    (exitcode: N)"); where the log says nothing of it, it is no failure (ranks that ran to their end,
+    reaped by the launcher within a sample)."""
     logged = _logged_exits(bundle)
     procs = by_generation[generation]
     failed = []
@@ -124,9 +126,11 @@ def _first_failure(bundle: Bundle, generation: int, by_generation: dict[int, lis
         code, sig = record.code, record.signal
         if not record.told:
             said = logged.get(proc.node_pid)
-            code, sig = (None, -said) if said is not None and said < 0 else (said, None)
+            if said is None:
+                continue     # reaped unread, and the launcher said no failure of it: a start that ran to its end
+            code, sig = (None, -said) if said < 0 else (said, None)
         if sig is not None or code != 0:
-            order = 2 if sig == signals.SIGTERM else (0 if sig is not None else 1 if code is not None else 3)
+            order = 2 if sig == signals.SIGTERM else (0 if sig is not None else 1)
             failed.append((record.time, order, proc, code, sig))
     if not failed:
         return None
@@ -139,6 +143,19 @@ def _first_failure(bundle: Bundle, generation: int, by_generation: dict[int, lis
     if raised is not None and raised.where:
         where = raised.where + (f": {raised.code[:200]}" if raised.code else "")
     return Failure(generation, proc.rank, proc.node_pid, when, code, sig, said, where)
+
+
+def newest_output(bundle: Bundle, restarts: Restarts | None) -> tuple[LogTail, ...]:
+    """The job's output since its newest start began (all of it for a job never restarted): an
+    earlier start's traceback is its history, not how the newest one ended."""
+    if restarts is None or not restarts.restarted:
+        return bundle.logs
+    by_generation: dict[int, list[ProcessInfo]] = {}
+    for proc in bundle.job.all_ranks:
+        by_generation.setdefault(proc.generation, []).append(proc)
+    if restarts.generation not in by_generation:
+        return bundle.logs
+    return _output_of(bundle, restarts.generation, by_generation)
 
 
 def _output_of(bundle: Bundle, generation: int, by_generation: dict[int, list[ProcessInfo]]) -> tuple[LogTail, ...]:

@@ -52,11 +52,13 @@ def _sockets(own: int, connects: str | None = None) -> tuple[TcpSocket, ...]:
     return found + ((TcpSocket(f"127.0.0.1:{own + 200}", connects, "SYN_SENT"),) if connects else ())
 
 
-def restarted(setup_s: int, steps_after: int = 0, step_every: int = 1, connects: str | None = None) -> Bundle:
+def restarted(setup_s: int, steps_after: int = 0, step_every: int = 1, connects: str | None = None,
+              reaped: bool = False) -> Bundle:
     """torchrun (pid 10) --max-restarts=1: ranks 11/12 step every second for 10 s and rank 1 raises;
     ranks 21/22 import for 4 s (their frames moving), wait in init_process_group `setup_s` s, then step
     `steps_after` times, one step every `step_every` samples. `connects`: the address restart 1's
-    rank 0 tries to connect to in setup."""
+    rank 0 tries to connect to in setup. `reaped`: then restart 1's ranks end, reaped by the launcher
+    before their statuses could be read (the launcher alive a moment longer)."""
     procs = (ProcessInfo(pid=10, ppid=1, role=Role.LAUNCHER, cmdline=("torchrun",), exe=None, start_time=T0 - 5),
              _rank(11, 0, 0, T0 - 3), _rank(12, 1, 0, T0 - 3))
     samples = []
@@ -82,6 +84,10 @@ def restarted(setup_s: int, steps_after: int = 0, step_every: int = 1, connects:
         samples.append(Snapshot(t, 0.05, (ProcSample(10, True), *rows), GpuState("unavailable")))
         t += 1
     exits = (ProcessExit(12, T0 + 10.2, code=1, source="zombie"), ProcessExit(11, T0 + 10.4, signal=15, source="zombie"))
+    if reaped:
+        samples.append(Snapshot(t, 0.05, (ProcSample(10, True), ProcSample(21, False), ProcSample(22, False)),
+                                GpuState("unavailable")))
+        exits += (ProcessExit(21, t, source="unseen"), ProcessExit(22, t, source="unseen"))
     return Bundle(schema=BUNDLE_SCHEMA, hangdoc_version="0", created=t, host=Host("node", "x86_64", "6.1", 2, "3.11", "2.13"),
                   job=Job(None, "127.0.0.1", STORE, 2, 10, procs), samples=tuple(samples),
                   options=Options(interval_s=1.0), exits=exits)
@@ -132,3 +138,15 @@ def test_a_restart_that_connects_to_an_earlier_starts_address_is_named_stale():
     # THEN the critical finding names the stale address and whose it was
     found = next(f for f in report.findings if f.rule == "workers-restarted" and f.severity == "critical")
     assert "a stale address from the earlier start (127.0.0.1:30001, rank 1's address in the first start)" in found.title
+
+
+def test_a_restart_that_ran_to_its_end_reaped_unread_is_no_crash():
+    # GIVEN a restart that stepped to its end, its ranks reaped by the launcher before hangdoc could
+    # read their exit statuses, the launcher's output saying no failure of them
+    bundle = restarted(setup_s=5, steps_after=8, step_every=2, reaped=True)
+    # WHEN judged
+    report = judge(bundle).report
+    # THEN no crash is made of the statuses nobody read: only the first start failed
+    assert report.verdict != "crash", (report.verdict, report.culprit_ranks)
+    history = next(f for f in report.findings if f.rule == "workers-restarted")
+    assert "last start failed" not in history.title, history.title
