@@ -23,7 +23,8 @@ from hangdoc.model import (
 )
 from hangdoc.model.report import class_members
 
-__all__ = ["GLOO_TIMEOUT_S", "NCCL_TIMEOUT_S", "Analysis", "Diagnosis", "LiveTimelines", "Timeline", "analyse", "pg_timeout"]
+__all__ = ["GLOO_TIMEOUT_S", "NCCL_TIMEOUT_S", "Analysis", "Diagnosis", "LiveTimelines", "Timeline", "analyse",
+           "pg_timeout"]
 
 @dataclass(frozen=True)
 class Analysis:
@@ -79,7 +80,8 @@ def analyse(bundle: Bundle, hang_after: float | None = None, *, live: LiveTimeli
         evidence=bundle, diagnosis=diagnosis, lines=lines, ranks=ranks,
         host=bundle.host.hostname, samples=len(bundle.samples),
         pg_timeout_s=timeout, timeout_remaining_s=remaining, threshold=_threshold(diagnosis),
-        flight=facts.flight(bundle), missing_stacks=facts.missing_stacks(bundle), slow=facts.slowness(diagnosis.slow, bundle, lines),
+        flight=facts.flight(bundle), missing_stacks=facts.missing_stacks(bundle),
+        slow=facts.slowness(diagnosis.slow, bundle, lines),
         stack_tree=tree, stack_classes=classes,
         crash_story=facts.crash_story(bundle, diagnosis.culprits) if diagnosis.verdict == Verdict.CRASH else (),
         before=facts.before_attach(bundle, diagnosis), restarts=restart_marks(bundle),

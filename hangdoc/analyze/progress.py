@@ -35,8 +35,9 @@ Data moving is progress too (`data_sign`): a rank whose DataLoader workers read 
 their files (past the furthest offset each had reached: a bz2 shard decompressed at a few MB/s, a
 step longer than any threshold), or seek back and read on to a new place each time (random access
 into a compressed stream), is slow, not hung; the slow verdict and its rules say why. A reader that
-rewinds to the same offsets again and again (`analyze/passes.py`) is no sign. A GPU at work is progress too (`gpu_sign`: two readings in a row of kernels with memory
-traffic and power, not NCCL's spin, which reads 100 % as well): a GPU straggler's step. A
+rewinds to the same offsets again and again (`analyze/passes.py`) is no sign. A GPU at work is
+progress too (`gpu_sign`: two readings in a row of kernels with memory traffic and power, not
+NCCL's spin, which reads 100 % as well): a GPU straggler's step. A
 `--hang-after` given is the user's own bound on a step and stands, data or GPU moving or not:
 the witnesses still say that they moved.
 

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 from hangdoc.base.words import rank_label, rank_ranges
-from hangdoc.model import Finding, FlightSummary, Progress, RankGpu, RankReport, RankState, Report, SlowKind, Verdict
+from hangdoc.model import (
+    Finding, FlightSummary, Progress, RankGpu, RankReport, RankState, Report, SlowKind, Slowness, Verdict,
+)
 
 
 def headline(report: Report) -> str:
@@ -92,8 +94,9 @@ def slow_headline(report: Report) -> str:
     if slow.kind == SlowKind.DATA_BOUND and slow.waited_s is not None:
         who = rank_ranges(slow.stragglers) if slow.stragglers else "?"
         cause = data_cause(report)
-        return (f"SLOW: data-bound{f' ({cause})' if cause else ''}: rank {who} has waited {span(slow.waited_s)} on one batch, longer than the hang "
-                f"threshold, while its DataLoader workers move on through their data{batch_pace(slow)}")
+        because = f" ({cause})" if cause else ""
+        return (f"SLOW: data-bound{because}: rank {who} has waited {span(slow.waited_s)} on one batch, longer than "
+                f"the hang threshold, while its DataLoader workers move on through their data{batch_pace(slow)}")
     if slow.kind == SlowKind.DATA_BOUND:
         cause = data_cause(report)
         return (f"SLOW: data-bound{f': {cause};' if cause else ':'} every rank waits on its DataLoader at least "
@@ -107,7 +110,7 @@ def slow_headline(report: Report) -> str:
             f"(up to {slow.speedup_at_most:.1f}x faster without it)")
 
 
-def batch_pace(slow) -> str:
+def batch_pace(slow: Slowness) -> str:
     """"(worker 0 reads libri000.tar.bz2 at 2.0 MB/s, 9 backward seeks, 64% of the file reached); its
     next batch in about 1 min at this pace": a long batch's data, as far as it was read."""
     pace = slow.pace
@@ -227,7 +230,7 @@ def threshold_line(report: Report) -> str | None:
         rule = (f"a rank's loop moved at least every {t.longest_step_s:.1f} s{start} ({t.steps_seen} moves seen; "
                 f"each rank's first gap, its start-up, left out), so hang after {t.hang_after_s:g} s")
     elif start:
-        rule = (f"no step seen yet{start} (its start-up: the earlier start's rhythm is not its), so hang after "
+        rule = (f"no step seen yet{start} (its start-up; the earlier start's rhythm is not used), so hang after "
                 f"the default {t.hang_after_s:g} s (--hang-after sets it)")
     else:
         rule = f"no step seen yet, so hang after the default {t.hang_after_s:g} s (--hang-after sets it)"
