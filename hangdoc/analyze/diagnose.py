@@ -26,7 +26,7 @@ from hangdoc.analyze.jobfacts import JobFacts, pg_timeout
 from hangdoc.analyze.past import Before, a_pause, before_attach, confirmed, gone_at
 from hangdoc.analyze.past import hang_after as past_hang_after
 from hangdoc.analyze.progress import (
-    PollLoop, Rhythm, blocked_since, held_since, poll_loop, progress_word, rank_progress, rhythm,
+    PollLoop, Rhythm, blocked_since, held_since, poll_loop, progress_word, rank_progress, rhythm, started_up,
 )
 from hangdoc.analyze.shares import is_step_wait, rank_shares, runqueue_share, workers_cpu
 from hangdoc.analyze.slow import SlowCall, long_batch, slow_call
@@ -292,6 +292,8 @@ def node_digest(bundle: Bundle) -> NodeDigest:
 
 def digest_of(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView]) -> NodeDigest:
     ranks = []
+    # The start's start-up ends when the last of its ranks seen in process-group setup left it.
+    setup_end = max((t for v in views if (t := started_up(lines[v.info.pid])) is not None), default=None)
     for view in views:
         line = lines[view.info.pid]
         live = [w.pid for w, _, alive in view.workers if alive]
@@ -311,7 +313,8 @@ def digest_of(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView])
             top_frame=view.reading.frame.label if view.reading.frame else None,
             stack_key=stack_key(signature(sample)), state_since=view.state_since,
             blocked_since=view.blocked_since, exited_at=view.exited_at, progress=view.progress,
-            rhythm=rank_progress(line, [lines[pid] for pid in live if pid in lines]), unmoved_since=max(since) if since else None, points=len(line.points),
+            rhythm=rank_progress(line, [lines[pid] for pid in live if pid in lines], setup_end),
+            unmoved_since=max(since) if since else None, points=len(line.points),
             joining=setup_name(view.joining) if view.joining else None, world_size=view.info.world_size,
             local_rank=view.info.local_rank, local_world_size=to_int(view.info.env.get("LOCAL_WORLD_SIZE")),
             workers=tuple(DigestWorker(pid=w.node_pid, index=w.worker_index, state=r.state if alive else WorkerState.EXITED,

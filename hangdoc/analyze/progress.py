@@ -319,7 +319,7 @@ def step_times(line: Timeline) -> list[float]:
     return [(a.time + b.time) / 2 for a, b in zip(fresh, fresh[1:]) if stepped(a, b)]
 
 
-def rank_progress(line: Timeline, workers: list[Timeline] = ()) -> StepSummary:
+def rank_progress(line: Timeline, workers: list[Timeline] = (), setup_end: float | None = None) -> StepSummary:
     """What a rank's timeline says about its rhythm, in a few numbers (see StepSummary); `workers`:
     its live DataLoader workers' timelines, whose reads are its data moving."""
     steps: list[float] = []
@@ -337,8 +337,10 @@ def rank_progress(line: Timeline, workers: list[Timeline] = ()) -> StepSummary:
                 last_sign = point.time
         prev = point
     # What moved before the rank got through process-group setup was its start-up (imports, the
-    # rendezvous, a model built), not its rhythm: a restarted start learns its own from its steps after.
-    setup = started_up(line)
+    # rendezvous), not its rhythm: a restarted start learns its own from its steps after. `setup_end`:
+    # the last point any rank of its start was seen in setup (a rank that got through between two
+    # samples was never seen there, but it cannot have stepped before its peers joined).
+    setup = max((t for t in (started_up(line), setup_end) if t is not None), default=None)
     if setup is not None:
         steps = [t for t in steps if t > setup]
     gaps = [b - a for a, b in zip(steps, steps[1:])]

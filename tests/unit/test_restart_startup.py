@@ -34,6 +34,8 @@ def _importing(line: int) -> list[dict]:
             pyframe("<module>", SITE + "torch/__init__.py", 1000 + 37 * line), pyframe("<module>", TRAIN, 3)]
 
 
+LOAD = [pyframe("load_model", TRAIN, 12, {"layers": (0x20, "48")}), pyframe("main", TRAIN, 21),
+        pyframe("<module>", TRAIN, 60)]
 SETUP = [pyframe("_new_process_group_helper", C10D, 1899), pyframe("init_process_group", C10D, 1530),
          pyframe("main", TRAIN, 20), pyframe("<module>", TRAIN, 60)]
 
@@ -53,12 +55,14 @@ def _sockets(own: int, connects: str | None = None) -> tuple[TcpSocket, ...]:
 
 
 def restarted(setup_s: int, steps_after: int = 0, step_every: int = 1, connects: str | None = None,
-              reaped: bool = False) -> Bundle:
+              reaped: bool = False, loading: bool = False) -> Bundle:
     """torchrun (pid 10) --max-restarts=1: ranks 11/12 step every second for 10 s and rank 1 raises;
     ranks 21/22 import for 4 s (their frames moving), wait in init_process_group `setup_s` s, then step
     `steps_after` times, one step every `step_every` samples. `connects`: the address restart 1's
     rank 0 tries to connect to in setup. `reaped`: then restart 1's ranks end, reaped by the launcher
-    before their statuses could be read (the launcher alive a moment longer)."""
+    before their statuses could be read (the launcher alive a moment longer). `loading`: restart 1's
+    rank 0 got through setup between two samples (never seen there) and loads its model at one line
+    while rank 1 is seen in setup."""
     procs = (ProcessInfo(pid=10, ppid=1, role=Role.LAUNCHER, cmdline=("torchrun",), exe=None, start_time=T0 - 5),
              _rank(11, 0, 0, T0 - 3), _rank(12, 1, 0, T0 - 3))
     samples = []
@@ -74,7 +78,8 @@ def restarted(setup_s: int, steps_after: int = 0, step_every: int = 1, connects:
         samples.append(Snapshot(t, 0.05, (ProcSample(10, True), *rows), GpuState("unavailable")))
         t += 1
     for i in range(setup_s):
-        rows = tuple(_sample(21 + r, SETUP, 2.0, _sockets(40000 + r, connects if r == 0 else None), active=False,
+        rows = tuple(_sample(21, LOAD, 2.0 + 0.15 * i, io=15_001_000, wakes=157) if loading and r == 0 else
+                     _sample(21 + r, SETUP, 2.0, _sockets(40000 + r, connects if r == 0 else None), active=False,
                              io=15_001_000, wakes=157) for r in range(2))
         samples.append(Snapshot(t, 0.05, (ProcSample(10, True), *rows), GpuState("unavailable")))
         t += 1
@@ -103,6 +108,17 @@ def test_a_restart_slow_through_its_start_up_is_no_hang():
     assert report.verdict != "hang", report.verdict
     assert report.threshold.source == "default" and report.threshold.start == 1
     assert "no step seen yet in restart 1" in threshold_line(report)
+
+
+def test_a_restart_rank_never_caught_in_setup_has_its_start_up_judged_as_one_too():
+    # GIVEN a restart whose rank 0 got through init_process_group between two samples and loads its
+    # model at one line for 25 s (a loaded machine: little CPU), while rank 1 is seen waiting in setup
+    bundle = restarted(setup_s=25, loading=True)
+    # WHEN judged
+    report = judge(bundle).report
+    # THEN no hang: rank 0's imports before it were the start's start-up, not a rhythm to learn from
+    assert report.verdict != "hang", (report.verdict, threshold_line(report))
+    assert report.threshold.source == "default", threshold_line(report)
 
 
 def test_a_restart_learns_its_rhythm_from_its_own_steps():
