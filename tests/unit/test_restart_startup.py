@@ -4,6 +4,9 @@ named with what its ranks wait for. Hand-made bundles of torchrun --max-restarts
 steps every second until rank 1 raises; the restart imports, then waits in init_process_group."""
 from __future__ import annotations
 
+import dataclasses
+
+from hangdoc.analyze.restarts import restarts_of
 from hangdoc.model import (BUNDLE_SCHEMA, Bundle, GpuState, Host, IoCounters, Job, Options, ProcessExit, ProcessInfo,
                            ProcSample, ProcStat, Role, Snapshot, TcpSocket, ThreadCounters)
 from hangdoc.render.words import threshold_line
@@ -166,3 +169,16 @@ def test_a_restart_that_ran_to_its_end_reaped_unread_is_no_crash():
     assert report.verdict != "crash", (report.verdict, report.culprit_ranks)
     history = next(f for f in report.findings if f.rule == "workers-restarted")
     assert "last start failed" not in history.title, history.title
+
+
+def test_a_restart_failing_in_setup_is_named_by_the_rank_that_failed_not_the_one_the_launcher_ended():
+    # GIVEN restart 1's rank 0 failing in init_process_group (exit 1), its exit read a moment after the
+    # launcher's SIGTERM to rank 1 was (the watch's last round read rank 1 first)
+    bundle = restarted(setup_s=5)
+    end = bundle.samples[-1].time
+    bundle = dataclasses.replace(bundle, exits=bundle.exits + (ProcessExit(22, end - 0.01, signal=15, source="zombie"),
+                                                               ProcessExit(21, end + 0.2, code=1, source="zombie")))
+    # WHEN its restarts are read
+    last = restarts_of(bundle).last
+    # THEN restart 1 failed by rank 0's exit 1; rank 1's SIGTERM was the launcher's teardown
+    assert (last.generation, last.rank, last.code) == (1, 0, 1), last
