@@ -240,8 +240,8 @@ def threshold_line(report: Report) -> str | None:
         what = ("a rank's GPU was at work (kernels moving memory, not a collective's spin)" if t.moving == "gpu"
                 else "the DataLoader workers' data moved on (new ground, or a new place after a backward seek)")
         outlasts = _outlasts(report)
-        if report.verdict == Verdict.HANG:
-            outlasts = outlasts or ", and nothing new since: past the threshold too"
+        if outlasts is None and report.verdict == Verdict.HANG and _run_timeout(report) is None:
+            outlasts = ", and nothing new since: past the threshold too"
         quiet += f", but {what} {t.moving_s:.0f} s ago" + (outlasts or " (moving is progress: slow, not hung)")
     elif t.source == "given" and any(w.name == "workers" and w.moved for w in t.witnesses):
         quiet += (" (the DataLoader workers still read, see the witnesses; a step longer than the bound you gave "
@@ -254,6 +254,8 @@ def _outlasts(report: Report) -> str | None:
     slow = report.slow
     if report.verdict != Verdict.HANG or slow is None or slow.waited_s is None or slow.next_batch_s is None:
         return None
+    if report.pg_timeout_s is not None and slow.waited_s + slow.next_batch_s < report.pg_timeout_s:
+        return None     # a hang of another making (a run's --timeout): the batch would not outlast it
     timeout = f"{report.pg_timeout_s:.0f} s" if report.pg_timeout_s is not None else "its timeout"
     return (f"; but rank {rank_ranges(slow.stragglers)} has waited {span(slow.waited_s)} on one batch"
             f"{batch_pace(slow)}: past the process group's timeout ({timeout}) in all, which ends the job: a hang")

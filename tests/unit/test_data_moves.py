@@ -152,7 +152,8 @@ def test_a_batch_whose_pace_outlasts_the_process_groups_timeout_is_the_hang():
     # 10 min for a 60 s batch): at the pace seen its next batch comes after the timeout
     bundle = bz2_straggler(stalled=35, worker_reads=True, targets=(12, 23, 8, 31, 17, 27, 4, 36), stepping=10)
     bundle = dataclasses.replace(bundle, samples=bundle.samples[10:])
-    with mock.patch("hangdoc.analyze.diagnose.pg_timeout", return_value=100.0):
+    with mock.patch("hangdoc.analyze.diagnose.pg_timeout", return_value=100.0), \
+            mock.patch("hangdoc.analyze.assess.pg_timeout", return_value=100.0):
         report = judge(bundle).report
     # THEN hang, and the Progress line says why: the batch would outlast the timeout
     assert report.verdict == "hang" and report.culprit_ranks == (1,), report.verdict
