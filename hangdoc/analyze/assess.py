@@ -10,7 +10,7 @@ from hangdoc.analyze import facts
 from hangdoc.analyze.clock import since_on_clock
 from hangdoc.analyze.diagnose import Diagnosis, RankView, diagnose
 from hangdoc.analyze.gpu import gpu_activity
-from hangdoc.analyze.jobfacts import NCCL, backend
+from hangdoc.analyze.jobfacts import GLOO_TIMEOUT_S, NCCL_TIMEOUT_S, backend, pg_timeout
 from hangdoc.analyze.lanes import lanes, restart_marks
 from hangdoc.analyze.past import hang_after as past_hang_after
 from hangdoc.analyze.shares import time_shares
@@ -23,11 +23,8 @@ from hangdoc.model import (
 )
 from hangdoc.model.report import class_members
 
-__all__ = ["Analysis", "Diagnosis", "LiveTimelines", "Timeline", "analyse"]
-
-NCCL_TIMEOUT_S = 600.0
-GLOO_TIMEOUT_S = 1800.0
-
+__all__ = ["GLOO_TIMEOUT_S", "NCCL_TIMEOUT_S", "Analysis", "Diagnosis", "LiveTimelines", "Timeline", "analyse",
+           "pg_timeout"]
 
 @dataclass(frozen=True)
 class Analysis:
@@ -84,7 +81,8 @@ def analyse(bundle: Bundle, hang_after: float | None = None, *, live: LiveTimeli
         evidence=bundle, diagnosis=diagnosis, lines=lines, ranks=ranks,
         host=bundle.host.hostname, samples=len(bundle.samples),
         pg_timeout_s=timeout, timeout_remaining_s=remaining, backend=backend(bundle), threshold=_threshold(diagnosis),
-        flight=facts.flight(bundle), missing_stacks=facts.missing_stacks(bundle), slow=facts.slowness(diagnosis.slow),
+        flight=facts.flight(bundle), missing_stacks=facts.missing_stacks(bundle),
+        slow=facts.slowness(diagnosis.slow, bundle, lines),
         stack_tree=tree, stack_classes=classes,
         crash_story=facts.crash_story(bundle, diagnosis.culprits) if diagnosis.verdict == Verdict.CRASH else (),
         before=facts.before_attach(bundle, diagnosis), restarts=restart_marks(bundle),
@@ -120,7 +118,7 @@ def _threshold(diagnosis: Diagnosis) -> Threshold | None:
     return Threshold(source=beat.source, hang_after_s=beat.threshold_s, longest_step_s=beat.longest_step_s,
                      steps_seen=beat.steps_seen, quiet_s=round(diagnosis.decided_at - quiet_since, 1),
                      signal="loop" if beat.has_locals else "frames", witnesses=diagnosis.witnesses,
-                     moving_s=data, moving=beat.moved_by if data is not None else None)
+                     moving_s=data, moving=beat.moved_by if data is not None else None, start=beat.start)
 
 
 def _shares(line: Timeline | None, counted) -> TimeShares | None:
@@ -128,11 +126,6 @@ def _shares(line: Timeline | None, counted) -> TimeShares | None:
     if counted is None:
         return time_shares(line)
     return time_shares(line, counted.shares, counted.runqueue)
-
-
-def pg_timeout(bundle: Bundle) -> float:
-    """The default timeout of the job's backend (`jobfacts.backend`): gloo's where it is not NCCL."""
-    return NCCL_TIMEOUT_S if backend(bundle) == NCCL else GLOO_TIMEOUT_S
 
 
 def _rank_report(bundle: Bundle, diagnosis: Diagnosis, view: RankView) -> RankReport:

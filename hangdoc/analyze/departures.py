@@ -15,13 +15,17 @@ The leaver is the culprit; the ranks that failed because it left are consequence
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from hangdoc.analyze.classify import classify_rank
 from hangdoc.analyze.logs import all_lines, line_rank, rank_exception
 from hangdoc.base.parse import to_int
 from hangdoc.base.words import rank_set
-from hangdoc.model import Bundle, ProcessInfo, RankState
+from hangdoc.model import Bundle, ProcessInfo, RankState, TcpSocket
+
+T = TypeVar("T")
 
 # A peer's end of a connection, as the backends print it when the peer went away.
 _PEER_GONE = (
@@ -94,15 +98,20 @@ def owner_of(address: str, owners: dict[str, int]) -> int | None:
 def socket_owners(bundle: Bundle, ranks: list[ProcessInfo]) -> dict[str, int]:
     """"addr:port" -> the rank whose own end (its local address) that was, over every sample."""
     owners: dict[str, int] = {}
-    pids = {p.pid: p.rank for p in ranks if p.rank is not None}
+    for rank, sock in held_sockets(bundle, {p.pid: p.rank for p in ranks if p.rank is not None}):
+        owners.setdefault(sock.local, rank)
+    return owners
+
+
+def held_sockets(bundle: Bundle, owners: dict[int, T]) -> Iterator[tuple[T, TcpSocket]]:
+    """(owner, socket) for every socket the processes of `owners` (pid -> owner) held, sample by sample."""
     for snapshot in bundle.samples:
         for sample in snapshot.processes:
-            rank = pids.get(sample.pid)
-            if rank is None or sample.proc is None:
+            owner = owners.get(sample.pid)
+            if owner is None or sample.proc is None:
                 continue
             for sock in sample.proc.sockets:
-                owners.setdefault(sock.local, rank)
-    return owners
+                yield owner, sock
 
 
 def peer_errors(bundle: Bundle, owners: dict[str, int]) -> list[PeerError]:

@@ -23,16 +23,16 @@ from hangdoc.analyze.ending import crash_of, ended_readably, told_by_exits
 from hangdoc.analyze.flight import fr_pending, fr_step_times
 from hangdoc.analyze.logs import output_steps
 from hangdoc.analyze.gpu import GPU_WORK
-from hangdoc.analyze.jobfacts import JobFacts
+from hangdoc.analyze.jobfacts import JobFacts, pg_timeout
 from hangdoc.analyze.past import Before, a_pause, before_attach, confirmed, gone_at
 from hangdoc.analyze.past import hang_after as past_hang_after
 from hangdoc.analyze.progress import (
-    PollLoop, Rhythm, blocked_since, held_since, poll_loop, progress_word, rank_progress, rhythm,
+    PollLoop, Rhythm, blocked_since, held_since, poll_loop, progress_word, rank_progress, rhythm, started_up,
 )
 from hangdoc.analyze.shares import rank_shares, runqueue_share, workers_cpu
-from hangdoc.analyze.slow import SlowCall, slow_call
+from hangdoc.analyze.slow import SlowCall, long_batch, slow_call
 from hangdoc.analyze.rendezvous import joining, joining_since, not_joined, setup_name, store_fields
-from hangdoc.analyze.restarts import restarts_of
+from hangdoc.analyze.restarts import newest_output, restarts_of
 from hangdoc.analyze.timeline import Timeline, raw_points, still, timelines
 from hangdoc.analyze.witnesses import job_witnesses
 from hangdoc.base.parse import to_int
@@ -169,10 +169,10 @@ def job_facts(bundle: Bundle, digest: NodeDigest, hang_after: float | None) -> J
     # Ranks the launcher started again are quiet from their start, not from the first sample.
     began = restarts.began if restarts is not None else None
     first = max(bundle.samples[0].time, began) if began is not None else bundle.samples[0].time
-    return JobFacts(first, bundle.last.time, bundle.logs, bundle.exit_code,
+    return JobFacts(first, bundle.last.time, newest_output(bundle, restarts), bundle.exit_code,
                     hang_after if hang_after is not None else bundle.options.hang_after_s,
                     digest.collective_steps + digest.output_steps, digest.fr_pending, restarts, _launcher_code(bundle),
-                    departure_of(bundle))
+                    departure_of(bundle), pg_timeout(bundle))
 
 
 def _launcher_code(bundle: Bundle) -> int | None:
@@ -223,6 +223,9 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
     """The verdict from the ranks' digests: one node's, or every node's of a job."""
     now = facts.now
     beat = rhythm([r.rhythm for r in ranks], facts.first, facts.hang_after, list(facts.collective_steps))
+    if facts.restarts is not None and facts.restarts.restarted:
+        # The ranks are the newest start's: the rhythm, its start-up included, is that start's own.
+        beat = dataclasses.replace(beat, start=facts.restarts.generation)
     told = told_by_exits(ranks, facts)
     crash = told.crash if told is not None else crash_of(ranks, facts)
     if crash is not None:
@@ -263,6 +266,15 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
         outliers, spinning = _outliers(ranks) if not waiting else (culprits, ())
         return Decision(Verdict.HANG, outliers, beat.quiet_since, mismatch, rhythm=beat, before=before, held=True,
                         spinning=spinning)
+    stepped = beat.stepped_since if beat.stepped_since is not None else beat.quiet_since
+    if beat.moved_by == "data" and now - stepped >= beat.threshold_s:
+        # No step for the threshold, but the data moves on: a batch longer than the threshold.
+        # Slow, unless at the pace seen the batch would outlast the process group's timeout.
+        batch = long_batch(ranks, stepped, now)
+        if batch.waited_s + batch.next_batch_s >= facts.pg_timeout_s:
+            return Decision(Verdict.HANG, batch.stragglers or culprits, stepped, mismatch, rhythm=beat, before=before,
+                            slow=batch)
+        return Decision(Verdict.SLOW, batch.stragglers, rhythm=beat, before=before, slow=batch)
     if split and (max(r.points for r in ranks) == 1 or now - since >= _suspect_after(beat)):
         return Decision(Verdict.SUSPECT, culprits, since, mismatch, rhythm=beat, before=before)
     call = slow_call(ranks)
@@ -286,6 +298,8 @@ def node_digest(bundle: Bundle) -> NodeDigest:
 
 def digest_of(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView]) -> NodeDigest:
     ranks = []
+    # The start's start-up ends when the last of its ranks seen in process-group setup left it.
+    setup_end = max((t for v in views if (t := started_up(lines[v.info.pid])) is not None), default=None)
     for view in views:
         line = lines[view.info.pid]
         live = [w.pid for w, _, alive in view.workers if alive]
@@ -305,7 +319,8 @@ def digest_of(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView])
             top_frame=view.reading.frame.label if view.reading.frame else None,
             stack_key=stack_key(signature(sample)), state_since=view.state_since,
             blocked_since=view.blocked_since, exited_at=view.exited_at, progress=view.progress,
-            rhythm=rank_progress(line, [lines[pid] for pid in live if pid in lines]), unmoved_since=max(since) if since else None, points=len(line.points),
+            rhythm=rank_progress(line, [lines[pid] for pid in live if pid in lines], setup_end),
+            unmoved_since=max(since) if since else None, points=len(line.points),
             joining=setup_name(view.joining) if view.joining else None, world_size=view.info.world_size,
             local_rank=view.info.local_rank, local_world_size=to_int(view.info.env.get("LOCAL_WORLD_SIZE")),
             workers=tuple(DigestWorker(pid=w.node_pid, index=w.worker_index, state=r.state if alive else WorkerState.EXITED,

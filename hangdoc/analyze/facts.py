@@ -9,7 +9,9 @@ from hangdoc.analyze.flight import flight_summary
 from hangdoc.analyze.logs import rank_exception
 from hangdoc.analyze.restarts import restart_cause, restarts_of
 from hangdoc.base.words import rank_label
-from hangdoc.model import BeforeAttach, Bundle, GpuTrend, Slowness, StackClass
+from hangdoc.analyze.passes import file_reads
+from hangdoc.analyze.timeline import Timeline
+from hangdoc.model import BeforeAttach, Bundle, DataPace, GpuTrend, Role, Slowness, StackClass
 
 TREND_SAMPLES = 12     # the live view's sparklines
 
@@ -128,8 +130,32 @@ def _loop_position(bundle: Bundle, rank: int | None) -> dict:
     return {"loop_counter": name, "loop_value": counters[name], "loop_age_s": round(age, 1), "rank": info.rank}
 
 
-def slowness(call) -> Slowness | None:
+def slowness(call, bundle: Bundle | None = None, lines: dict[int, Timeline] | None = None) -> Slowness | None:
     if call is None:
         return None
+    pace = data_pace(bundle, lines, call.stragglers) if call.waited_s is not None and bundle and lines else None
     return Slowness(call.kind, call.stragglers, call.others_wait, call.straggler_wait, call.speedup,
-                    call.doing, call.samples, call.at)
+                    call.doing, call.samples, call.at, call.waited_s, call.next_batch_s, pace)
+
+
+def data_pace(bundle: Bundle, lines: dict[int, Timeline], ranks: tuple[int, ...]) -> DataPace | None:
+    """The pace of the file the stragglers' live workers read forward most (`analyze/passes.py`)."""
+    best = None
+    for info in bundle.job.ranks:
+        if info.rank not in ranks:
+            continue
+        for worker in bundle.job.children_of(info.pid):
+            line = lines.get(worker.pid)
+            if worker.role is not Role.WORKER or line is None:
+                continue
+            for (fd, path), read in file_reads(line)[0].items():
+                if read.forward_bytes and (best is None or read.forward_bytes > best[2].forward_bytes):
+                    best = (info, worker, read)
+    if best is None:
+        return None
+    info, worker, read = best
+    sample = bundle.last.sample_of(worker.pid)
+    opened = sample.proc.open_files if sample is not None and sample.proc is not None else ()
+    size = next((f.size for f in opened if f.fd == read.fd and f.path == read.path), None)
+    return DataPace(info.rank, worker.worker_index, worker.node_pid, read.path, read.rate, read.rewinds,
+                    read.furthest, size)

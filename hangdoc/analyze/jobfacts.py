@@ -27,6 +27,10 @@ def backend(bundle: Bundle) -> str | None:
     return GLOO if libs or names else None
 
 
+NCCL_TIMEOUT_S = 600.0
+GLOO_TIMEOUT_S = 1800.0
+
+
 @dataclass(frozen=True)
 class JobFacts:
     """What the decision reads besides the ranks: the job's clock, logs and exit code."""
@@ -41,3 +45,9 @@ class JobFacts:
     restarts: Restarts | None = None   # the launcher's restarts of the ranks (analyze/restarts.py)
     launcher_code: int | None = None   # the launcher's exit code, read as it died (None: not read)
     departure: Departure | None = None   # the rank that left first, before a failure (analyze/departures.py)
+    pg_timeout_s: float = GLOO_TIMEOUT_S  # the process group's timeout: a wait longer than it kills the job
+
+
+def pg_timeout(bundle: Bundle) -> float:
+    """The default timeout of the job's backend (`backend`): gloo's where it is not NCCL."""
+    return NCCL_TIMEOUT_S if backend(bundle) == NCCL else GLOO_TIMEOUT_S

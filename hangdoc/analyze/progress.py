@@ -33,10 +33,11 @@ saw nothing move.
 
 Data moving is progress too (`data_sign`): a rank whose DataLoader workers read new ground in
 their files (past the furthest offset each had reached: a bz2 shard decompressed at a few MB/s, a
-step longer than any threshold) is slow, not hung; the slow verdict and its rules say why. A
-reader that rewinds and reads the same start again (random access into a compressed stream) is
-no sign. A GPU at work is progress too (`gpu_sign`: two readings in a row of kernels with memory
-traffic and power, not NCCL's spin, which reads 100 % as well): a GPU straggler's step. A
+step longer than any threshold), or seek back and read on to a new place each time (random access
+into a compressed stream), is slow, not hung; the slow verdict and its rules say why. A reader that
+rewinds to the same offsets again and again (`analyze/passes.py`) is no sign. A GPU at work is
+progress too (`gpu_sign`: two readings in a row of kernels with memory traffic and power, not
+NCCL's spin, which reads 100 % as well): a GPU straggler's step. A
 `--hang-after` given is the user's own bound on a step and stands, data or GPU moving or not:
 the witnesses still say that they moved.
 
@@ -53,6 +54,8 @@ import itertools
 from dataclasses import dataclass
 
 from hangdoc.analyze.classify import WORK_WAIT, place
+from hangdoc.analyze.passes import reading_on
+from hangdoc.analyze.rendezvous import joining
 from hangdoc.analyze.timeline import IO_NOISE_BYTES, WAKEUPS_PER_DUMP, Point, Timeline, moved, moved_bytes, receiving
 from hangdoc.model import Frame, FrameMark, GpuActivity, LoopMark, Progress, RankState, StepSummary
 
@@ -316,7 +319,7 @@ def step_times(line: Timeline) -> list[float]:
     return [(a.time + b.time) / 2 for a, b in zip(fresh, fresh[1:]) if stepped(a, b)]
 
 
-def rank_progress(line: Timeline, workers: list[Timeline] = ()) -> StepSummary:
+def rank_progress(line: Timeline, workers: list[Timeline] = (), setup_end: float | None = None) -> StepSummary:
     """What a rank's timeline says about its rhythm, in a few numbers (see StepSummary); `workers`:
     its live DataLoader workers' timelines, whose reads are its data moving."""
     steps: list[float] = []
@@ -333,10 +336,32 @@ def rank_progress(line: Timeline, workers: list[Timeline] = ()) -> StepSummary:
             elif working(prev, point):
                 last_sign = point.time
         prev = point
+    # What moved before the rank got through process-group setup was its start-up (imports, the
+    # rendezvous), not its rhythm: a restarted start learns its own from its steps after. `setup_end`:
+    # the last point any rank of its start was seen in setup (a rank that got through between two
+    # samples was never seen there, but it cannot have stepped before its peers joined).
+    setup = max((t for t in (started_up(line), setup_end) if t is not None), default=None)
+    if setup is not None:
+        steps = [t for t in steps if t > setup]
     gaps = [b - a for a, b in zip(steps, steps[1:])]
     steady = gaps[STARTUP_GAPS:] or gaps      # the start-up's gap alone still bounds the rhythm
     return StepSummary(len(steps), max(steady) if steady else None, last_sign, has_locals,
                        data_sign(workers) if workers else None, gpu_sign(line))
+
+
+def started_up(line: Timeline) -> float | None:
+    """The last point at which the rank was in process-group setup (init_process_group, the
+    rendezvous, the store): its start-up ended after it. None: never seen there."""
+    points = line.points
+    i = len(points) - 1
+    while i > 0 and "setup" not in points[i].memo:
+        i -= 1
+    last = points[i].memo.get("setup")
+    for point in points[i:]:
+        if point.fresh and joining(point) is not None:
+            last = point.time
+        point.memo["setup"] = last
+    return last
 
 
 def gpu_sign(line: Timeline) -> float | None:
@@ -358,11 +383,12 @@ def gpu_sign(line: Timeline) -> float | None:
 
 
 def data_sign(workers: list[Timeline]) -> float | None:
-    """The last point at which one of a rank's live DataLoader workers read new ground: an offset
-    past the furthest it had reached in that file (by more than noise). The data moves toward the
-    next batch. Reading a file's start again after a rewind (random access into a compressed
-    stream decompresses from the start at every backward seek) is no new ground."""
-    signs = [t for line in workers if (t := new_ground(line)[1]) is not None]
+    """The last point at which one of a rank's live DataLoader workers' data moved on: it read new
+    ground (past the furthest offset it had reached in a file), or read forward after a rewind to a
+    new place (random access into a compressed stream: each backward seek decompresses from the
+    file's start, to the next sample's member). A worker whose passes end at the same place again
+    and again rewinds for ever: no sign (`analyze/passes.py`)."""
+    signs = [t for line in workers if (t := reading_on(line)) is not None]
     return max(signs) if signs else None
 
 
@@ -409,6 +435,7 @@ class Rhythm:
     stepped_since: float | None = None   # the last step or I/O of a rank's own (quiet_since without the data)
     data_since: float | None = None      # the last time data or a GPU moved, when after the last step
     moved_by: str | None = None          # which: "data" (workers reading new ground) or "gpu" (a GPU at work)
+    start: int = 0                       # the start of the ranks it was learned from (torchrun's restart count)
 
 
 def rhythm(progress: list[StepSummary], first: float, hang_after: float | None,

@@ -113,10 +113,12 @@ def restarts_of(bundle: Bundle) -> Restarts | None:
 def _first_failure(bundle: Bundle, generation: int, by_generation: dict[int, list[ProcessInfo]]) -> Failure | None:
     """The generation's first rank to fail: the earliest failed exit, a fatal signal or an error
     before the launcher's SIGTERM when read at one instant. A rank whose status the watch could not
-    read (its launcher reaped it first) counts with what torchrun's log says of it, or as unknown."""
+    read (its launcher reaped it first) counts with what torchrun's log says of it ("failed
+    (exitcode: N)"), or as unknown beside a failure read; ranks all gone unread, none read or logged
+    failing, are no failure (ranks that ran to their end, reaped by the launcher within a sample)."""
     logged = _logged_exits(bundle)
     procs = by_generation[generation]
-    failed = []
+    failed, unknown = [], []
     for proc in procs:
         record = bundle.exit_of(proc.pid)
         if record is None:
@@ -124,13 +126,26 @@ def _first_failure(bundle: Bundle, generation: int, by_generation: dict[int, lis
         code, sig = record.code, record.signal
         if not record.told:
             said = logged.get(proc.node_pid)
-            code, sig = (None, -said) if said is not None and said < 0 else (said, None)
+            if said is None:
+                unknown.append((record.time, 3, proc, None, None))
+                continue
+            code, sig = (None, -said) if said < 0 else (said, None)
         if sig is not None or code != 0:
-            order = 2 if sig == signals.SIGTERM else (0 if sig is not None else 1 if code is not None else 3)
+            order = 2 if sig == signals.SIGTERM else (0 if sig is not None else 1)
             failed.append((record.time, order, proc, code, sig))
     if not failed:
-        return None
-    when, _, proc, code, sig = min(failed, key=lambda f: (f[0], f[1], f[2].rank if f[2].rank is not None else -1))
+        return None     # ranks reaped unread, none read or logged failing: a start that ran to its end
+    failed += unknown   # beside a failure, one gone unread before it may be the first
+
+    # The launcher SIGTERMs the others once one failed: a rank killed by SIGTERM is its teardown, not
+    # the first failure, where another failed otherwise soon after (its exit read a round later).
+    others = [f[0] for f in failed if f[1] != 2 and f[0] is not None]
+
+    def teardown(f) -> bool:
+        return f[1] == 2 and f[0] is not None and any(0 <= t - f[0] <= TEARDOWN_S for t in others)
+
+    when, _, proc, code, sig = min(failed, key=lambda f: (teardown(f), f[0] if f[0] is not None else float("inf"),
+                                                          f[1], f[2].rank if f[2].rank is not None else -1))
     own = _output_of(bundle, generation, by_generation)
     # A rank that raised and then aborted as the interpreter wound down (gloo's threads) printed its exception too.
     raised = rank_exception(own, proc.rank) if code != 0 and sig in (None, signals.SIGABRT) else None
@@ -139,6 +154,22 @@ def _first_failure(bundle: Bundle, generation: int, by_generation: dict[int, lis
     if raised is not None and raised.where:
         where = raised.where + (f": {raised.code[:200]}" if raised.code else "")
     return Failure(generation, proc.rank, proc.node_pid, when, code, sig, said, where)
+
+
+def newest_output(bundle: Bundle, restarts: Restarts | None) -> tuple[LogTail, ...]:
+    """The job's output since its newest start began (all of it for a job never restarted): an
+    earlier start's traceback is its history, not how the newest one ended."""
+    if restarts is None or not restarts.restarted:
+        return bundle.logs
+    by_generation: dict[int, list[ProcessInfo]] = {}
+    for proc in bundle.job.all_ranks:
+        by_generation.setdefault(proc.generation, []).append(proc)
+    if restarts.generation not in by_generation:
+        return bundle.logs
+    return _output_of(bundle, restarts.generation, by_generation)
+
+
+TEARDOWN_S = 10.0     # a SIGTERM read this long before another rank's failure is the launcher's teardown
 
 
 def _output_of(bundle: Bundle, generation: int, by_generation: dict[int, list[ProcessInfo]]) -> tuple[LogTail, ...]:

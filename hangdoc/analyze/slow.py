@@ -8,7 +8,9 @@ From the ranks' time shares over their last steps (`shares.py`, folded in digest
   waiting (jitter) have like shares; a pause the others spend in a barrier (a validation, a
   checkpoint) is not the step's wait; a rank that mostly writes (a checkpoint) is pausing.
 - **data-bound**: every rank waits on its DataLoader at least DATA_BOUND_SHARE of its samples, in
-  both halves: the data, not a rank, sets the pace.
+  both halves: the data, not a rank, sets the pace. Or one batch outlasts the hang threshold while
+  the waiting ranks' DataLoader workers move on through their data (`long_batch`): no rank stepped,
+  but the data moves; slow, not hung, unless the batch would outlast the process group's timeout.
 
 The speed-up it costs is an upper bound from the shares: without the straggler each step
 would lose at most the others' extra wait, (1 - (w_others - w_straggler)) of its time; with data
@@ -44,6 +46,10 @@ class SlowCall:
     # the cores their DataLoader workers used (straggler, others; None: not read).
     excess: tuple[tuple[str, float, float], ...] = ()
     workers_cpu: tuple[float | None, float | None] = (None, None)
+    # A batch longer than the hang threshold while the stragglers' workers' data moves on: how long
+    # they have waited on it, and when the next batch is estimated (`long_batch`).
+    waited_s: float | None = None
+    next_batch_s: float | None = None
 
 
 def _share(counts: ShareCounts, field: str) -> float:
@@ -194,3 +200,16 @@ def _sync_straggler(ranks: list[RankDigest]) -> SlowCall | None:
 def _pausing(counts: ShareCounts) -> bool:
     """Mostly writing or reading a file of its own (a checkpoint): a pause, not a straggler."""
     return counts.io > counts.compute + counts.data
+
+
+def long_batch(ranks: Sequence[RankDigest], stepped_since: float, now: float) -> SlowCall:
+    """One batch outlasting the hang threshold while data moves: the ranks whose DataLoader workers'
+    data moved on since the last step are the ones the others wait for. When the next batch comes
+    cannot be read (how many samples the batch still needs is the worker's own); at the pace seen,
+    it is estimated at as long again as the batch has taken so far (`next_batch_s`): a batch
+    estimated past the process group's timeout is a hang (the job dies of it), `decide` says."""
+    late = tuple(sorted(r.rank for r in ranks if r.rank is not None and r.rhythm.data_sign is not None
+                        and r.rhythm.data_sign > stepped_since and not gone(r)))
+    waited = round(now - stepped_since, 1)
+    return SlowCall(SlowKind.DATA_BOUND, late, 0.0, 0.0, 1.0, 0, RankState.DATALOADER,
+                    waited_s=waited, next_batch_s=waited)

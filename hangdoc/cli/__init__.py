@@ -54,7 +54,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 # The others stand in `--help` as placeholders with their one-line help (a unit test keeps
 # these lines equal to the commands' own).
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("hangdoc.cli.demo", "Run a scenario under watch with a short hang-after, show the live view, then the report."),
+    "demo": ("hangdoc.cli.demo", "Run a scenario under watch (threshold learned, or --hang-after), show the live view and the report."),
     "report": ("hangdoc.cli.report", "Diagnose saved bundles offline: the same report the live watch printed."),
     "rules": ("hangdoc.cli.report", "List every slug hangdoc can print: severity, the commands that raise it, and its title."),
     "explain": ("hangdoc.cli.report", "Print the documentation page of a rule or of any finding's slug."),

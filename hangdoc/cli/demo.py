@@ -21,7 +21,7 @@ def demo(
     interval: float = interval_option(DEMO_INTERVAL_S),
     fmt: OutputFormat = report_format_option(),
 ) -> None:
-    """Run a scenario under watch with a short hang-after, show the live view, then the report.
+    """Run a scenario under watch (threshold learned, or --hang-after), show the live view and the report.
 
     Exits 0 when the diagnosis matches the scenario's ground truth, 1 when it does not, 2 when
     this Python has no torch to run the job with.
@@ -51,11 +51,11 @@ def demo(
           file=sys.stderr)
     view = LiveView(sys.stderr, live=True)
     try:
-        result = evaluate(chosen, hang_after=hang_after, interval=interval, on_sample=view.update)
+        result = evaluate(chosen, hang_after=hang_after, interval=interval, on_sample=view.update, stop_when_slow=True)
     finally:
         view.close()
     emit_report(result.report, fmt)
-    truth = f"{chosen.verdict}, culprits {list(chosen.culprit_ranks)}, rule {chosen.expected_rule}"
+    truth = f"{chosen.truth(hang_after)}, culprits {list(chosen.culprit_ranks)}, rule {chosen.expected_rule}"
     if result.localised:
         when = f" {result.seconds_to_verdict:.1f} s after the fault began" if result.seconds_to_verdict else ""
         print(f"hangdoc demo: diagnosis matches the ground truth ({truth}){when}; the job was ended and its files removed",

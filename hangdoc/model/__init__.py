@@ -21,7 +21,7 @@ from hangdoc.model.digest import DIGEST_VERSION, DigestWorker, NodeDigest, RankD
 from hangdoc.model.report import (
     REPORT_SCHEMA, BeforeAttach, Finding, FlightSummary, GpuTrend, Lane, RankGpu, RankReport, Report, RestartMark,
     Span, StackClass,
-    Slowness, Threshold, TimeShares, RUNQUEUE_SAID, Witness, WorkerReport,
+    DataPace, Slowness, Threshold, TimeShares, RUNQUEUE_SAID, Witness, WorkerReport,
 )
 from hangdoc.model.rule import Cause, Rule, finding
 from hangdoc.model.source import SourceBlock, SourceFunction
@@ -95,6 +95,7 @@ __all__ = [
     "GpuTrend",
     "Lane",
     "Span",
+    "DataPace",
     "Slowness",
     "StackClass",
     "Finding",

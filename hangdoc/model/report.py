@@ -121,6 +121,25 @@ class Slowness:
     samples: int                   # the fewest samples a rank's shares rest on
     at: str | None = None          # 0.6: where the others wait when it is a sync line of the job's own (NCCL's
                                    # shape: the step's collectives return at once, the host waits at `.item()`)
+    # One batch longer than the hang threshold while the data moves on (analyze/slow.py: long_batch):
+    # how long the stragglers have waited on it, when the next is estimated, and their data's pace.
+    waited_s: float | None = None
+    next_batch_s: float | None = None
+    pace: DataPace | None = None
+
+
+@dataclass(frozen=True)
+class DataPace:
+    """How a DataLoader worker's data moves through one file: the reading a long batch is waiting on."""
+
+    rank: int | None
+    worker: int | None             # its index among the rank's workers
+    pid: int
+    path: str
+    rate_bytes_s: float | None     # read forward a second (what it read again after a rewind included)
+    rewinds: int                   # backward seeks seen: each one decompresses again from the file's start
+    furthest: int                  # the furthest offset it reached
+    size: int | None               # the file's size
 
 
 @dataclass(frozen=True)
@@ -185,6 +204,7 @@ class Threshold:
     # or "gpu" (a rank's GPU at work); None otherwise.
     moving_s: float | None = None
     moving: str | None = None
+    start: int = 0                 # the start of a restarted job its figures come from (torchrun's restart count)
 
 
 @dataclass(frozen=True)

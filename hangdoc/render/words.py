@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 from hangdoc.base.words import FLIGHT_STATE_WORDS, cut, rank_label, rank_ranges, share_words
-from hangdoc.model import Finding, FlightSummary, Progress, RankGpu, RankReport, RankState, Report, SlowKind, Verdict
+from hangdoc.model import (
+    Finding, FlightSummary, Progress, RankGpu, RankReport, RankState, Report, SlowKind, Slowness, Verdict,
+)
 
 
 def headline(report: Report) -> str:
@@ -91,6 +93,12 @@ def slow_headline(report: Report) -> str:
     slow = report.slow
     if slow is None:
         return "SLOW: the job moves, slowly"
+    if slow.kind == SlowKind.DATA_BOUND and slow.waited_s is not None:
+        who = rank_ranges(slow.stragglers) if slow.stragglers else "?"
+        cause = data_cause(report)
+        because = f" ({cause})" if cause else ""
+        return (f"SLOW: data-bound{because}: rank {who} has waited {span(slow.waited_s)} on one batch, longer than "
+                f"the hang threshold, while its DataLoader workers move on through their data{batch_pace(slow)}")
     if slow.kind == SlowKind.DATA_BOUND:
         cause = data_cause(report)
         return (f"SLOW: data-bound{f': {cause};' if cause else ':'} every rank waits on its DataLoader at least "
@@ -102,6 +110,25 @@ def slow_headline(report: Report) -> str:
     verb += f" (data-bound: {cause})" if cause else ""
     return (f"SLOW: {noun} {who} {verb}: the others wait {slow.others_wait:.0%} of every step for it "
             f"(up to {slow.speedup_at_most:.1f}x faster without it)")
+
+
+def batch_pace(slow: Slowness) -> str:
+    """"(worker 0 reads libri000.tar.bz2 at 2.0 MB/s, 9 backward seeks, 64% of the file reached); its
+    next batch in about 1 min at this pace": a long batch's data, as far as it was read."""
+    pace = slow.pace
+    said = ""
+    if pace is not None:
+        name = pace.path.rsplit("/", 1)[-1]
+        rate = f" at {pace.rate_bytes_s / 1e6:.1f} MB/s" if pace.rate_bytes_s else ""
+        seeks = (f", {pace.rewinds} backward seek{'s' if pace.rewinds != 1 else ''} (each decompressing from the "
+                 "file's start again)" if pace.rewinds else "")
+        reached = f", {pace.furthest / pace.size:.0%} of the file reached" if pace.size else ""
+        who = f"worker {pace.worker}" if pace.worker is not None else f"pid {pace.pid}"
+        said = f" ({who} reads {name}{rate}{seeks}{reached})"
+    if slow.next_batch_s is None:
+        return said
+    return (f"{said}; its next batch in about {span(slow.next_batch_s)} at this pace (as long again as this one "
+            "has taken: how many samples it still needs is the worker's own)")
 
 
 def shares_line(report: Report) -> str | None:
@@ -210,21 +237,43 @@ def threshold_line(report: Report) -> str | None:
         return (f"Progress: a rank has waited for at least {span(t.quiet_s)}{before}, and every rank outside the "
                 f"wait has been asleep since hangdoc's first sample (no step, CPU, I/O or new frame in "
                 f"{report.samples} samples), so hang once a wait is {t.hang_after_s:g} s old.")
+    start = f" in restart {t.start}" if t.start else ""
     if t.source == "given":
         rule = f"hang after {t.hang_after_s:g} s (--hang-after)"
     elif t.source == "learned":
-        rule = (f"the samples saw a rank's loop move at most {t.longest_step_s:.1f} s apart ({t.steps_seen} moves "
-                f"seen, each rank's first gap, its start-up, left out; a gap between samples, not a step's time), "
-                f"so hang after {t.hang_after_s:g} s")
+        rule = (f"the samples saw a rank's loop move at most {t.longest_step_s:.1f} s apart{start} ({t.steps_seen} "
+                f"moves seen, each rank's first gap, its start-up, left out; a gap between samples, not a step's "
+                f"time), so hang after {t.hang_after_s:g} s")
+    elif start:
+        rule = (f"no step seen yet{start} (its start-up; the earlier start's rhythm is not used), so hang after "
+                f"the default {t.hang_after_s:g} s (--hang-after sets it)")
     else:
         rule = f"no step seen yet, so hang after the default {t.hang_after_s:g} s (--hang-after sets it)"
     signal = "" if t.signal == "loop" else (" [no loop counters could be read: judged by the stack going round "
                                            "the loop, the main threads' wake-ups and the bytes moved]")
     if t.moving_s is not None:
         what = ("a rank's GPU was at work (kernels moving memory, not a collective's spin)" if t.moving == "gpu"
-                else "the DataLoader workers read new ground in their files")
-        quiet += f", but {what} {t.moving_s:.0f} s ago (moving is progress: slow, not hung)"
+                else "the DataLoader workers' data moved on (new ground, or a new place after a backward seek)")
+        outlasts = _outlasts(report)
+        if outlasts is None and report.verdict == Verdict.HANG and _run_timeout(report) is None:
+            outlasts = ", and nothing new since: past the threshold too"
+        quiet += f", but {what} {t.moving_s:.0f} s ago" + (outlasts or " (moving is progress: slow, not hung)")
+    elif t.source == "given" and any(w.name == "workers" and w.moved for w in t.witnesses):
+        quiet += (" (the DataLoader workers still read, see the witnesses; a step longer than the bound you gave "
+                  "is a hang by it)")
     return f"Progress: {rule}; {quiet}.{signal}"
+
+
+def _outlasts(report: Report) -> str | None:
+    """Why a batch whose data moves is a hang: at its pace it would outlast the process group's timeout."""
+    slow = report.slow
+    if report.verdict != Verdict.HANG or slow is None or slow.waited_s is None or slow.next_batch_s is None:
+        return None
+    if report.pg_timeout_s is not None and slow.waited_s + slow.next_batch_s < report.pg_timeout_s:
+        return None     # a hang of another making (a run's --timeout): the batch would not outlast it
+    timeout = f"{report.pg_timeout_s:.0f} s" if report.pg_timeout_s is not None else "its timeout"
+    return (f"; but rank {rank_ranges(slow.stragglers)} has waited {span(slow.waited_s)} on one batch"
+            f"{batch_pace(slow)}: past the process group's timeout ({timeout}) in all, which ends the job: a hang")
 
 
 def witnesses_line(report: Report) -> str | None:

@@ -66,6 +66,14 @@ class Context:
             return []
         return [v for v in self.diagnosis.ranks if set(slow.stragglers).intersection(v.ranks)]
 
+    def long_batch(self) -> list[RankView]:
+        """The ranks of a slow job that have waited on one batch longer than the hang threshold while
+        their workers' data moves on (`analyze/slow.py: long_batch`): what reads it is for the data rules."""
+        slow = self.diagnosis.slow
+        if self.diagnosis.verdict != Verdict.SLOW or slow is None or slow.waited_s is None:
+            return []
+        return [v for v in self.diagnosis.ranks if set(slow.stragglers).intersection(v.ranks)]
+
     @cached_property
     def _counted(self) -> dict:
         """The shares the diagnosis counted already, by the rank's node pid."""

@@ -1,6 +1,7 @@
 """slow-decompression: the culprit's DataLoader workers spend their time decompressing shards."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from hangdoc.model import Cause, Finding, ProcessInfo, Severity
@@ -52,14 +53,25 @@ def check(ctx: Context) -> list[Finding]:
             line = (f"rank {view.info.rank} (pid {view.info.node_pid}): waits on its DataLoader in {shares.data:.0%} "
                     f"of {shares.samples} samples while the others wait for it {slow.others_wait:.0%} of every step")
             findings.append(_finding(ctx, view, busy, [line], Severity.WARNING))
+    for view in ctx.long_batch():
+        busy = [b for b in (_decompressing(ctx, w) for w, _, is_alive in view.workers if is_alive) if b is not None]
+        if busy:
+            line = (f"rank {view.info.rank} (pid {view.info.node_pid}): has waited {ctx.diagnosis.slow.waited_s:.0f} s "
+                    "on one batch, longer than the hang threshold, while its workers decompress")
+            found = _finding(ctx, view, busy, [line], Severity.WARNING)
+            findings.append(dataclasses.replace(found, cause=f"{_kind(busy)} shards decompressed by its workers"))
     return findings
+
+
+def _kind(busy: list[_Worker]) -> str:
+    kinds = [b.kind for b in busy if b.kind] + [compression_of_path(r.path) for b in busy for r in b.reads]
+    return kinds[0] if kinds else "compressed"
 
 
 def _finding(ctx: Context, view, busy: list[_Worker], evidence: list[str],
              severity: Severity | None = None) -> Finding:
     rank = view.info.rank
-    kinds = [b.kind for b in busy if b.kind] + [compression_of_path(r.path) for b in busy for r in b.reads]
-    kind = kinds[0] if kinds else "compressed"
+    kind = _kind(busy)
     effect = "make this rank the straggler" if severity is Severity.WARNING else "starve this rank"
     rates = []
     for b in busy:
@@ -105,7 +117,8 @@ RULE = Rule(
     summary="Fires on a hang when the culprit waits on its DataLoader and its workers sit in "
             "bz2/lzma/gzip/zlib frames or read .bz2/.gz/.xz/.zst files; cites each shard, the rate its "
             "read offset moves (compressed MB/s) and the frames. On a slow job (a warning) it says why a "
-            "straggler that waits on its DataLoader is late.",
+            "straggler that waits on its DataLoader is late, or why one batch outlasts the hang threshold "
+            "while its workers' data moves on.",
     fix='Re-pack the shards as uncompressed .tar (bz2 decompresses at tens of MB/s per core) or spread '
         'the compressed shards evenly over ranks and add DataLoader workers.',
     snippet=REPACK_SNIPPET,

@@ -3,7 +3,10 @@ failed, how and why, and which restart of how many this is. The job is judged by
 generation; this says what the earlier ones went through."""
 from __future__ import annotations
 
-from hangdoc.analyze.restarts import Failure, Restarts, launcher_made, restarts_of
+from hangdoc.analyze.rendezvous import setup_name
+from hangdoc.analyze.restarts import Failure, Restarts, launcher_made, restarts_of, start_name
+from hangdoc.analyze.startup import RankSetup, setup_of
+from hangdoc.base.words import rank_set
 from hangdoc.model import Finding, Severity, Verdict
 from hangdoc.rules.base import Context, Rule, finding
 
@@ -34,7 +37,72 @@ def check(ctx: Context) -> list[Finding]:
                         f"output says how (TORCHELASTIC_RESTART_COUNT={restarts.generation} in the ranks' environment)")
     evidence.append(_now(ctx, restarts))
     ranks = [f.rank for f in restarts.failures]
-    return [finding(RULE, ranks, title, evidence, _fix(ctx, restarts))]
+    history = finding(RULE, ranks, title, evidence, _fix(ctx, restarts))
+    stuck = _startup_hang(ctx, restarts)
+    return [stuck, history] if stuck is not None else [history]
+
+
+def _startup_hang(ctx: Context, restarts: Restarts) -> Finding | None:
+    """The newest start hangs in its own start-up: every live rank of it waits in process-group
+    setup. What they wait for, from their sockets: the store, their peers, a stale address."""
+    d = ctx.diagnosis
+    live = [v for v in d.ranks if v.exited_at is None]
+    if d.verdict != Verdict.HANG or restarts.pending or not live or any(v.joining is None for v in live):
+        return None
+    name = start_name(restarts.generation)
+    call = setup_name(live[0].joining)
+    since = min((v.joining_since for v in live if v.joining_since is not None), default=d.decided_at)
+    waiting = sorted(r for v in live for r in v.ranks)
+    setups = setup_of(ctx.bundle, [v.info for v in live])
+    evidence = [f"{name}'s {rank_set(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in {call} for "
+                f"{d.decided_at - since:.0f} s: no rank of it got through its start-up (no step seen in {name})"]
+    evidence += [_setup_line(s) for s in setups]
+    kinds = {s.waits_for for s in setups if s.reached_store is not None}
+    if "store" in kinds:
+        store = next(s.store for s in setups if s.waits_for == "store")
+        what = f"the store at {store}, which {'not every rank' if len(kinds) > 1 else 'none of them'} reached"
+        fix = STORE_FIX
+    elif "stale" in kinds:
+        stale = next(s.stale[0] for s in setups if s.stale)
+        what = f"a stale address from the earlier start ({stale[0]}, {stale[1]})"
+        fix = STALE_FIX
+    elif kinds:
+        what = "their peers: each reached the store, none connected to another"
+        fix = PEERS_FIX
+    else:
+        what = "the store or their peers (their sockets could not be read)"
+        fix = PEERS_FIX
+    title = f"{name[:1].upper()}{name[1:]} never finished its start-up: its ranks wait in {call} for {what}"
+    return finding(RULE, waiting, title, evidence, fix, severity=Severity.CRITICAL)
+
+
+def _setup_line(setup: RankSetup) -> str:
+    who = f"rank {setup.rank if setup.rank is not None else '?'} (pid {setup.pid})"
+    if setup.reached_store is None:
+        return f"{who}: its sockets could not be read"
+    store = setup.store or "its store"
+    parts = [f"reached the store at {store}" if setup.reached_store else f"holds no connection to the store at {store}"]
+    if setup.listens:
+        parts.append(f"listens for its peers on {', '.join(setup.listens[:3])}")
+    for address, owner in setup.stale:
+        parts.append(f"connects to {address}, {owner}: a stale address the store handed out again")
+    fresh = [a for a in setup.peers if a not in {s for s, _ in setup.stale}]
+    parts.append(f"connected to {', '.join(fresh[:3])}" if fresh else "no connection to any peer")
+    return f"{who}: " + "; ".join(parts)
+
+
+_TIMEOUT = ("pass `init_process_group(timeout=timedelta(minutes=5))`, so that a start-up that cannot finish fails "
+            "and the launcher restarts it (or ends the job) in minutes instead of waiting for ever")
+STORE_FIX = (f"The restarted ranks cannot reach the store: check that the launcher's store still serves (torchrun's "
+             f"agent on the c10d endpoint) and that nothing in the script sets MASTER_ADDR / MASTER_PORT or an "
+             f"init_method of its own; {_TIMEOUT}.")
+STALE_FIX = (f"The store kept an address of the earlier start and handed it to the restarted ranks: give every start "
+             f"a fresh rendezvous (`--rdzv-backend=c10d --rdzv-endpoint=HOST:PORT` with torchrun's own store, not "
+             f"a TCPStore or MASTER_PORT the script keeps across restarts); {_TIMEOUT}.")
+PEERS_FIX = (f"The restarted ranks reached the store but never reached each other: their peers' addresses did not "
+             f"come from the store, or a peer's listener cannot be reached (a firewall, a wrong interface: "
+             f"GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME). The first start's failure (the finding below) is what "
+             f"made the launcher restart the ranks; {_TIMEOUT}.")
 
 
 def _rank(failure: Failure) -> str:

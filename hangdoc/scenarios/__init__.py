@@ -90,6 +90,13 @@ class Scenario:
     # Its ground truth is told only from a GPU reading (a host spinning at .item() waits or works as
     # its GPU does): on CPU, with no NVML, hangdoc cannot see it, and says so instead of guessing.
     needs_gpu: bool = False
+    # The verdict under a plain watch (no --hang-after), where it is not `verdict` (the verdict at a
+    # short --hang-after): a batch whose data moves on is slow until a bound given calls it hung.
+    watched: str | None = None
+
+    def truth(self, hang_after: float | None) -> str:
+        """The verdict a watch with this --hang-after (None: none given) must give."""
+        return self.watched if hang_after is None and self.watched else self.verdict
 
     def prepare(self, workdir: str | Path) -> Path:
         """Write the scenario's shards under `workdir/data` and the list `workdir/data.list`."""
@@ -131,7 +138,7 @@ _ALL = [
     Scenario("bz2-shards",
              "rank 1 draws .tar.bz2 shards read by random access; its workers decompress for minutes",
              "hang", (1,), "slow-decompression", batch_size=16,
-             layout=_mixed(_bz2_long_clips)),
+             layout=_mixed(_bz2_long_clips), watched="slow"),
     Scenario("bz2-straggler",
              "rank 1 reads .tar.bz2 shards of 30 s clips in order: its workers deliver steadily but late, "
              "rank 0 waits in the gradient all_reduce most of each step; slow, never a hang",

@@ -45,8 +45,9 @@ class ScenarioResult:
 
 def evaluate(scenario: Scenario, workdir: str | Path | None = None, *, hang_after: float | None = None,
              interval: float = 1.0, timeout: float = 120.0, max_steps: int | None = None,
-             on_sample: Callable | None = None, probes=None) -> ScenarioResult:
-    """Prepare the scenario, run it under watch until the verdict, end it, score the answer."""
+             on_sample: Callable | None = None, probes=None, stop_when_slow: bool = False) -> ScenarioResult:
+    """Prepare the scenario, run it under watch until the verdict, end it, score the answer.
+    `stop_when_slow`: end on a settled slow verdict, as `hangdoc watch` does (a job that does not end)."""
     from hangdoc.live.options import WatchOptions
     from hangdoc.live.probes import make_probes
     from hangdoc.live.runner import run_command
@@ -54,7 +55,8 @@ def evaluate(scenario: Scenario, workdir: str | Path | None = None, *, hang_afte
     with tempfile.TemporaryDirectory(prefix=f"hangdoc-{scenario.name}-") as tmp:
         work = Path(workdir) if workdir else Path(tmp)
         scenario.prepare(work)
-        options = WatchOptions(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout)
+        options = WatchOptions(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout,
+                               stop_when_slow=stop_when_slow)
         started = time.monotonic()
         with open(work / "job.log", "w") as log:
             result = run_command(scenario.command(work, max_steps=max_steps), options,
@@ -66,7 +68,7 @@ def evaluate(scenario: Scenario, workdir: str | Path | None = None, *, hang_afte
         if fault and report.verdict != Verdict.HEALTHY:
             to_verdict = round(verdict_at - fault["time"], 1)
         return ScenarioResult(
-            scenario=scenario.name, expected_verdict=scenario.verdict,
+            scenario=scenario.name, expected_verdict=scenario.truth(hang_after),
             expected_culprits=tuple(scenario.culprit_ranks), expected_rule=scenario.expected_rule,
             verdict=report.verdict, culprits=tuple(report.culprit_ranks),
             rules=tuple(dict.fromkeys(f.rule for f in report.findings)),

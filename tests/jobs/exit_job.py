@@ -13,6 +13,8 @@
                  after its first step in the first start only (TORCHELASTIC_RESTART_COUNT 0): the
                  restarted ranks run to the end
 --mode raise     as transient, in every start: the restarts are used up
+--restart-load S a restarted start computes S s after init_process_group before its first step
+                 (a slow model load)
 Rank r writes WORKDIR/ready.r (its pid) after its first step; rank 1 writes WORKDIR/fault
 just before its fault.
 """
@@ -26,6 +28,13 @@ import torch
 import torch.distributed as dist
 
 
+def load_model(seconds: float) -> None:
+    """A restarted start's slow model load: `seconds` of compute before its first step."""
+    weights, end = torch.zeros(256, 256), time.monotonic() + seconds
+    while time.monotonic() < end:
+        weights = torch.tanh(weights @ weights + 1.0)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--workdir", required=True)
@@ -34,10 +43,13 @@ def main() -> None:
     p.add_argument("--linger", type=float, default=4.0)
     p.add_argument("--fault-after", type=float, default=3.0)
     p.add_argument("--alloc-mb", type=int, default=200)
+    p.add_argument("--restart-load", type=float, default=0.0)
     args = p.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    if args.restart_load and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+        load_model(args.restart_load)
     total = torch.zeros(4)
     step, started = 0, None
     while args.mode not in ("quiet", "ragged", "transient", "raise") or step < args.steps:

@@ -8,12 +8,13 @@ rewind and read the same start again (random access into a bz2 stream), and a GP
 from __future__ import annotations
 
 import dataclasses
+from unittest import mock
 
 from hangdoc.analyze.progress import gpu_sign
 from hangdoc.analyze.timeline import LiveTimelines, timelines
 from hangdoc.model import (BUNDLE_SCHEMA, Bundle, GpuDevice, GpuProcess, GpuState, Host, IoCounters, Job, OpenFile,
                            Options, ProcessInfo, ProcSample, ProcStat, Role, Snapshot, ThreadCounters)
-from hangdoc.render.words import threshold_line
+from hangdoc.render.words import headline as headline_of, threshold_line
 from hangdoc.report.judge import judge
 from tests.unit.test_progress import SITE, TRAIN, dump, pyframe
 from tests.unit.test_witnesses import C10D, DL
@@ -49,24 +50,29 @@ def proc(pid: int, frames: list[dict], cpu: float, files=(), active=True) -> Pro
     return ProcSample(pid=pid, alive=True, proc=stat, stack=dump(frames, active))
 
 
-def bz2_straggler(stalled: int, worker_reads: bool, rewinds_every: int = 0) -> Bundle:
-    """Two ranks stepping every sample for 10 samples, then for `stalled` samples waiting for rank 1's
-    next batch: its worker decompresses the shard, reading it forward at 2.5 MB/s (`worker_reads`),
-    or stands (blocked, no CPU, its offset still). `rewinds_every`: from the stall on, it goes back
-    to the file's start every that many samples (random access into the bz2 stream), never further
-    than it had read before."""
+def bz2_straggler(stalled: int, worker_reads: bool, rewinds_every: int = 0, targets: tuple[int, ...] = (),
+                  stepping: int = 10) -> Bundle:
+    """Two ranks stepping every sample for `stepping` samples, then for `stalled` samples waiting for
+    rank 1's next batch: its worker decompresses the shard, reading it forward at 2.5 MB/s
+    (`worker_reads`), or stands (blocked, no CPU, its offset still). `rewinds_every`: from the stall
+    on, it goes back to the file's start every that many samples (random access into the bz2
+    stream), never further than it had read before. `targets` (MB): from the stall on, it goes back
+    to the start and reads forward to each target in turn (the members of a shuffled batch), then
+    starts over with them."""
     ranks = tuple(ProcessInfo(pid=100 + r, ppid=1, role=Role.RANK, cmdline=("python", "train.py"), exe=None,
                               start_time=0.0, rank=r, world_size=2, rank_pid=100 + r) for r in range(2))
     worker = ProcessInfo(pid=201, ppid=101, role=Role.WORKER, cmdline=("python", "train.py"), exe=None,
                          start_time=1.0, rank=1, rank_pid=101, worker_index=0, num_workers=1)
-    samples, offset, cpu = [], 0, 0.0
-    for i in range(10 + stalled):
-        waiting = i >= 10
-        step = min(i, 10)
+    samples, offset, cpu, turn = [], 0, 0.0, 0
+    for i in range(stepping + stalled):
+        waiting = i >= stepping
+        step = min(i, stepping)
         moving = not waiting or worker_reads
         offset += 5_000_000 if moving else 0
-        if waiting and rewinds_every and (i - 10) % rewinds_every == 0:
+        if waiting and rewinds_every and (i - stepping) % rewinds_every == 0:
             offset = 5_000_000
+        if waiting and targets and offset > targets[turn % len(targets)] * 1_000_000:
+            offset, turn = 0, turn + 1
         cpu += 1.8 if moving else 0.0
         rows = (proc(100, rank_frames(0, step, waiting), 1.0 + step, active=not waiting),
                 proc(101, rank_frames(1, step, waiting), 1.0 + step, active=not waiting),
@@ -90,7 +96,7 @@ def test_a_batch_longer_than_any_threshold_whose_data_moves_is_not_a_hang():
     assert report.verdict != "hang", report.verdict
     assert report.threshold.quiet_s >= 80 and report.threshold.moving_s <= INTERVAL and report.threshold.moving == "data"
     line = threshold_line(report)
-    assert "no rank has stepped for 88 s, but the DataLoader workers read new ground in their files 0 s ago" in line, line
+    assert "no rank has stepped for 88 s, but the DataLoader workers' data moved on (new ground" in line, line
 
 
 def test_the_same_batch_with_the_data_standing_is_the_hang():
@@ -114,6 +120,44 @@ def test_a_worker_that_rewinds_and_reads_the_same_start_again_is_no_sign():
     assert report.verdict == "hang" and report.culprit_ranks == (1,), report.verdict
     workers = next(w for w in report.threshold.witnesses if w.name == "workers")
     assert "all of it a part of their files read before" in workers.said, workers.said
+
+
+def test_a_first_batch_past_the_default_threshold_read_by_backward_seeks_that_move_on_is_slow():
+    # GIVEN a job that never stepped: rank 0 waits in all_reduce for 90 s while rank 1's worker reads its
+    # bz2 shard by random access, going back to the file's start before each member and reading on to a
+    # new one each time (12, 23, 8, 31, 17 MB, ...), never past the 50 MB it had reached: no new ground
+    bundle = bz2_straggler(stalled=35, worker_reads=True, targets=(12, 23, 8, 31, 17, 27, 4, 36), stepping=10)
+    bundle = dataclasses.replace(bundle, samples=bundle.samples[10:])
+    # WHEN judged with no threshold given (the default 60 s: no step seen)
+    report = judge(bundle).report
+    # THEN slow, data-bound, rank 1 the straggler: the rate, the backward seeks and the next batch's estimate
+    assert report.verdict == "slow" and report.culprit_ranks == (1,), report.verdict
+    assert report.threshold.source == "default" and report.threshold.quiet_s > 60
+    headline = headline_of(report)
+    assert "rank 1 has waited" in headline and "at 2.5 MB/s" in headline, headline
+    assert "backward seeks" in headline and "its next batch in about" in headline, headline
+
+
+def test_a_worker_that_rewinds_to_the_same_offsets_for_ever_is_the_hang_even_with_a_first_batch():
+    # GIVEN the same job, its worker going back to the start and reading to the same 20 MB every pass
+    bundle = bz2_straggler(stalled=35, worker_reads=True, targets=(20,), stepping=10)
+    bundle = dataclasses.replace(bundle, samples=bundle.samples[10:])
+    # WHEN judged THEN hang, rank 1 the culprit: the same bytes over and over are no new data
+    report = judge(bundle).report
+    assert report.verdict == "hang" and report.culprit_ranks == (1,), report.verdict
+
+
+def test_a_batch_whose_pace_outlasts_the_process_groups_timeout_is_the_hang():
+    # GIVEN the worker that moves on, on a job whose process group times out after 100 s (as if NCCL's
+    # 10 min for a 60 s batch): at the pace seen its next batch comes after the timeout
+    bundle = bz2_straggler(stalled=35, worker_reads=True, targets=(12, 23, 8, 31, 17, 27, 4, 36), stepping=10)
+    bundle = dataclasses.replace(bundle, samples=bundle.samples[10:])
+    with mock.patch("hangdoc.analyze.diagnose.pg_timeout", return_value=100.0), \
+            mock.patch("hangdoc.analyze.assess.pg_timeout", return_value=100.0):
+        report = judge(bundle).report
+    # THEN hang, and the Progress line says why: the batch would outlast the timeout
+    assert report.verdict == "hang" and report.culprit_ranks == (1,), report.verdict
+    assert "past the process group's timeout" in threshold_line(report), threshold_line(report)
 
 
 def test_a_hang_after_the_user_gave_holds_whatever_the_data_does():

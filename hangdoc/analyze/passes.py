@@ -1,0 +1,116 @@
+"""A DataLoader worker's reads through its files, pass by pass: does its data move on? Pure.
+
+A worker reading a compressed file by random access goes back (a backward seek in a bz2, gzip
+or xz stream decompresses again from the file's start) and reads forward to the member it needs:
+a *pass*, from one rewind to the next. A worker that moves on ends its passes at new places (a
+new member each time: the samples of its next batch); one that rewinds for ever ends them at the
+same place again and again (a retry of one record, a loop that never gets past it): no new data,
+however many bytes it decompresses. Reading forward is the data moving (`reading_on`) unless the
+file's last REPEATS passes all ended at one place, within what one sample's reading spans; new
+ground (past the furthest offset reached) always is.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from hangdoc.analyze.timeline import IO_NOISE_BYTES, Timeline
+
+REPEATS = 4     # passes in a row ending at one place: a worker that rewinds for ever
+
+
+@dataclass(frozen=True)
+class FileReads:
+    """One file a process reads, over its timeline: where it stands, how it got there."""
+
+    fd: int
+    path: str
+    pos: int                          # its offset at the last point
+    furthest: int                     # the furthest offset it reached
+    forward_bytes: int = 0            # read forward, what it read again after a rewind included
+    reading_s: float = 0.0            # the time over which it was read forward (between points that read it)
+    rewinds: int = 0                  # backward seeks seen (each one a new pass)
+    top: int = 0                      # the furthest offset of the pass under way
+    step: int = 0                     # its largest step between two points
+    began: float | None = None        # the file's last forward read before the pass under way began
+    forward_at: float | None = None   # the last point at which it was read forward
+    ground_at: float | None = None    # the last point at which it was read past the furthest offset before
+    # The passes in a row, the last one finished included, that ended at one place: how many, where
+    # (lowest and highest end), their largest step, and the file's last forward read before the first began.
+    alike: int = 0
+    ends: tuple[int, int] = (0, 0)
+    alike_step: int = 0
+    alike_began: float | None = None
+
+    @property
+    def repeating(self) -> bool:
+        """Its last REPEATS passes or more ended at one place (within their largest step): it rewinds for ever."""
+        return self.alike >= REPEATS
+
+    @property
+    def moved_on(self) -> float | None:
+        """The last point at which its data moved on: new ground, or a forward read, unless it rewinds
+        for ever (then its last forward read before the first of the repeated passes began)."""
+        forward = self.alike_began if self.repeating else self.forward_at
+        known = [t for t in (forward, self.ground_at) if t is not None]
+        return max(known) if known else None
+
+    @property
+    def rate(self) -> float | None:
+        """Bytes read forward a second, over the time it was read."""
+        return self.forward_bytes / self.reading_s if self.reading_s > 0 else None
+
+
+def file_reads(line: Timeline) -> tuple[dict[tuple[int, str], FileReads], float | None]:
+    """Each file the process reads ((fd, path) -> FileReads) and the last point at which its data
+    moved on in one of them (see module doc; None: never).
+
+    A watch asks every round: the state travels with the last point worked out (its memo), so a
+    round costs its new points, not the whole history."""
+    points = line.points
+    i = len(points) - 1
+    while i > 0 and "passes" not in points[i].memo:
+        i -= 1
+    files: dict[tuple[int, str], FileReads] = {}
+    before = None
+    if "passes" in points[i].memo:
+        known, before = points[i].memo["passes"]
+        files = dict(known)
+        i += 1
+    for point in points[i:]:
+        if point.reads is not None:
+            span = point.time - before if before is not None else 0.0
+            for fd, path, pos in point.reads:
+                was = files.get((fd, path))
+                files[fd, path] = (FileReads(fd, path, pos, pos, top=pos) if was is None
+                                   else _read(was, pos, span, point.time))
+            before = point.time
+        point.memo["passes"] = (files, before)
+    signs = [t for f in files.values() if (t := f.moved_on) is not None]
+    return files, max(signs) if signs else None
+
+
+def _read(was: FileReads, pos: int, span: float, now: float) -> FileReads:
+    """The file's reads after one more point, at offset `pos`, `span` seconds after the one before."""
+    if pos > was.pos + IO_NOISE_BYTES:
+        gained = pos - was.pos
+        ground = now if pos > was.furthest + IO_NOISE_BYTES else was.ground_at
+        return dataclasses.replace(was, pos=pos, furthest=max(was.furthest, pos),
+                                   forward_bytes=was.forward_bytes + gained, reading_s=was.reading_s + span,
+                                   top=max(was.top, pos), step=max(was.step, gained), forward_at=now,
+                                   ground_at=ground)
+    if pos < was.pos - IO_NOISE_BYTES:
+        low, high = min(was.ends[0], was.top), max(was.ends[1], was.top)
+        step = max(was.alike_step, was.step)
+        if was.alike and high - low <= step + IO_NOISE_BYTES:
+            alike = dict(alike=was.alike + 1, ends=(low, high), alike_step=step)
+        else:
+            alike = dict(alike=1, ends=(was.top, was.top), alike_step=was.step, alike_began=was.began)
+        return dataclasses.replace(was, pos=pos, rewinds=was.rewinds + 1, top=pos, step=0, began=was.forward_at,
+                                   **alike)
+    return dataclasses.replace(was, pos=pos)
+
+
+def reading_on(line: Timeline) -> float | None:
+    """The last point at which the process's data moved on in a file it reads."""
+    return file_reads(line)[1]
