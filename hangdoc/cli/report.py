@@ -40,8 +40,10 @@ def report(
 
     bundle, judgement = report_inputs(bundles, hang_after)
     rep = judgement.report
+    from hangdoc.render.escape import terminal
+
     for line in bundle.flight_errors:
-        print(f"hangdoc: {line}", file=sys.stderr)
+        print(f"hangdoc: {terminal(line)}", file=sys.stderr)
     if output is not None:
         try:
             with output_file(output, "-o") as out:

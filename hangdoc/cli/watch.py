@@ -126,12 +126,13 @@ def require_some_stack(bundle) -> None:
     """Say why ranks have no stack; with none at all there is nothing to diagnose (exit 2),
     and `--once` must not report success."""
     from hangdoc.analyze.facts import missing_stacks, stackless_ranks
+    from hangdoc.render.escape import terminal
 
     for line in missing_stacks(bundle):
-        print(f"hangdoc: warning: {line}", file=sys.stderr)
+        print(f"hangdoc: warning: {terminal(line)}", file=sys.stderr)
     missing = stackless_ranks(bundle)
     if bundle.job.ranks and len(missing) == len(bundle.job.ranks):
-        raise HangdocError(f"no stack of any rank could be read ({missing[0][2]}); "
+        raise HangdocError(f"no stack of any rank could be read ({terminal(missing[0][2])}); "
                            "see `hangdoc explain no-stack`")
 
 

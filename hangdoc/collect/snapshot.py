@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
+from hangdoc.base.redact import redact_cached
 from hangdoc.collect.locks import lock_waits
 from hangdoc.collect.procfs import ProcDenied, ProcFS, ProcGone
 from hangdoc.collect.resources import cpu_quota, shm_use
@@ -91,7 +92,7 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
         elif isinstance(dump, StackError):
             if dump.kind == "gone":
                 alive = False
-            errors = errors + (f"stack: could not collect: {dump}",)
+            errors = errors + (redact_cached(f"stack: could not collect: {dump}"),)   # py-spy's own words
         samples.append(ProcSample(pid=pid, alive=alive, proc=proc, stack=stack, errors=errors))
     snapshot = Snapshot(time=started, took_s=round(time.monotonic() - t0, 4),
                         processes=tuple(samples), gpu=gpu, shm=shm_use(job, probes.procfs.root),
