@@ -44,6 +44,8 @@ def report(
 
     for line in bundle.flight_errors:
         print(f"hangdoc: {terminal(line)}", file=sys.stderr)
+    for line in bundle.set_aside:
+        print(f"hangdoc: warning: {terminal(line)}", file=sys.stderr)
     if output is not None:
         try:
             with output_file(output, "-o") as out:

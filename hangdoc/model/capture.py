@@ -474,6 +474,7 @@ class Bundle:
     flight_errors: tuple[str, ...] = ()             # dumps refused or unreadable, one line each
     ras: RasStatus | None = None
     exits: tuple[ProcessExit, ...] = ()   # how its processes ended, as they died (older bundles: none)
+    set_aside: tuple[str, ...] = ()       # what reading it left out (samples out of time order), one line each
 
     def exit_of(self, pid: int) -> ProcessExit | None:
         """The process's exit record: the one that tells its status when there are several."""
