@@ -36,6 +36,10 @@ def report(
     from hangdoc.inputs.evidence import report_inputs
 
     if output is not None:
+        from hangdoc.cli.common import distinct_outputs
+
+        for bundle_path in bundles:
+            distinct_outputs(BUNDLE=bundle_path, output=output)
         check_output(output, "-o")      # a device, FIFO or link is refused before the diagnosis
 
     bundle, judgement = report_inputs(bundles, hang_after)
