@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, TextIO
 
 from hangdoc.base.errors import EXIT_SIGINT, STOP_SIGNALS, HangdocError, NotDistributed
-from hangdoc.base.redact import LineRedactor, redact_cmdline
+from hangdoc.base.redact import LineRedactor, redact_cmdline, redact_text
 from hangdoc.collect.discover import find_job, is_python, looks_like_launcher, spawns_children
 from hangdoc.collect.procfs import ProcFS
 from hangdoc.collect.spawned import StackRanks
@@ -119,8 +119,8 @@ def run_command(cmd: list[str], options: WatchOptions, probes, sink: TextIO,
         popen = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, start_new_session=True,
                                  env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    except OSError as exc:
-        raise HangdocError(f"cannot start {cmd[0]!r}: {exc.strerror}") from None
+    except OSError as exc:       # the bundle, JUnit result and step summary still say so
+        return _not_started(cmd, options, f"cannot start {cmd[0]!r}: {exc.strerror or exc}")
     job = RunningJob(popen)
     tail = OutputTail(popen.stdout, sink)
     began = time.monotonic()
@@ -281,6 +281,18 @@ def _ended_before_attach(popen, job: RunningJob, tail: OutputTail, options: Watc
     ending = End(Ending.COMMAND_EXITED, returncode=popen.returncode, output_tail=tuple(tail.lines), run=True,
                  fail_on_slow=fail_on_slow, outlived=_outlived(job))
     return _unwatched(_empty_bundle(popen, tail, options), ending, StopReason.ENDED)
+
+
+def _not_started(cmd: list[str], options: WatchOptions, why: str) -> RunResult:
+    """The result of a command that could not start (no such file, not executable): exit 2, with a
+    bundle of one line (the why) that `run` saves and reports as any other ending."""
+    why = redact_text(why)
+    job = Job(run_id=None, master_addr=None, master_port=None, world_size=None, launcher_pid=None, processes=())
+    record = dataclasses.replace(options.record("py-spy"), native=False, nonblocking=False)
+    # 127: a shell's code for a command it could not start, so the bundle replays as a failed command
+    bundle = make_bundle(job, (), ProcFS(), record, logs=(LogTail(source="hangdoc", lines=(why,)),), exit_code=127)
+    ending = End(Ending.COMMAND_EXITED, output_tail=(why,), run=True, cannot_start=why)
+    return RunResult(_unwatched(bundle, ending, StopReason.ENDED), None)
 
 
 def _outlived(job: RunningJob) -> tuple[str, ...]:

@@ -46,6 +46,7 @@ class End:
     output_tail: tuple[str, ...] = ()      # its last output lines (COMMAND_EXITED)
     signal_exit: int = EXIT_SIGINT         # 130 (Ctrl-C) or 143 (SIGTERM): INTERRUPTED
     outlived: tuple[str, ...] = ()         # the job's processes still running once its command ended (run)
+    cannot_start: str | None = None        # why the command could not start at all (COMMAND_EXITED)
     run: bool = False
     fail_on_slow: bool = False
 
@@ -184,6 +185,10 @@ def _unwatched(ending: End) -> Judgement:
         report = report_without_ranks(Verdict.HANG, (_timeout_finding(ending.timeout_s, _NOTHING_WATCHED),))
     elif ending.kind is Ending.INTERRUPTED:
         report = report_without_ranks(Verdict.INTERRUPTED, ())
+    elif ending.cannot_start is not None:     # a usage error (exit 2), with the outputs that say so
+        report = report_without_ranks(Verdict.CRASH, (finding(
+            COMMAND_FAILED, (), f"The command could not start: {ending.cannot_start}", [ending.cannot_start]),))
+        return Judgement(report, None, EXIT_USAGE)
     elif ending.returncode == 0:
         report = report_without_ranks(Verdict.HEALTHY, ())
     else:   # the command ended before any rank could be watched: its own exit code is the verdict
