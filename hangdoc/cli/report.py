@@ -83,7 +83,10 @@ def explain(slug: str = typer.Argument(..., help="A slug that `hangdoc rules`, `
 
     text = page(slug)
     if text is None:
-        raise HangdocError(f"no rule or finding named {slug!r}; the slugs are: {', '.join(topics())}")
+        from hangdoc.render.escape import terminal
+
+        shown = terminal(slug if len(slug) <= 64 else slug[:64] + "...")
+        raise HangdocError(f"no rule or finding named {shown!r}; the slugs are: {', '.join(topics())}")
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
