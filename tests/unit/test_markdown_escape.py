@@ -61,3 +61,23 @@ def test_own_code_words_stay_code_and_plain_text_stays_as_it_was():
     assert RENDER(md_text("a `x` b")).strip() == "<p>a <code>x</code> b</p>"
     # AND a code word holding backticks gets a longer fence, with padding, per CommonMark
     assert RENDER(md_text("``a ` b``")).strip() == "<p><code>a ` b</code></p>"
+
+
+# What GitHub's autolink extension makes a link of, bare: a scheme's URL, `www.`, an e-mail address.
+_AUTOLINK = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://|(?<![\w.-])www\.|[\w.+-]@[\w-]+\.[\w.-]*[a-z]")
+
+
+@pytest.mark.parametrize("text", ["see https://evil.example/phish now", "www.evil.example/login", "HTTP://X.Y",
+                                  "ftp://evil.example/f", "mail admin@evil.example", "(https://evil.example)",
+                                  "*www.evil.example*", "[x] https://evil.example"])
+def test_a_bare_url_in_job_text_is_never_a_link(text):
+    # GIVEN job text with a bare URL WHEN written as Markdown prose and as a table cell
+    for written in (md_text(text), md_cell(text)):
+        outside_code = re.sub(r"`[^`]*`", "", written)
+        # THEN nothing an autolinker reads as a URL is left, and the words are still readable
+        assert not _AUTOLINK.search(outside_code), written
+        assert "evil" in written or "X.Y" in written
+
+
+def test_a_url_in_a_code_span_stays_whole():
+    assert md_text("run `curl https://example.org/x` first") == "run `curl https://example.org/x` first"
