@@ -17,16 +17,16 @@ from dataclasses import dataclass
 from typing import Callable, TextIO
 
 from hangdoc.base.errors import EXIT_SIGINT, STOP_SIGNALS, HangdocError, NotDistributed
-from hangdoc.base.redact import LineRedactor, redact_cmdline, redact_text
+from hangdoc.base.redact import LineRedactor, redact_text
 from hangdoc.collect.discover import find_job, is_python, looks_like_launcher, spawns_children
 from hangdoc.collect.procfs import ProcFS
 from hangdoc.collect.spawned import StackRanks
 from hangdoc.live.capture import make_bundle
 from hangdoc.live.options import WatchOptions
-from hangdoc.live.proc import RunningJob, outliving, stop_job
+from hangdoc.live.proc import RunningJob, become_subreaper, end_outliving, own_children, stop_job
 from hangdoc.live.watcher import Outcome, Watcher, any_rank_alive
 from hangdoc.model import Bundle, Ending, GpuState, Job, LogTail, Snapshot, StopReason, Verdict
-from hangdoc.report.judge import End, judge
+from hangdoc.report.judge import End, judge, with_outlived
 
 TAIL_LINES = 2000
 # A command with no ranks after this long is watched as a single process: soon for a plain
@@ -115,13 +115,15 @@ def run_command(cmd: list[str], options: WatchOptions, probes, sink: TextIO,
                 fail_on_slow: bool = False) -> RunResult:
     """Run `cmd` under watch until it ends, crashes, hangs or `options.timeout_s` passes.
     `fail_on_slow`: a slow run that ends well fails (EXIT_SLOW) instead of passing with its code."""
+    others = own_children()
+    become_subreaper()        # the job's daemons (double fork + setsid) are re-parented here, found and ended
     try:
         popen = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, start_new_session=True,
                                  env=dict(os.environ, PYTHONUNBUFFERED="1"))
     except OSError as exc:       # the bundle, JUnit result and step summary still say so
         return _not_started(cmd, options, f"cannot start {cmd[0]!r}: {exc.strerror or exc}")
-    job = RunningJob(popen)
+    job = RunningJob(popen, others=others)
     tail = OutputTail(popen.stdout, sink)
     began = time.monotonic()
     watcher = None
@@ -147,6 +149,9 @@ def run_command(cmd: list[str], options: WatchOptions, probes, sink: TextIO,
         ending = End(Ending.INTERRUPTED, signal_exit=interrupted, returncode=popen.returncode, run=True)
         outcome = (watcher.stopped(interrupted, ending) if watcher is not None else None) or \
             _unwatched(_empty_bundle(popen, tail, options), ending, StopReason.INTERRUPTED)
+    if job.unended:            # what ending the job left running, named in the report
+        outcome = dataclasses.replace(outcome, judgement=dataclasses.replace(
+            outcome.judgement, report=with_outlived(outcome.judgement.report, tuple(job.unended))))
     return RunResult(outcome, popen.returncode, interrupted)
 
 
@@ -296,9 +301,9 @@ def _not_started(cmd: list[str], options: WatchOptions, why: str) -> RunResult:
 
 
 def _outlived(job: RunningJob) -> tuple[str, ...]:
-    """What the command left running (a `setsid` daemon, a server): said in the report, left alone."""
-    job.refresh_tree()
-    return tuple(f"pid {pid}: {' '.join(redact_cmdline(cmdline)) or '?'}" for pid, cmdline in outliving(job))
+    """What the command left running (a `setsid` daemon, a server, a double-forked one): ended, and
+    said in the report, each with whether it could be ended."""
+    return end_outliving(job)
 
 
 def _unwatched(bundle: Bundle, ending: End, reason: StopReason) -> Outcome:

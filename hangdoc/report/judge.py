@@ -113,7 +113,7 @@ def judge(bundle: Bundle, ending: End = RUNNING, prior: Judgement | None = None,
     kind = ending.kind
     if not bundle.samples and kind in (Ending.COMMAND_EXITED, Ending.TIMED_OUT, Ending.INTERRUPTED, Ending.ENDED):
         unwatched = _unwatched(ending)
-        return dataclasses.replace(unwatched, report=_outlived(unwatched.report, ending.outlived))
+        return dataclasses.replace(unwatched, report=with_outlived(unwatched.report, ending.outlived))
     proposed, analysis = _analysis(bundle, prior, hang_after, live, diagnosis, lanes)
     report = proposed
     if kind is Ending.DUMPS_ONLY:
@@ -122,7 +122,7 @@ def judge(bundle: Bundle, ending: End = RUNNING, prior: Judgement | None = None,
         report = _run_timed_out(report, ending.timeout_s)
     elif kind is Ending.INTERRUPTED:
         report = _interrupted(report)
-    report = _outlived(report, ending.outlived)
+    report = with_outlived(report, ending.outlived)
     return Judgement(report, analysis.diagnosis, _exit_code(report, ending), bundle, proposed, analysis,
                      slow_streak=_slow_streak(report, bundle.last.time, prior))
 
@@ -198,7 +198,7 @@ def _unwatched(ending: End) -> Judgement:
     return Judgement(report, None, _exit_code(report, ending))
 
 
-def _outlived(report: Report, processes: tuple[str, ...]) -> Report:
+def with_outlived(report: Report, processes: tuple[str, ...]) -> Report:
     """A warning, not a verdict: the command ended and its code stands, but it left processes running."""
     if not processes:
         return report
