@@ -16,6 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, TextIO
 
+from hangdoc.base.limits import MAX_LINE_CHARS, cut_line
 from hangdoc.base.errors import EXIT_SIGINT, STOP_SIGNALS, HangdocError, NotDistributed
 from hangdoc.base.redact import LineRedactor, redact_text
 from hangdoc.collect.discover import find_job, is_python, looks_like_launcher, spawns_children
@@ -72,7 +73,13 @@ class OutputTail:
         self._write(f"hangdoc: {said}{gone}\n")
 
     def _pump(self, stream) -> None:
-        for raw in iter(stream.readline, b""):
+        while True:
+            raw = stream.readline(MAX_LINE_CHARS)
+            if not raw:
+                break
+            if len(raw) == MAX_LINE_CHARS and not raw.endswith(b"\n"):
+                self._long_line(stream, raw)
+                continue
             text = raw.decode("utf-8", "replace")
             if self._ending and (self._held or text.startswith("Traceback (most recent call last):")):
                 self._held.append(text)
@@ -84,6 +91,23 @@ class OutputTail:
         held, self._held = self._held, []
         for text in held:          # a traceback of something else, cut short by the end of the output
             self._keep(text)
+
+    def _long_line(self, stream, head: bytes) -> None:
+        """A line past the bound (a 280 MB one, 31 MB of `\r` progress): streamed through to the sink
+        as it comes, kept as its head and tail with the cut said, never whole in memory."""
+        self._write(head.decode("utf-8", "replace"))
+        tail, total = b"", len(head)
+        while True:
+            more = stream.readline(MAX_LINE_CHARS)
+            if not more:
+                break
+            self._write(more.decode("utf-8", "replace"))
+            total += len(more)
+            tail = (tail + more)[-MAX_LINE_CHARS:]
+            if more.endswith(b"\n"):
+                break
+        text = (head[:MAX_LINE_CHARS // 2] + tail[-MAX_LINE_CHARS // 2:]).decode("utf-8", "replace").rstrip("\n")
+        self.lines.append(self._redact(cut_line(text, total=total)))
 
     def _keep(self, text: str) -> None:
         self._write(text)
