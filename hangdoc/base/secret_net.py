@@ -77,10 +77,20 @@ def high_entropy(value: str) -> bool:
 def _key_value(match: re.Match) -> str:
     key, value = match.group(1), match.group(5)
     if value == REDACTED[1:] or not (secret_word(key) or high_entropy(value)):
-        # `stack: password:PW`: the value may hold a pair of its own (read again, a bounded length)
-        again = _KEY_VALUE.sub(_key_value, value) if len(value) <= 1024 and (":" in value or "=" in value) else value
-        return match.group(0)[:-len(value)] + again
+        return match.group(0)[:-len(value)] + _inner_pair(value)
     return match.group(1) + match.group(2) + match.group(3) + match.group(4) + REDACTED
+
+
+def _inner_pair(value: str) -> str:
+    """A value that holds a pair of its own (`stack: password:PW`): from a part whose key says
+    secret, the rest of it hidden. One split, no second pass: linear in the value."""
+    if ":" not in value and "=" not in value:
+        return value
+    pieces = re.split(r"([:=])", value)
+    for i in range(0, len(pieces) - 2, 2):
+        if pieces[i] and pieces[i + 2] and secret_word(pieces[i][-64:]):
+            return "".join(pieces[:i + 2]) + REDACTED
+    return value
 
 
 def _spaced(match: re.Match) -> str:
