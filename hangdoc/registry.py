@@ -42,8 +42,10 @@ def record(slug: str) -> Rule:
 
 def page(slug: str) -> str | None:
     """The documentation page of `slug` (or of a verdict word such as `interrupted`, or `glossary`),
-    from the package, as a reader sees it: without the markers of its examples."""
-    if not slug or "/" in slug or slug.startswith("."):
+    from the package, as a reader sees it: without the markers of its examples. A slug not in
+    `topics()` has none: no file name is ever made of what a user typed (a 255-character one
+    raised `OSError: File name too long`)."""
+    if slug not in topics():
         return None
     path = resources.files("hangdoc").joinpath(*PAGES, f"{slug}.md")
     return _EXAMPLE_MARK.sub("", path.read_text()) if path.is_file() else None

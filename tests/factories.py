@@ -264,8 +264,12 @@ def deep_stack_bundle(frames: int = 200_000, ranks: int = 2_000, samples: int = 
 
 def far_apart_bundle(span: float = 1e11) -> bytes:
     """A v1 bundle whose samples run from -`span` to +`span` s, each within the time budget
-    (`--format html` drew a tick every 7,200 s of it: past 1.1 GB)."""
+    (`--format html` drew a tick every 7,200 s of it: past 1.1 GB). The capture says it spans them
+    (its processes started at -`span`, it was saved at +`span`): samples outside it are set aside."""
     bundle = _golden()
+    bundle["created"] = span
+    for proc in bundle["job"]["processes"]:
+        proc["start_time"] = -span
     last = len(bundle["samples"]) - 1
     for i, sample in enumerate(bundle["samples"]):
         sample["time"] = -span + 2 * span * i / last

@@ -20,6 +20,8 @@ MAX_BUNDLE_FILE_BYTES = 256 << 20  # a bundle file as stored (zstd or JSON)
 MAX_BUNDLE_JSON_BYTES = 256 << 20  # its JSON once decompressed: 600 samples of 520 processes fit
 MAX_BUNDLE_VALUES = 16_000_000     # JSON values in a bundle, counted before decoding
 MAX_LOG_LINES = 10_000             # per log tail (hangdoc keeps 400, `run` 2,000)
+MAX_LINE_CHARS = 16_384            # an output line kept (a 280 MB one cost 1.1 GB): its head and tail, the cut said
+MAX_STACK_OUTPUT_BYTES = 64 << 20  # what a stack engine prints for one process (py-spy's JSON of 3,000 threads: ~10 MB)
 MAX_BUNDLE_PROCESSES = 16_384      # processes in one bundle, a node's (the largest measured: 520), before decoding
 MAX_STACK_FRAMES = 8_000_000       # frames of the stacks as the samples name them (8 x 8 ranks, 600 samples: 0.7 M)
 MAX_TIME = 1e11                    # any time in a bundle, epoch seconds (the year 5138)
@@ -153,3 +155,13 @@ def time_budget(seconds: float, what: str):
         signal.signal(signal.SIGALRM, old_handler)
         if old_left:
             signal.setitimer(signal.ITIMER_REAL, max(old_left - (time.monotonic() - began), 0.001))
+
+
+def cut_line(text: str, bound: int = MAX_LINE_CHARS, total: int | None = None) -> str:
+    """`text` within `bound` characters: its head and its tail with the cut said between them.
+    `total`: the line's whole length where `text` holds only its head and tail already."""
+    total = len(text) if total is None else total
+    if total <= bound and len(text) <= bound:
+        return text
+    half = max(1, (bound - 64) // 2)
+    return f"{text[:half]} [... {total - 2 * half:,} characters cut ...] {text[-half:]}"

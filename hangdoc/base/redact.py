@@ -8,6 +8,8 @@ from __future__ import annotations
 import functools
 import re
 
+from hangdoc.base.secret_net import second_net
+
 REDACTED = "<redacted>"
 
 _ALLOWED_NAMES = {
@@ -29,7 +31,10 @@ _SECRET_NAME = re.compile(r"TOKEN(?!S|IZ)|SECRET|PASSW|PASSPHRASE|PASSCODE|PINCO
                           re.I)
 _NAME_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 _SECRET_PARTS = frozenset({"pass", "pwd", "key", "keys", "pin", "pins", "otp", "totp", "hotp", "cvv", "cvv2", "cvc",
-                           "mfa", "2fa", "ssn", "passcode", "pincode", "nonce", "salt"})
+                           "mfa", "2fa", "ssn", "passcode", "pincode", "nonce", "salt", "pw", "sig", "sid"})
+# The words a name holds its value by, whatever the prefix (`TORCH_COOKIE`, `TORCH_SESSIONID`,
+# `TORCH_BEARER`, `NCCL_SIGNINGKEY`): anywhere in the name, or a part that ends in `key`.
+_SECRET_WORDS = re.compile(r"COOKIE|SESSION|BEARER|JWT|HMAC|CRED|SIGNATURE|SIGNING|KEY(?:S)?(?:_|$)", re.I)
 
 # Every pattern runs over text a job or a stranger's bundle controls (log lines, frame names, whole
 # report fields): each tries a run of name characters from its start only, and (?=(X))\1 takes X once
@@ -109,7 +114,7 @@ _FLAG_PAIR = re.compile(r"(?<!\S)(--?[A-Za-z][\w.-]{0,63})(\s+)(?!-)(\S+)")
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token|digest|apikey|api-key|negotiate|ntlm)(\s+)"
                      r"(?=([A-Za-z0-9._~+/-]{8,}=*))\3")
 _CREDENTIAL_LIKE = re.compile(r"[0-9+/=._~-]|[a-z].*[A-Z]|[A-Z].*[a-z]")
-_LOGIN = re.compile(r"(?i)\b((?:wandb|huggingface-cli|hf|docker|npm)\s+login\b(?:\s+-[\w-]+)*\s+)(?![-<])(\S+)")
+_LOGIN = re.compile(r"(?i)\b((?:wandb|huggingface-cli|hf|docker|npm|vault)\s+login\b(?:\s+-[\w-]+)*\s+)(?![-<])(\S+)")
 _PEM = re.compile(r"-----BEGIN ([A-Z0-9 ]*)-----.*?(?:-----END \1-----|\Z)", re.S)
 _PEM_BEGIN = re.compile(r"-----BEGIN (?=([A-Z0-9 ]*)-----)(?=[A-Z0-9 ]*PRIVATE KEY|[A-Z0-9 ]*CERTIFICATE REQUEST-----)\1-----")
 _PEM_END = re.compile(r"-----END [A-Z0-9 ]*-----")
@@ -156,7 +161,8 @@ def redact_text(text: str) -> str:
     text = client_passwords(text)
     text = _KEYISH_VALUE.sub(lambda m: m.group(1) + REDACTED, text)
     text = _HEX_RUN.sub(REDACTED, text)
-    return _LONG_RANDOM.sub(lambda m: REDACTED if _looks_random(m.group(0)) else m.group(0), text)
+    text = _LONG_RANDOM.sub(lambda m: REDACTED if _looks_random(m.group(0)) else m.group(0), text)
+    return second_net(text)
 
 
 def _any_pair(match: re.Match) -> str:
@@ -232,7 +238,7 @@ def redact_lines(lines) -> tuple[str, ...]:
 
 def secret_name(name: str) -> bool:
     """True for a name (environment variable, local variable) that says it holds a secret."""
-    if _SECRET_NAME.search(name):
+    if _SECRET_NAME.search(name) or _SECRET_WORDS.search(name):
         return True
     return any(part.lower() in _SECRET_PARTS for part in _NAME_PART.findall(name))
 
@@ -271,7 +277,7 @@ def redact_cmdline(argv: tuple[str, ...] | list[str]) -> tuple[str, ...]:
                 hide_next = True
             continue
         out.append(redact_text(word))
-    out = client_words(out)
+    out = _pem_words(client_words(out))
     # What spans words (`-H "Cookie:" V`, a netrc echoed as words): the text redaction over them
     # joined a line each, mapped back word for word.
     if len(out) > 1 and not any("\n" in word or "\r" in word for word in out):
@@ -279,6 +285,21 @@ def redact_cmdline(argv: tuple[str, ...] | list[str]) -> tuple[str, ...]:
         if len(again) == len(out):
             out = again
     return tuple(out)
+
+
+def _pem_words(words: list[str]) -> list[str]:
+    """A key block given as words (`echo -----BEGIN PRIVATE KEY----- MII... -----END ...`): its body hidden."""
+    out, inside, header = list(words), False, False
+    for i, word in enumerate(words):
+        if word.startswith("-----BEGIN"):
+            inside, header = True, not word.endswith("-----") or word == "-----BEGIN"
+        elif inside and header:
+            header = not word.endswith("-----")
+        elif inside and word.startswith("-----END"):
+            inside = False
+        elif inside:
+            out[i] = REDACTED
+    return out
 
 
 # --- the short options that carry a password in the common command-line clients -----------------
@@ -295,9 +316,10 @@ _CLIENTS: dict[str, tuple[str, str | None]] = {
                                       "ldappasswd", "ldapcompare", "ldapmodrdn")},
     **{name: ("P", None) for name in ("sqlcmd", "bcp", "zip", "unzip", "zipcloak")},
     **{name: ("p", "login") for name in ("docker", "podman", "nerdctl", "buildah", "skopeo", "helm", "oras")},
-    "curl": ("u", None), "smbclient": ("U", None),
+    "curl": ("uU", None), "smbclient": ("U", None), "openssl": ("k", None), "az": ("p", "login"),
 }
-_NAMES = re.compile(r"(?<![\w.-])(?:" + "|".join(re.escape(n) for n in sorted(_CLIENTS, key=len, reverse=True))
+_NAMES = re.compile(r"(?<![\w.-])(?:" + "|".join(re.escape(n) for n in sorted([*_CLIENTS, "htpasswd"], key=len,
+                                                                               reverse=True))
                     + r")(?![\w.-])")
 _END = frozenset({"|", "||", "&&", ";", "&"})
 _QUOTES = "\"'`("
@@ -313,6 +335,9 @@ def client_words(words: list[str] | tuple[str, ...]) -> list[str]:
             out[i], hide_next = REDACTED, False
             continue
         name = word.lstrip(_QUOTES).rsplit("/", 1)[-1]
+        if name == "htpasswd":
+            _htpasswd(words, i + 1, out)
+            continue
         if name in _CLIENTS:
             letters, waiting = _CLIENTS[name]
             continue
@@ -328,6 +353,22 @@ def client_words(words: list[str] | tuple[str, ...]) -> list[str]:
             elif word[2:] != REDACTED:
                 out[i] = word[:2] + REDACTED
     return out
+
+
+def _htpasswd(words, start: int, out: list[str]) -> None:
+    """`htpasswd -b [-c] FILE USER PW` (`-nb USER PW`): with `-b` the password is the third operand (the second)."""
+    flags, operands = "", []
+    for i in range(start, len(words)):
+        word = words[i]
+        if word in _END or word.endswith(";"):
+            break
+        if word.startswith("-") and not operands:
+            flags += word[1:]
+        else:
+            operands.append(i)
+    at = 1 if "n" in flags else 2
+    if "b" in flags and len(operands) > at:
+        out[operands[at]] = REDACTED
 
 
 def client_passwords(text: str) -> str:

@@ -16,6 +16,7 @@ import msgspec
 from hangdoc.base.limits import (
     MAX_BUNDLE_PROCESSES, MAX_BUNDLE_VALUES, MAX_LOG_LINES, MAX_SECONDS, MAX_STACK_FRAMES, MAX_TIME, MAX_WORLD,
 )
+from hangdoc.bundle.timeorder import in_time_order
 from hangdoc.model import Bundle, NodeDigest, Role
 
 
@@ -205,7 +206,7 @@ def check_bundle(bundle: Bundle, source: str = "bundle") -> Bundle:
         _number(end.time, f"the exit time of pid {end.pid}", source)
         if end.signal is not None and not (isinstance(end.signal, int) and 0 < end.signal < 128):
             raise BadBundle(f"{source} is damaged: the exit signal of pid {end.pid} is {end.signal!r}")
-    return bundle
+    return in_time_order(bundle, source)
 
 
 def _check_identities(bundle: Bundle, source: str) -> None:

@@ -79,7 +79,7 @@ class _Tables:
 
 # What a merge reads of each node comes first; what only a whole read needs comes after.
 _BUNDLE_LATE = ("job", "samples", "data_lists", "flight_records", "flight_config", "flight_errors", "ras", "exits",
-                "sources")
+                "sources", "set_aside")
 HEAD_FIRST = "head-first"          # the document's "order": its head comes first, up to HEAD_END
 _HEAD_CLOSE = b"}}}"              # closes the head: the job, the bundle, the document
 HEAD_END = b',"processes":'      # what follows the head (no JSON string can hold these bytes unescaped)

@@ -86,6 +86,7 @@ def merge_bundles(bundles: Sequence[Bundle], names: Sequence[str] | None = None)
         flight_records=tuple(dataclasses.replace(r, host=r.host or b.host.hostname)
                              for b in moved for r in b.flight_records),
         flight_errors=tuple(f"{b.host.hostname}: {e}" for b in moved for e in b.flight_errors),
+        set_aside=tuple(f"{b.host.hostname}: {e}" for b in moved for e in b.set_aside),
         ras=_first(b.ras for b in moved if b.ras is not None and b.ras.status == "ok") or _first(b.ras for b in moved),
     )
 

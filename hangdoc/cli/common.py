@@ -127,6 +127,26 @@ def html_target(path: Path | None) -> Path | None:
     return check_writable(path, "--html")
 
 
+def distinct_outputs(**named: Path | str | None) -> None:
+    """Refuse, before anything starts, two outputs named as one file (`--out X --junit X`, the step
+    summary at the bundle's path): the second would overwrite or corrupt the first. Names are
+    the options' (`junit` for --junit) or an environment variable's (`GITHUB_STEP_SUMMARY`)."""
+    seen: dict[tuple, str] = {}
+    for option, path in named.items():
+        if not path:
+            continue
+        where = Path(path)
+        try:
+            stat = where.stat()
+            key: tuple = ("inode", stat.st_dev, stat.st_ino)
+        except OSError:
+            key = ("path", os.path.realpath(where))
+        shown = option if option.isupper() else "--" + option.replace("_", "-")
+        if key in seen:
+            raise HangdocError(f"{seen[key]} and {shown} name one file ({path}): give each output a path of its own")
+        seen[key] = shown
+
+
 def write_html(report: Report, path: Path | None) -> None:
     """--html: the page beside the usual output; a failure to write it is one line, not the verdict's exit code."""
     if path is None:

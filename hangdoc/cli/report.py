@@ -36,12 +36,20 @@ def report(
     from hangdoc.inputs.evidence import report_inputs
 
     if output is not None:
+        from hangdoc.cli.common import distinct_outputs
+
+        for bundle_path in bundles:
+            distinct_outputs(BUNDLE=bundle_path, output=output)
         check_output(output, "-o")      # a device, FIFO or link is refused before the diagnosis
 
     bundle, judgement = report_inputs(bundles, hang_after)
     rep = judgement.report
+    from hangdoc.render.escape import terminal
+
     for line in bundle.flight_errors:
-        print(f"hangdoc: {line}", file=sys.stderr)
+        print(f"hangdoc: {terminal(line)}", file=sys.stderr)
+    for line in bundle.set_aside:
+        print(f"hangdoc: warning: {terminal(line)}", file=sys.stderr)
     if output is not None:
         try:
             with output_file(output, "-o") as out:
@@ -75,7 +83,10 @@ def explain(slug: str = typer.Argument(..., help="A slug that `hangdoc rules`, `
 
     text = page(slug)
     if text is None:
-        raise HangdocError(f"no rule or finding named {slug!r}; the slugs are: {', '.join(topics())}")
+        from hangdoc.render.escape import terminal
+
+        shown = terminal(slug if len(slug) <= 64 else slug[:64] + "...")
+        raise HangdocError(f"no rule or finding named {shown!r}; the slugs are: {', '.join(topics())}")
     try:
         sys.stdout.write(text)
         sys.stdout.flush()

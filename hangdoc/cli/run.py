@@ -13,7 +13,7 @@ from hangdoc.base.errors import HangdocError
 from hangdoc.bundle.files import check_writable
 from hangdoc.cli import app
 from hangdoc.cli.common import (
-    Engine, default_out, delivered, emit_report, engine_option, hang_after_option, html_option,
+    Engine, default_out, delivered, distinct_outputs, emit_report, engine_option, hang_after_option, html_option,
     html_target, interval_option, report_format_option, save_or_say, signals_held, timeout_option, write_html,
 )
 from hangdoc.render.formats import OutputFormat
@@ -59,6 +59,7 @@ def run(
     if not cmd:
         raise HangdocError("nothing to run: give the command after --, e.g. hangdoc run -- torchrun ... train.py")
     named = out is not None          # a bundle named is always written (or why not said)
+    distinct_outputs(out=out, junit=junit, html=html, GITHUB_STEP_SUMMARY=os.environ.get("GITHUB_STEP_SUMMARY"))
     out = check_writable(out or default_out())
     if junit is not None:
         check_writable(junit, "--junit")

@@ -13,7 +13,7 @@ from hangdoc.base.errors import EXIT_NOT_SAVED, EXIT_OK, EXIT_SIGINT, STOP_SIGNA
 from hangdoc.bundle.files import check_writable
 from hangdoc.cli import app
 from hangdoc.cli.common import (
-    Engine, default_out, delivered, emit_report, engine_option, hang_after_option, html_option,
+    Engine, default_out, delivered, distinct_outputs, emit_report, engine_option, hang_after_option, html_option,
     html_target, interval_option, report_format_option, save_or_say, signals_held, timeout_option, write_html,
 )
 from hangdoc.model import Role, StopReason, Verdict
@@ -66,6 +66,7 @@ def watch(
                            "from a paused process (drop --nonblocking to see them)")
     pid = job_pid(target, job)
     named = out is not None          # a bundle named is always written (or why not said)
+    distinct_outputs(out=out, html=html)
     out = check_writable(out or default_out())
     html = html_target(html)
     options = WatchOptions(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout, native=native,
@@ -126,12 +127,13 @@ def require_some_stack(bundle) -> None:
     """Say why ranks have no stack; with none at all there is nothing to diagnose (exit 2),
     and `--once` must not report success."""
     from hangdoc.analyze.facts import missing_stacks, stackless_ranks
+    from hangdoc.render.escape import terminal
 
     for line in missing_stacks(bundle):
-        print(f"hangdoc: warning: {line}", file=sys.stderr)
+        print(f"hangdoc: warning: {terminal(line)}", file=sys.stderr)
     missing = stackless_ranks(bundle)
     if bundle.job.ranks and len(missing) == len(bundle.job.ranks):
-        raise HangdocError(f"no stack of any rank could be read ({missing[0][2]}); "
+        raise HangdocError(f"no stack of any rank could be read ({terminal(missing[0][2])}); "
                            "see `hangdoc explain no-stack`")
 
 

@@ -34,6 +34,10 @@ from hangdoc.base.parse import to_int
 from hangdoc.model import Job, ProcessInfo, Role, Wrapper
 from hangdoc.base.redact import filter_env, redact_cmdline, redact_text
 
+# More forked Python children than this under one rank are not a DataLoader's workers (torch warns
+# past the cores; 64 is more than any loader asks): the rest are its other children, their stacks
+# not read as workers' every round (500 forks of a rank took 19 s under --once, read as 500 workers).
+MAX_WORKERS_PER_RANK = 64
 _RANK_VARS = (("RANK", "WORLD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
               ("PMI_RANK", "PMI_SIZE"))
 
@@ -256,8 +260,13 @@ def find_job(pid: int, procfs: ProcFS | None = None, single: bool = False,
         if info is None:
             continue
         infos.append(info)
+        workers = 0
         for child in sorted(_own_descendants(table, rank_pid, others)):
             child_info = known.get(child) or _info(procfs, table, child, Role.CHILD, rank_info=info)
+            if child_info and child_info.role is Role.WORKER:
+                workers += 1
+                if workers > MAX_WORKERS_PER_RANK:    # more than any DataLoader: forks of the rank's own
+                    child_info = dataclasses.replace(child_info, role=Role.CHILD)
             if child_info:
                 infos.append(child_info)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from hangdoc.collect.procfs import ProcFS
 from hangdoc.model import Job, LogTail, Role
 from hangdoc.base.names import shown
+from hangdoc.base.limits import cut_line
 from hangdoc.base.redact import redact_cached, redact_lines
 
 TAIL_BYTES = 64 * 1024
@@ -72,7 +73,8 @@ def _tail(path: str, _size: int, _mtime_ns: int, _ino: int, max_bytes: int, max_
     lines = data.decode("utf-8", "replace").splitlines()
     if size > max_bytes and lines:
         lines = lines[1:]   # the first line is cut in the middle
-    return LogTail(source=redact_cached(shown(path)), lines=redact_lines(lines[-max_lines:]), mtime=_mtime_ns / 1e9)
+    return LogTail(source=redact_cached(shown(path)), lines=redact_lines([cut_line(line) for line in lines[-max_lines:]]),
+                   mtime=_mtime_ns / 1e9)
 
 
 def read_tails(sources: tuple[str, ...]) -> tuple[LogTail, ...]:

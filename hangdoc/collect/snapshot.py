@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
+from hangdoc.base.redact import redact_cached
 from hangdoc.collect.locks import lock_waits
 from hangdoc.collect.procfs import REUSED, ProcDenied, ProcFS, ProcGone, ProcReused
 from hangdoc.collect.resources import cpu_quota, shm_use
@@ -94,7 +95,7 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
         elif isinstance(dump, StackError):
             if dump.kind == "gone":
                 alive = False
-            errors = errors + (f"stack: could not collect: {dump}",)
+            errors = errors + (redact_cached(f"stack: could not collect: {dump}"),)   # py-spy's own words
         samples.append(ProcSample(pid=pid, alive=alive, proc=proc, stack=stack, errors=errors))
     snapshot = Snapshot(time=started, took_s=round(time.monotonic() - t0, 4),
                         processes=tuple(samples), gpu=gpu, shm=shm_use(job, probes.procfs.root),
@@ -225,7 +226,7 @@ def refine_job(job: Job, dumps: dict[int, Dump | StackError]) -> Job:
             main = dump.stack.main
             frames = main.frames if main else ()
             names = {f.name for f in frames}
-            if "_worker_loop" not in names and runs_its_target(frames):
+            if "_worker_loop" not in names and (runs_its_target(frames) or plain_fork(frames)):
                 info = dataclasses.replace(info, role=Role.CHILD)
                 changed = True
             elif dump.worker_id is not None and info.worker_index is None:
@@ -247,6 +248,14 @@ def still_starting(frames) -> bool:
     at the bottom, no `BaseProcess.run` above them)."""
     return not runs_its_target(frames) and any(
         (f.short_filename, f.name.rsplit(".", 1)[-1]) in _STARTING for f in frames)
+
+
+def plain_fork(frames) -> bool:
+    """A whole read (down to a script's `<module>`) with no multiprocessing frame: a child of
+    `os.fork()` going on with its parent's code, never a DataLoader worker (every worker runs under
+    multiprocessing's `BaseProcess._bootstrap`)."""
+    return bool(frames) and frames[-1].name == "<module>" and not any(
+        f.short_filename.startswith("multiprocessing/") for f in frames)
 
 
 def runs_its_target(frames) -> bool:

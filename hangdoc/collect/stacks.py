@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Callable, ClassVar, Protocol
 
 from hangdoc.collect.loopmark import loop_mark
 from hangdoc.base.errors import PySpyMissing
+from hangdoc.base.limits import MAX_STACK_OUTPUT_BYTES
 from hangdoc.base.parse import to_int
 from hangdoc.base.redact import redact_cached
 from hangdoc.model import Frame, Stack, Thread
@@ -68,12 +70,52 @@ class StackReader(Protocol):
              worker_locals: bool = False, loop_locals: bool = False) -> Dump: ...
 
 
+def bounded_run(cmd: list[str], capture_output: bool = True, text: bool = True, timeout: float | None = None,
+                limit: int = MAX_STACK_OUTPUT_BYTES) -> subprocess.CompletedProcess:
+    """`subprocess.run` for a stack engine, its output read up to `limit` bytes a stream as it comes
+    (a py-spy that printed 600 MB took hangdoc to 5.3 GB): past it the engine is killed and the
+    dump fails with one line. TimeoutExpired past `timeout`, as subprocess.run."""
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL) as proc:
+        chunks: dict[str, list[bytes]] = {"out": [], "err": []}
+        over = threading.Event()
+
+        def drain(stream, into: list[bytes]) -> None:
+            size = 0
+            for block in iter(lambda: stream.read1(1 << 16), b""):
+                size += len(block)
+                if size > limit:
+                    over.set()
+                    proc.kill()
+                    return
+                into.append(block)
+
+        readers = [threading.Thread(target=drain, args=(proc.stdout, chunks["out"]), daemon=True),
+                   threading.Thread(target=drain, args=(proc.stderr, chunks["err"]), daemon=True)]
+        for reader in readers:
+            reader.start()
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        for reader in readers:
+            reader.join(5.0)
+    if over.is_set():
+        raise StackError("failed", f"{os.path.basename(cmd[0])} printed more than {limit >> 20} MiB for one process; "
+                                   "its output was not read further")
+    out, err = b"".join(chunks["out"]), b"".join(chunks["err"])
+    if text:
+        return subprocess.CompletedProcess(cmd, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+    return subprocess.CompletedProcess(cmd, code, out, err)
+
+
 @dataclass
 class PySpy:
     name: ClassVar[str] = "py-spy"
     path: str
     timeout_s: float = 5.0
-    run: Runner = subprocess.run
+    run: Runner = bounded_run
     parallel: int | None = None
 
     def dump(self, pid: int, native: bool = False, nonblocking: bool = False,

@@ -6,9 +6,14 @@ launcher's group leaves the ranks running as orphans. `stop_job` signals the lau
 the tree it recorded while the job was alive, and any other process in the ranks' sessions
 (a DataLoader worker forked after the last look), and SIGKILLs what is left. `hangdoc run`
 and the scenarios (tests, demo, bench) end their jobs with it.
+
+A daemon the job starts (`fork(); setsid(); fork(); exec`) leaves both the tree and the sessions:
+`hangdoc run` becomes a child subreaper first (`prctl(PR_SET_CHILD_SUBREAPER)`), so such orphans
+are re-parented to it instead of to init, and are found as its children in a session not its own.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -19,6 +24,7 @@ from pathlib import Path
 import psutil
 
 from hangdoc.base.errors import STOP_SIGNALS
+from hangdoc.base.redact import redact_cmdline
 
 
 @dataclass
@@ -30,6 +36,9 @@ class RunningJob:
     # reused since is never signalled) and the sessions they ran in (each rank's own).
     procs: dict[int, psutil.Process] = field(default_factory=dict, repr=False)
     sessions: set[int] = field(default_factory=set, repr=False)
+    # With hangdoc a subreaper: its own children from before the job (None: orphans are not looked for)
+    others: frozenset[int] | None = None
+    unended: list[str] = field(default_factory=list)    # what stop_job could not end: "pid N: cmd (why)"
 
     @property
     def pid(self) -> int:
@@ -41,6 +50,7 @@ class RunningJob:
             children = psutil.Process(self.pid).children(recursive=True)
         except psutil.Error:
             return self.seen
+        children += adopted(self)
         for proc in children:
             known = self.procs.get(proc.pid)
             if known is None or not known.is_running():
@@ -57,6 +67,49 @@ class RunningJob:
             return [p.pid for p in psutil.Process(self.pid).children()]
         except psutil.Error:
             return []
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Make this process the one orphans below it are re-parented to (Linux 3.4+): a job's
+    double-forked daemons then stay findable. False where the call is not there."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def own_children() -> frozenset[int]:
+    """This process's children now: what a job started later is not."""
+    try:
+        return frozenset(p.pid for p in psutil.Process().children())
+    except psutil.Error:
+        return frozenset()
+
+
+def adopted(job: RunningJob) -> list[psutil.Process]:
+    """Orphans of the job re-parented to hangdoc (a subreaper): its children, but the job's command
+    and those it had before, in a session other than its own (py-spy runs in hangdoc's), with
+    everything below them."""
+    if job.others is None:
+        return []
+    try:
+        children = psutil.Process().children()
+        own = os.getsid(0)
+    except (OSError, psutil.Error):
+        return []
+    found = []
+    for proc in children:
+        if proc.pid == job.pid or proc.pid in job.others:
+            continue
+        try:
+            if os.getsid(proc.pid) != own:
+                found += [proc, *proc.children(recursive=True)]
+        except (OSError, psutil.Error):
+            continue
+    return found
 
 
 def start_job(cmd: list[str], *, cwd: str | Path | None = None, env: dict[str, str] | None = None,
@@ -80,6 +133,7 @@ def start_job(cmd: list[str], *, cwd: str | Path | None = None, env: dict[str, s
 def _job_processes(job: RunningJob) -> list[psutil.Process]:
     """Every live process we know is the job's: those seen, and any in the ranks' sessions."""
     found = {pid: proc for pid, proc in job.procs.items() if proc.is_running()}
+    found.update((proc.pid, proc) for proc in adopted(job))
     sessions = (job.sessions | {job.pid}) - {os.getsid(0)}
     for proc in psutil.process_iter():
         try:
@@ -161,3 +215,27 @@ def _stop(job: RunningJob, grace: float) -> None:
     if job.popen.poll() is None:
         job.popen.kill()
     job.popen.wait(timeout=grace)
+    job.unended = [f"pid {pid}: {' '.join(redact_cmdline(cmd)) or '?'} (could not be ended)" for pid, cmd in outliving(job)]
+
+
+def end_outliving(job: RunningJob, grace: float = 3.0) -> tuple[str, ...]:
+    """End what the job left running once its command ended (SIGTERM, then SIGKILL after `grace`):
+    one line each, "pid N: CMD (ended by hangdoc)" or "(could not be ended: why)"."""
+    job.refresh_tree()
+    left = outliving(job)
+    if not left:
+        return ()
+    procs = {proc.pid: proc for proc in _job_processes(job)}
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = [procs[pid] for pid, _ in left if pid in procs and _alive(procs[pid])]
+        for proc in alive:
+            try:
+                proc.send_signal(sig)
+            except psutil.Error:
+                pass
+        psutil.wait_procs(alive, timeout=grace)
+    said = []
+    for pid, cmd in left:
+        why = "could not be ended: it still runs" if pid in procs and _alive(procs[pid]) else "ended by hangdoc"
+        said.append(f"pid {pid}: {' '.join(redact_cmdline(cmd)) or '?'} ({why})")
+    return tuple(said)

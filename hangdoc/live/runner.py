@@ -16,17 +16,18 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, TextIO
 
+from hangdoc.base.limits import MAX_LINE_CHARS, cut_line
 from hangdoc.base.errors import EXIT_SIGINT, STOP_SIGNALS, HangdocError, NotDistributed
-from hangdoc.base.redact import LineRedactor, redact_cmdline
+from hangdoc.base.redact import LineRedactor, redact_text
 from hangdoc.collect.discover import find_job, is_python, looks_like_launcher, spawns_children
 from hangdoc.collect.procfs import ProcFS
 from hangdoc.collect.spawned import StackRanks
 from hangdoc.live.capture import make_bundle
 from hangdoc.live.options import WatchOptions
-from hangdoc.live.proc import RunningJob, outliving, stop_job
+from hangdoc.live.proc import RunningJob, become_subreaper, end_outliving, own_children, stop_job
 from hangdoc.live.watcher import Outcome, Watcher, any_rank_alive
 from hangdoc.model import Bundle, Ending, GpuState, Job, LogTail, Snapshot, StopReason, Verdict
-from hangdoc.report.judge import End, judge
+from hangdoc.report.judge import End, judge, with_outlived
 
 TAIL_LINES = 2000
 # A command with no ranks after this long is watched as a single process: soon for a plain
@@ -72,7 +73,13 @@ class OutputTail:
         self._write(f"hangdoc: {said}{gone}\n")
 
     def _pump(self, stream) -> None:
-        for raw in iter(stream.readline, b""):
+        while True:
+            raw = stream.readline(MAX_LINE_CHARS)
+            if not raw:
+                break
+            if len(raw) == MAX_LINE_CHARS and not raw.endswith(b"\n"):
+                self._long_line(stream, raw)
+                continue
             text = raw.decode("utf-8", "replace")
             if self._ending and (self._held or text.startswith("Traceback (most recent call last):")):
                 self._held.append(text)
@@ -84,6 +91,23 @@ class OutputTail:
         held, self._held = self._held, []
         for text in held:          # a traceback of something else, cut short by the end of the output
             self._keep(text)
+
+    def _long_line(self, stream, head: bytes) -> None:
+        """A line past the bound (a 280 MB one, 31 MB of `\r` progress): streamed through to the sink
+        as it comes, kept as its head and tail with the cut said, never whole in memory."""
+        self._write(head.decode("utf-8", "replace"))
+        tail, total = b"", len(head)
+        while True:
+            more = stream.readline(MAX_LINE_CHARS)
+            if not more:
+                break
+            self._write(more.decode("utf-8", "replace"))
+            total += len(more)
+            tail = (tail + more)[-MAX_LINE_CHARS:]
+            if more.endswith(b"\n"):
+                break
+        text = (head[:MAX_LINE_CHARS // 2] + tail[-MAX_LINE_CHARS // 2:]).decode("utf-8", "replace").rstrip("\n")
+        self.lines.append(self._redact(cut_line(text, total=total)))
 
     def _keep(self, text: str) -> None:
         self._write(text)
@@ -115,13 +139,15 @@ def run_command(cmd: list[str], options: WatchOptions, probes, sink: TextIO,
                 fail_on_slow: bool = False) -> RunResult:
     """Run `cmd` under watch until it ends, crashes, hangs or `options.timeout_s` passes.
     `fail_on_slow`: a slow run that ends well fails (EXIT_SLOW) instead of passing with its code."""
+    others = own_children()
+    become_subreaper()        # the job's daemons (double fork + setsid) are re-parented here, found and ended
     try:
         popen = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, start_new_session=True,
                                  env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    except OSError as exc:
-        raise HangdocError(f"cannot start {cmd[0]!r}: {exc.strerror}") from None
-    job = RunningJob(popen)
+    except OSError as exc:       # the bundle, JUnit result and step summary still say so
+        return _not_started(cmd, options, f"cannot start {cmd[0]!r}: {exc.strerror or exc}")
+    job = RunningJob(popen, others=others)
     tail = OutputTail(popen.stdout, sink)
     began = time.monotonic()
     watcher = None
@@ -147,6 +173,9 @@ def run_command(cmd: list[str], options: WatchOptions, probes, sink: TextIO,
         ending = End(Ending.INTERRUPTED, signal_exit=interrupted, returncode=popen.returncode, run=True)
         outcome = (watcher.stopped(interrupted, ending) if watcher is not None else None) or \
             _unwatched(_empty_bundle(popen, tail, options), ending, StopReason.INTERRUPTED)
+    if job.unended:            # what ending the job left running, named in the report
+        outcome = dataclasses.replace(outcome, judgement=dataclasses.replace(
+            outcome.judgement, report=with_outlived(outcome.judgement.report, tuple(job.unended))))
     return RunResult(outcome, popen.returncode, interrupted)
 
 
@@ -283,10 +312,22 @@ def _ended_before_attach(popen, job: RunningJob, tail: OutputTail, options: Watc
     return _unwatched(_empty_bundle(popen, tail, options), ending, StopReason.ENDED)
 
 
+def _not_started(cmd: list[str], options: WatchOptions, why: str) -> RunResult:
+    """The result of a command that could not start (no such file, not executable): exit 2, with a
+    bundle of one line (the why) that `run` saves and reports as any other ending."""
+    why = redact_text(why)
+    job = Job(run_id=None, master_addr=None, master_port=None, world_size=None, launcher_pid=None, processes=())
+    record = dataclasses.replace(options.record("py-spy"), native=False, nonblocking=False)
+    # 127: a shell's code for a command it could not start, so the bundle replays as a failed command
+    bundle = make_bundle(job, (), ProcFS(), record, logs=(LogTail(source="hangdoc", lines=(why,)),), exit_code=127)
+    ending = End(Ending.COMMAND_EXITED, output_tail=(why,), run=True, cannot_start=why)
+    return RunResult(_unwatched(bundle, ending, StopReason.ENDED), None)
+
+
 def _outlived(job: RunningJob) -> tuple[str, ...]:
-    """What the command left running (a `setsid` daemon, a server): said in the report, left alone."""
-    job.refresh_tree()
-    return tuple(f"pid {pid}: {' '.join(redact_cmdline(cmdline)) or '?'}" for pid, cmdline in outliving(job))
+    """What the command left running (a `setsid` daemon, a server, a double-forked one): ended, and
+    said in the report, each with whether it could be ended."""
+    return end_outliving(job)
 
 
 def _unwatched(bundle: Bundle, ending: End, reason: StopReason) -> Outcome:

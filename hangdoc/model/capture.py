@@ -13,6 +13,7 @@ from functools import cached_property
 
 from hangdoc.base.parse import cpu_list, to_int
 from hangdoc.model.flight import FlightRecord, FrConfig, RasStatus
+from hangdoc.model.gpu import GpuDevice, GpuProcess, GpuState  # noqa: F401 - importable from here as before
 from hangdoc.model.source import SourceFunction
 from hangdoc.model.stack import Stack
 from hangdoc.model.vocab import Role
@@ -159,52 +160,6 @@ class ProcStat:
 
 
 # --- GPUs ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class GpuProcess:
-    pid: int
-    used_memory_bytes: int | None
-
-
-@dataclass(frozen=True)
-class GpuDevice:
-    index: int
-    uuid: str
-    name: str
-    utilization_pct: int | None
-    memory_util_pct: int | None
-    memory_used_bytes: int | None
-    memory_total_bytes: int | None
-    power_w: float | None
-    power_limit_w: float | None
-    sm_clock_mhz: int | None
-    sm_clock_max_mhz: int | None
-    processes: tuple[GpuProcess, ...] = ()
-
-
-@dataclass(frozen=True)
-class GpuState:
-    status: str                    # "ok" or "unavailable"
-    reason: str | None = None      # why NVML could not be read
-    driver_version: str | None = None
-    devices: tuple[GpuDevice, ...] = ()
-    errors: tuple[str, ...] = ()   # per-device probes that failed
-
-    @property
-    def available(self) -> bool:
-        return self.status == "ok"
-
-    def device_of(self, pid: int) -> GpuDevice | None:
-        return self._device_by_pid.get(pid)
-
-    @cached_property
-    def _device_by_pid(self) -> dict[int, GpuDevice]:
-        index: dict[int, GpuDevice] = {}
-        for device in self.devices:
-            for proc in device.processes:
-                index.setdefault(proc.pid, device)
-        return index
 
 
 # --- the job and its samples ---------------------------------------------------
@@ -479,6 +434,7 @@ class Bundle:
     exits: tuple[ProcessExit, ...] = ()   # how its processes ended, as they died (older bundles: none)
     # The job's own functions its ranks last stood in, outlined from the files (older bundles: none).
     sources: tuple[SourceFunction, ...] = ()
+    set_aside: tuple[str, ...] = ()       # what reading it left out (samples out of time order), one line each
 
     def exit_of(self, pid: int) -> ProcessExit | None:
         """The process's exit record: the one that tells its status when there are several."""

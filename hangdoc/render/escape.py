@@ -29,6 +29,11 @@ _ESCAPING = re.compile(r"\\(?=[!-/:-@\[-`{-~]|$)")
 _TICKS = re.compile(r"`+")
 _EMPHASIS = re.compile(r"[*~]|_+")
 _WORDLIKE = re.compile(r"[^\W_]")
+# GitHub makes links of bare URLs too (its autolink extension: `https://...`, `www.`, an e-mail
+# address): each is broken where a reader still reads it (`https[:]//`, `www[.]`, `me[@]host.org`).
+_BARE_SCHEME = re.compile(r"(?i)(?<![a-z0-9+.-])([a-z][a-z0-9+.-]{0,31}):(?=//)")
+_BARE_WWW = re.compile(r"(?i)(?<![\w.-])www\.")
+_BARE_MAIL = re.compile(r"(?<=[\w.+-])@(?=[\w-]+\.[\w.-]*[A-Za-z])")
 
 
 def _visible(match: re.Match) -> str:
@@ -82,6 +87,8 @@ def md_text(text: str | None) -> str:
 
 def _prose(text: str) -> str:
     text = _ESCAPING.sub(r"\\\\", text)
+    text = _BARE_WWW.sub(lambda m: m.group(0)[:-1] + "[.]", _BARE_SCHEME.sub(r"\1[:]", text))
+    text = _BARE_MAIL.sub("[@]", text)
     text = _EMPHASIS.sub(_no_emphasis, text)
     # Every angle bracket of the prose is an entity, the one that opens no tag too: `<locals>`
     # reads `&lt;locals&gt;`, never half escaped.

@@ -46,6 +46,7 @@ class End:
     output_tail: tuple[str, ...] = ()      # its last output lines (COMMAND_EXITED)
     signal_exit: int = EXIT_SIGINT         # 130 (Ctrl-C) or 143 (SIGTERM): INTERRUPTED
     outlived: tuple[str, ...] = ()         # the job's processes still running once its command ended (run)
+    cannot_start: str | None = None        # why the command could not start at all (COMMAND_EXITED)
     run: bool = False
     fail_on_slow: bool = False
 
@@ -112,7 +113,7 @@ def judge(bundle: Bundle, ending: End = RUNNING, prior: Judgement | None = None,
     kind = ending.kind
     if not bundle.samples and kind in (Ending.COMMAND_EXITED, Ending.TIMED_OUT, Ending.INTERRUPTED, Ending.ENDED):
         unwatched = _unwatched(ending)
-        return dataclasses.replace(unwatched, report=_outlived(unwatched.report, ending.outlived))
+        return dataclasses.replace(unwatched, report=with_outlived(unwatched.report, ending.outlived))
     proposed, analysis = _analysis(bundle, prior, hang_after, live, diagnosis, lanes)
     report = proposed
     if kind is Ending.DUMPS_ONLY:
@@ -121,7 +122,7 @@ def judge(bundle: Bundle, ending: End = RUNNING, prior: Judgement | None = None,
         report = _run_timed_out(report, ending.timeout_s)
     elif kind is Ending.INTERRUPTED:
         report = _interrupted(report)
-    report = _outlived(report, ending.outlived)
+    report = with_outlived(report, ending.outlived)
     return Judgement(report, analysis.diagnosis, _exit_code(report, ending), bundle, proposed, analysis,
                      slow_streak=_slow_streak(report, bundle.last.time, prior))
 
@@ -184,6 +185,10 @@ def _unwatched(ending: End) -> Judgement:
         report = report_without_ranks(Verdict.HANG, (_timeout_finding(ending.timeout_s, _NOTHING_WATCHED),))
     elif ending.kind is Ending.INTERRUPTED:
         report = report_without_ranks(Verdict.INTERRUPTED, ())
+    elif ending.cannot_start is not None:     # a usage error (exit 2), with the outputs that say so
+        report = report_without_ranks(Verdict.CRASH, (finding(
+            COMMAND_FAILED, (), f"The command could not start: {ending.cannot_start}", [ending.cannot_start]),))
+        return Judgement(report, None, EXIT_USAGE)
     elif ending.returncode == 0:
         report = report_without_ranks(Verdict.HEALTHY, ())
     else:   # the command ended before any rank could be watched: its own exit code is the verdict
@@ -193,7 +198,7 @@ def _unwatched(ending: End) -> Judgement:
     return Judgement(report, None, _exit_code(report, ending))
 
 
-def _outlived(report: Report, processes: tuple[str, ...]) -> Report:
+def with_outlived(report: Report, processes: tuple[str, ...]) -> Report:
     """A warning, not a verdict: the command ended and its code stands, but it left processes running."""
     if not processes:
         return report

@@ -28,9 +28,9 @@ OUTLIVED_JOB = Rule(
     slug="outlived-job",
     title="A process of the job outlived its command",
     severity=Severity.WARNING,
-    summary="Raised by `hangdoc run` when its command has ended but a process it started still runs "
-            "(a daemon started with `setsid` or `nohup`, a server left behind): on a CI runner it holds "
-            "ports, GPUs and files after the step, and the next job meets it.",
+    summary="Raised by `hangdoc run` when its command has ended but a process it started still ran "
+            "(a daemon started with `setsid` or `nohup`, double-forked or not, a server left behind): on a CI "
+            "runner it would hold ports, GPUs and files after the step; `run` ends it and says whether it could.",
     fix="End what the job starts before it exits (a trap in the script, `kill` of the saved pid, a "
         "`finally:` that stops the server), or start it where its end is managed.",
     commands=("run",),

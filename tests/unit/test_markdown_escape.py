@@ -71,3 +71,23 @@ def test_angle_brackets_of_prose_are_escaped_alike():
     assert "f.&lt;locals&gt;.wrapper (a.py:1) &lt;- &lt;module&gt; (b.py:2) &gt; g" == text
     # AND a renderer still shows it as it was
     assert visible(RENDER(text)) == "f.<locals>.wrapper (a.py:1) <- <module> (b.py:2) > g"
+
+
+# What GitHub's autolink extension makes a link of, bare: a scheme's URL, `www.`, an e-mail address.
+_AUTOLINK = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://|(?<![\w.-])www\.|[\w.+-]@[\w-]+\.[\w.-]*[a-z]")
+
+
+@pytest.mark.parametrize("text", ["see https://evil.example/phish now", "www.evil.example/login", "HTTP://X.Y",
+                                  "ftp://evil.example/f", "mail admin@evil.example", "(https://evil.example)",
+                                  "*www.evil.example*", "[x] https://evil.example"])
+def test_a_bare_url_in_job_text_is_never_a_link(text):
+    # GIVEN job text with a bare URL WHEN written as Markdown prose and as a table cell
+    for written in (md_text(text), md_cell(text)):
+        outside_code = re.sub(r"`[^`]*`", "", written)
+        # THEN nothing an autolinker reads as a URL is left, and the words are still readable
+        assert not _AUTOLINK.search(outside_code), written
+        assert "evil" in written or "X.Y" in written
+
+
+def test_a_url_in_a_code_span_stays_whole():
+    assert md_text("run `curl https://example.org/x` first") == "run `curl https://example.org/x` first"

@@ -65,3 +65,13 @@ def test_explain_refuses_an_unknown_slug_in_one_line(capsys):
     err = capsys.readouterr().err
     assert "no rule or finding named 'no-such-slug'" in err and "shm-too-small" in err
     assert main(["explain", "../../etc/passwd"]) == 2
+
+
+@pytest.mark.parametrize("slug", ["x" * 255, "y" * 5000, "README", "__init__", "pages", "rank-died.md", "rank-died\x00",
+                                  " rank-died", "-"])
+def test_explain_refuses_any_slug_not_in_the_list_with_the_list(slug, capsys):
+    # GIVEN a slug that is not a topic (too long for a file name, a file beside the pages, a NUL)
+    # WHEN explained THEN one line, exit 2, with the list, never an OSError
+    assert main(["explain", "--", slug]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the slugs are: " in err and "rank-died" in err
