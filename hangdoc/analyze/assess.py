@@ -118,7 +118,8 @@ def _threshold(diagnosis: Diagnosis) -> Threshold | None:
     return Threshold(source=beat.source, hang_after_s=beat.threshold_s, longest_step_s=beat.longest_step_s,
                      steps_seen=beat.steps_seen, quiet_s=round(diagnosis.decided_at - quiet_since, 1),
                      signal="loop" if beat.has_locals else "frames", witnesses=diagnosis.witnesses,
-                     moving_s=data, moving=beat.moved_by if data is not None else None)
+                     moving_s=data, moving=beat.moved_by if data is not None else None,
+                     proof=diagnosis.proof.said if diagnosis.proof is not None else None)
 
 
 def pg_timeout(bundle: Bundle) -> float:

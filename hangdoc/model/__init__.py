@@ -6,7 +6,7 @@ report says (`report`), and the record every slug is declared by (`rule`), over 
 Every name is importable from `hangdoc.model` itself.
 """
 from hangdoc.model.vocab import (
-    Ending, Engine, GpuActivity, Progress, RankState, Role, Severity, SlowKind, StopReason, Verdict, Wait, Word,
+    Ending, Engine, GpuActivity, Progress, ProofKind, RankState, Role, Severity, SlowKind, StopReason, Verdict, Wait, Word,
     WorkerState,
 )
 from hangdoc.model.stack import Frame, FrameMark, LoopMark, Stack, Thread, is_job_file
@@ -16,7 +16,7 @@ from hangdoc.model.capture import (
     GpuState, Host, IoCounters, Job, LogTail, OomCount, OpenFile, Options, ProcessExit, ProcessInfo, ProcSample,
     ProcStat, ShmUse, Snapshot, TcpSocket, ThreadCounters, CpuQuota,
 )
-from hangdoc.model.digest import DIGEST_VERSION, DigestWorker, NodeDigest, RankDigest, ShareCounts, StepSummary
+from hangdoc.model.digest import DIGEST_VERSION, DigestWorker, NodeDigest, Proof, RankDigest, ShareCounts, StepSummary
 from hangdoc.model.report import (
     REPORT_SCHEMA, BeforeAttach, Finding, FlightSummary, GpuTrend, Lane, RankGpu, RankReport, Report, RestartMark,
     Span, StackClass,
@@ -36,6 +36,8 @@ __all__ = [
     "GpuActivity",
     "Verdict",
     "Wait",
+    "ProofKind",
+    "Proof",
     "Word",
     "WorkerState",
     "BUNDLE_SCHEMA",

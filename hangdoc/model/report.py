@@ -161,6 +161,9 @@ class Threshold:
     # or "gpu" (a rank's GPU at work); None otherwise.
     moving_s: float | None = None
     moving: str | None = None
+    # What proved the hang before the threshold passed, in the report's words (analyze/proofs.py):
+    # a positive fact of /proc or the stacks that two samples agreed on. None: the threshold named it.
+    proof: str | None = None
 
 
 @dataclass(frozen=True)
