@@ -139,7 +139,7 @@ def _siblings_still(bundle: Bundle, workers: list[ProcessInfo], since: float) ->
     """No worker of the rank used CPU since `since`: none holds a lock they share (a
     multiprocessing.Lock) while it works."""
     for worker in workers:
-        cpu = [s.proc.cpu_s for snap in bundle.samples if snap.time >= since
+        cpu = [s.proc.cpu_s for snap in bundle.samples[-RUN_LIMIT:] if snap.time >= since
                and (s := snap.sample_of(worker.pid)) is not None and s.proc is not None]
         if len(cpu) >= 2 and cpu[-1] - cpu[0] > CPU_NOISE_S:
             return False
