@@ -104,13 +104,11 @@ def main() -> None:
         workers = 1 if mode in ("fork-lock", "lock-free") else 0
         batches = iter(DataLoader(Samples(mode, workdir, args.fault_step), batch_size=1, num_workers=workers))
     for step in range(args.steps):
-        batch = next(batches).reshape(-1, 4)
-        loss = model(batch).sum()
-        loss.backward()
-        for p in model.parameters():
-            dist.all_reduce(p.grad)
-        optimizer.step()
         optimizer.zero_grad()
+        model(next(batches).reshape(-1, 4)).sum().backward()
+        for grad in [p.grad for p in model.parameters()]:
+            dist.all_reduce(grad)
+        optimizer.step()
         if step == 0:
             (workdir / f"ready.{RANK}").write_text(str(os.getpid()))
         if step == args.fault_step and mode.startswith("pdb") and RANK == 1:
