@@ -113,9 +113,11 @@ def _fork_lock(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], st
         if worker.start_method != "fork":
             continue
         run = agreeing(bundle, worker.pid, _on_own_lock)
+        while run and run[0][1].stack is None:     # before a stack showed the lock
+            run = run[1:]
         if not _proven(run) or not _siblings_still(bundle, workers, run[0][0]):
             continue
-        frame = own_frame(signature(run[-1][1]))
+        frame = own_frame(signature(next(s for _, s in reversed(run) if s.stack is not None)))
         return Proof(ProofKind.FORK_LOCK.value, run[0][0], run[-1][0],
                      f"{_name(rank, worker)}, forked, waits on a lock at {frame.label if frame else '?'} (asleep in a "
                      f"futex, {_cpu(run):.2f} s CPU over {run[-1][0] - run[0][0]:.1f} s) that no thread of its "
@@ -126,8 +128,12 @@ def _fork_lock(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], st
 
 def _on_own_lock(sample: ProcSample) -> bool | None:
     proc, stack = sample.proc, sample.stack
-    if proc is None or not proc.full or stack is None:
+    if proc is None or not proc.full:
         return None
+    if stack is None:
+        # A worker whose main thread has not run since its last stack is not read again (the watch's
+        # sampling): still in the futex, its CPU flat (`agreeing`), it stands where that stack showed.
+        return proc.in_futex
     frames = signature(sample)
     if not proc.in_futex or not frames or not frames[0].is_job_code:
         return False

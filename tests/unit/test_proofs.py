@@ -98,6 +98,21 @@ def test_a_forked_workers_lock_names_the_ranks_threads_that_could_hold_it():
     assert "'stats-uploader' (0x69d8)" in diagnosis.proof.said
 
 
+def test_a_worker_parked_on_the_lock_is_not_read_again_and_still_agrees():
+    # GIVEN worker-deadlock as a watch samples it: once a worker's main thread has not run since
+    # its last stack, the watch reads only its /proc (the stack stays where it was)
+    bundle = golden("worker-deadlock")
+    for index in (0, 1):
+        pid = worker_pid(bundle, 1, index)
+        bundle = edit(bundle, pid, lambda s, i: dataclasses.replace(s, stack=None), first=1)
+    # WHEN judged round by round
+    at, diagnosis = first_hang(bundle)
+    # THEN the futex and the flat CPU agree with the one stack read: named at the second agreeing sample
+    assert at is not None
+    assert_named_at_second_agreeing_sample(bundle, at, diagnosis, ProofKind.FORK_LOCK, 1)
+    assert "waits on a lock at report_stats" in diagnosis.proof.said
+
+
 def stopped_straggler():
     """compute-straggler with rank 1 stopped (state T, CPU flat) from round 2 on."""
     bundle = golden("compute-straggler")
