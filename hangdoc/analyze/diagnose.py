@@ -2,7 +2,9 @@
 
 The verdict is `hang` once no rank has stepped (its own loop moved on, `analyze/progress.py`)
 nor done I/O of its own for the threshold (given, or learned from the job's step rhythm),
-while some rank waits in a collective or nothing moves at all. The culprits are the ranks
+while some rank waits in a collective or nothing moves at all; sooner, once a fact proves it (a
+rank or worker stopped, a forked worker on a lock no thread of its own holds, a pdb prompt, a
+wait whose feeding thread is gone: `analyze/proofs.py`) and no rank stepped since. The culprits are the ranks
 outside the majority's collective (a straggler), or the ranks in a different collective
 (a mismatch). `suspect`: the ranks are split (some wait in a collective for the others) and
 the bundle cannot show them moving: one instant, or quiet for a third of the threshold and
@@ -243,17 +245,19 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
     before = before_attach(ranks, beat.quiet_since, facts.first, facts.fr_pending) if waiting else None
     since = min(beat.quiet_since, before.since) if before is not None else beat.quiet_since
     proven = _proven(ranks, beat)
+    proof = proven[0] if proven is not None else None
+    if quiet >= beat.threshold_s and waiting:
+        return Decision(Verdict.HANG, culprits, since, mismatch, rhythm=beat, before=before,
+                        spinning=_spinning_at_waits(ranks), proof=proof)
+    if (before is not None and confirmed(ranks) and not a_pause(ranks, before)
+            and now - before.since >= past_hang_after(beat.source, beat.threshold_s, before.others_asleep)):
+        return Decision(Verdict.HANG, culprits, before.since, mismatch, rhythm=beat, before=before, from_past=True,
+                        proof=proof)
     if proven is not None:
         # Outside any collective, with no rank or worker moving, the job is frozen as well (no-progress says so).
         frozen = not waiting and all(r.unmoved_since is not None for r in ranks if gone_at(r) is None)
         return Decision(Verdict.HANG, proven[1], since, mismatch, frozen=frozen, rhythm=beat, before=before,
-                        proof=proven[0], spinning=_spinning_at_waits(ranks))
-    if quiet >= beat.threshold_s and waiting:
-        return Decision(Verdict.HANG, culprits, since, mismatch, rhythm=beat, before=before,
-                        spinning=_spinning_at_waits(ranks))
-    if (before is not None and confirmed(ranks) and not a_pause(ranks, before)
-            and now - before.since >= past_hang_after(beat.source, beat.threshold_s, before.others_asleep)):
-        return Decision(Verdict.HANG, culprits, before.since, mismatch, rhythm=beat, before=before, from_past=True)
+                        proof=proof, spinning=_spinning_at_waits(ranks))
     frozen = _all_frozen(ranks, now, beat)
     if frozen is not None:
         return Decision(Verdict.HANG, tuple(r.rank for r in ranks if r.rank is not None), frozen, frozen=True,
