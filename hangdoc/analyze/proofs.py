@@ -98,7 +98,8 @@ def _stopped(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], stat
             tail = f", and rank {rank.rank} waits for its data" if worker is not None else ""
             return Proof(ProofKind.STOPPED.value, run[0][0], run[-1][0],
                          f"{_name(owner, worker)} is stopped (state T: SIGSTOP, Ctrl-Z or a debugger){at} at every "
-                         f"sample for {run[-1][0] - run[0][0]:.1f} s: it runs no code until it is continued{tail}")
+                         f"sample for {run[-1][0] - run[0][0]:.1f} s: it runs no code until it is continued{tail}",
+                         (worker or owner).node_pid)
     return None
 
 
@@ -122,7 +123,7 @@ def _fork_lock(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], st
                      f"{_name(rank, worker)}, forked, waits on a lock at {frame.label if frame else '?'} (asleep in a "
                      f"futex, {_cpu(run):.2f} s CPU over {run[-1][0] - run[0][0]:.1f} s) that no thread of its "
                      f"own holds: none of its threads runs the job's code, so the lock is held by a thread that "
-                     f"does not exist in this process" + _holders(bundle, rank))
+                     f"does not exist in this process" + _holders(bundle, rank), worker.node_pid)
     return None
 
 
@@ -185,7 +186,7 @@ def _pdb_prompt(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], s
     return Proof(ProofKind.PDB_PROMPT.value, run[0][0], run[-1][0],
                  f"{_name(rank)} sits at a pdb prompt{reads}, stopped at {frame.label if frame else '?'} at every "
                  f"sample for {run[-1][0] - run[0][0]:.1f} s ({_cpu(run):.2f} s CPU): it runs nothing until "
-                 "someone answers the prompt")
+                 "someone answers the prompt", rank.node_pid)
 
 
 def _dead_producer(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], state: str) -> Proof | None:
@@ -222,7 +223,8 @@ def _dead_producer(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo]
     return Proof(ProofKind.DEAD_PRODUCER.value, run[0][0], run[-1][0],
                  f"{_name(rank)} waits at {frame.label if frame else '?'} for its thread {thread.name!r} "
                  f"({thread.tid:#x}), which is gone: in none of its stacks for {run[-1][0] - last_seen:.1f} s, last seen at "
-                 f"{own_frame(thread.frames).label}, and no thread of the job's own code is left to feed the wait")
+                 f"{own_frame(thread.frames).label}, and no thread of the job's own code is left to feed the wait",
+                 rank.node_pid)
 
 
 def first_proof(proofs: Sequence[Proof]) -> Proof | None:

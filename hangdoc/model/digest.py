@@ -78,6 +78,7 @@ class Proof(msgspec.Struct, frozen=True, gc=False):
     since: float                   # the first sample that showed it
     at: float                      # the latest sample that agreed
     said: str                      # the proof in the report's words
+    pid: int | None = None         # the process it proves of (on its own node): the rank, or its worker
 
 
 class RankDigest(msgspec.Struct, frozen=True, gc=False):

@@ -70,13 +70,15 @@ def assert_named_at_second_agreeing_sample(bundle, at: int, diagnosis, kind: Pro
 # --- must fire ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case, kind, culprit, words", [
+@pytest.mark.parametrize("case, kind, culprit, words, rule", [
     ("worker-deadlock", ProofKind.FORK_LOCK, 1,
-     "rank 1's DataLoader worker 0 (pid 27097), forked, waits on a lock at report_stats"),
-    ("pdb-breakpoint", ProofKind.PDB_PROMPT, 0, "rank 0 (pid 16983) sits at a pdb prompt reading its stdin"),
-    ("prefetch-thread-died", ProofKind.DEAD_PRODUCER, 1, "for its thread 'prefetch' (0x4600), which is gone"),
+     "rank 1's DataLoader worker 0 (pid 27097), forked, waits on a lock at report_stats", "worker-deadlock"),
+    ("pdb-breakpoint", ProofKind.PDB_PROMPT, 0, "rank 0 (pid 16983) sits at a pdb prompt reading its stdin",
+     "debugger-prompt"),
+    ("prefetch-thread-died", ProofKind.DEAD_PRODUCER, 1, "for its thread 'prefetch' (0x4600), which is gone",
+     "helper-thread-died"),
 ])
-def test_a_proven_hang_is_named_at_the_second_agreeing_sample(case, kind, culprit, words):
+def test_a_proven_hang_is_named_at_the_second_agreeing_sample(case, kind, culprit, words, rule):
     # GIVEN a recorded hang whose cause shows itself, judged round by round with a 60 s threshold
     bundle = golden(case)
     # WHEN the watch judges each round
@@ -88,6 +90,8 @@ def test_a_proven_hang_is_named_at_the_second_agreeing_sample(case, kind, culpri
     report = judge(dataclasses.replace(bundle, samples=bundle.samples[:at + 1]), hang_after=LEARNED).report
     assert words in proof_line(report)
     assert "whatever the 60 s threshold" in proof_line(report)
+    # and the rule that names the cause fires at that sample, as at the threshold
+    assert rule in [f.rule for f in report.findings]
 
 
 def test_a_forked_workers_lock_names_the_ranks_threads_that_could_hold_it():
