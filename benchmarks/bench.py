@@ -1,6 +1,6 @@
 """`make bench`: the speed, overhead and accuracy figures, as tables and as JSON.
 
-    python -m benchmarks.bench [--only headline,snapshot,latency,engines,overhead,zoo,check,merge,matrix,loops,late,slow,fuzz,diverge] [--out DIR]
+    python -m benchmarks.bench [--only headline,snapshot,latency,engines,overhead,zoo,check,merge,matrix,loops,late,slow,fuzz,diverge,proofs] [--out DIR]
 
 `headline` measures the figures benchmarks/baseline.json holds (report DIR at 65,536 and 131,072
 ranks, the default watch's share of a core, `watch --once` CPU, a steady watch round) and compares them as ratios: one
@@ -12,6 +12,8 @@ healthy runs a style): python -m benchmarks.bench_loops.
 `diverge` runs the divergence matrix (ranks that part ways in their own code) under watch and run.
 `late` attaches to the zoo's hung jobs 5, 30 and 120 s after the fault, and to healthy ones at random;
 `slow` scores the slow verdict (stragglers, speed-up estimated against measured, 0 on balanced jobs).
+`proofs` times each proven hang from its fault to the verdict under `watch` from the start and under
+`run`, beside the verdict on its look-alike (benchmarks/bench_proofs.py).
 `fuzz` feeds `hangdoc report` Hypothesis-made and crafted bundles, digests and FR dumps under 1 GiB.
 
 Every figure comes from real torchrun jobs on this machine; ratios are measured within one
@@ -34,7 +36,7 @@ from hangdoc.scenarios import SCENARIOS
 from hangdoc.scenarios.launch import start_job, stop_job, wait_for
 
 SECTIONS = ("headline", "snapshot", "locals", "latency", "engines", "analysis", "overhead", "false-alarms", "detection", "zoo",
-            "check", "merge", "matrix", "loops", "late", "slow", "fuzz", "diverge")
+            "check", "merge", "matrix", "loops", "late", "slow", "fuzz", "diverge", "proofs")
 
 
 def _median_capture(pid: int, parallel: int | None, runs: int) -> tuple[float, int]:
@@ -296,6 +298,10 @@ def main(argv=None) -> int:
         from benchmarks.bench_diverge import bench_diverge, MODES
 
         results.setdefault("diverge", bench_diverge(list(MODES)))
+    if "proofs" in wanted:
+        from benchmarks.bench_proofs import bench_proofs, print_proofs
+
+        print_proofs(results.setdefault("proofs", bench_proofs()))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "bench.json"

@@ -108,7 +108,8 @@ def _threshold(diagnosis: Diagnosis) -> Threshold | None:
         return Threshold(source="past", hang_after_s=past_hang_after(beat.source, beat.threshold_s, asleep),
                          longest_step_s=beat.longest_step_s, steps_seen=beat.steps_seen,
                          quiet_s=round(diagnosis.decided_at - diagnosis.onset, 1),
-                         signal="loop" if beat.has_locals else "frames", witnesses=diagnosis.witnesses)
+                         signal="loop" if beat.has_locals else "frames", witnesses=diagnosis.witnesses,
+                         proof=diagnosis.proof.said if diagnosis.proof is not None else None)
     # A hang's quiet counts from its onset, the one clock of the report (an older one, when the
     # job's own record dated the stall before the first sample).
     quiet_since = beat.stepped_since if beat.stepped_since is not None else beat.quiet_since
@@ -118,7 +119,8 @@ def _threshold(diagnosis: Diagnosis) -> Threshold | None:
     return Threshold(source=beat.source, hang_after_s=beat.threshold_s, longest_step_s=beat.longest_step_s,
                      steps_seen=beat.steps_seen, quiet_s=round(diagnosis.decided_at - quiet_since, 1),
                      signal="loop" if beat.has_locals else "frames", witnesses=diagnosis.witnesses,
-                     moving_s=data, moving=beat.moved_by if data is not None else None, start=beat.start)
+                     moving_s=data, moving=beat.moved_by if data is not None else None, start=beat.start,
+                     proof=diagnosis.proof.said if diagnosis.proof is not None else None)
 
 
 def _shares(line: Timeline | None, counted) -> TimeShares | None:

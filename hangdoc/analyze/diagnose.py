@@ -2,7 +2,9 @@
 
 The verdict is `hang` once no rank has stepped (its own loop moved on, `analyze/progress.py`)
 nor done I/O of its own for the threshold (given, or learned from the job's step rhythm),
-while some rank waits in a collective or nothing moves at all. The culprits are the ranks
+while some rank waits in a collective or nothing moves at all; sooner, once a fact proves it (a
+rank or worker stopped, a forked worker on a lock no thread of its own holds, a pdb prompt, a
+wait whose feeding thread is gone: `analyze/proofs.py`) and no rank stepped since. The culprits are the ranks
 outside the majority's collective (a straggler), or the ranks in a different collective
 (a mismatch). `suspect`: the ranks are split (some wait in a collective for the others) and
 the bundle cannot show them moving: one instant, or quiet for a third of the threshold and
@@ -32,12 +34,13 @@ from hangdoc.analyze.progress import (
 from hangdoc.analyze.shares import rank_shares, runqueue_share, workers_cpu
 from hangdoc.analyze.slow import SlowCall, long_batch, slow_call
 from hangdoc.analyze.rendezvous import joining, joining_since, not_joined, setup_name, store_fields
+from hangdoc.analyze.proofs import first_proof, proof_of
 from hangdoc.analyze.restarts import newest_output, restarts_of
 from hangdoc.analyze.timeline import Timeline, raw_points, still, timelines
 from hangdoc.analyze.witnesses import job_witnesses
 from hangdoc.base.parse import to_int
 from hangdoc.model import (
-    DIGEST_VERSION, Bundle, DigestWorker, Frame, NodeDigest, ProcessInfo, RankDigest, RankState, Role,
+    DIGEST_VERSION, Bundle, DigestWorker, Frame, NodeDigest, ProcessInfo, Proof, RankDigest, RankState, Role,
     ProcSample, Verdict, Wait, Witness, Word, WorkerState,
 )
 
@@ -95,6 +98,7 @@ class Diagnosis:
     held: bool = False                 # the hang was named from no progress alone (`decide`)
     witnesses: tuple[Witness, ...] = ()   # what each witness of progress said while the job was quiet
     divergence: Divergence | None = None  # ranks in different collectives: where their paths parted, who left
+    proof: Proof | None = None         # what proved the hang before its threshold passed (`proofs.py`)
 
     def view(self, rank: int) -> RankView | None:
         return next((r for r in self.ranks if rank in r.ranks), None)
@@ -127,6 +131,7 @@ class Decision:
     slow: SlowCall | None = None       # the job moves, slowly: a straggler or its data (slow.py)
     held: bool = False                 # named from no progress alone: every rank held, none in a known wait
     spinning: tuple[int, ...] = ()     # with it: the ranks standing at one line, read as waiting there
+    proof: Proof | None = None         # the hang was named from a proof, not the threshold (proofs.py)
 
 
 def diagnose(bundle: Bundle, hang_after: float | None = None, lines: dict[int, Timeline] | None = None) -> Diagnosis:
@@ -161,7 +166,7 @@ def diagnosis_of(decision: Decision, now: float, views: Sequence[RankView], dige
                  if set(v.ranks) & spun and v.reading.state == RankState.COMPUTE else v for v in views]
     return Diagnosis(decision.verdict, decision.culprits, decision.onset, now, tuple(views), decision.mismatch,
                      decision.frozen, decision.rhythm, census=census, digest=digest, before=decision.before,
-                     from_past=decision.from_past, slow=decision.slow, held=decision.held)
+                     from_past=decision.from_past, slow=decision.slow, held=decision.held, proof=decision.proof)
 
 
 def job_facts(bundle: Bundle, digest: NodeDigest, hang_after: float | None) -> JobFacts:
@@ -248,12 +253,20 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
     # The wait already under way when hangdoc arrived: no step since it began (see past.py).
     before = before_attach(ranks, beat.quiet_since, facts.first, facts.fr_pending) if waiting else None
     since = min(beat.quiet_since, before.since) if before is not None else beat.quiet_since
+    proven = _proven(ranks, beat)
+    proof = proven[0] if proven is not None else None
     if quiet >= beat.threshold_s and waiting:
         return Decision(Verdict.HANG, culprits, since, mismatch, rhythm=beat, before=before,
-                        spinning=_spinning_at_waits(ranks))
+                        spinning=_spinning_at_waits(ranks), proof=proof)
     if (before is not None and confirmed(ranks) and not a_pause(ranks, before)
             and now - before.since >= past_hang_after(beat.source, beat.threshold_s, before.others_asleep)):
-        return Decision(Verdict.HANG, culprits, before.since, mismatch, rhythm=beat, before=before, from_past=True)
+        return Decision(Verdict.HANG, culprits, before.since, mismatch, rhythm=beat, before=before, from_past=True,
+                        proof=proof)
+    if proven is not None:
+        # Outside any collective, with no rank or worker moving, the job is frozen as well (no-progress says so).
+        frozen = not waiting and all(r.unmoved_since is not None for r in ranks if gone_at(r) is None)
+        return Decision(Verdict.HANG, proven[1], since, mismatch, frozen=frozen, rhythm=beat, before=before,
+                        proof=proof, spinning=_spinning_at_waits(ranks))
     frozen = _all_frozen(ranks, now, beat)
     if frozen is not None:
         return Decision(Verdict.HANG, tuple(r.rank for r in ranks if r.rank is not None), frozen, frozen=True,
@@ -281,6 +294,16 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
     if call is not None:
         return Decision(Verdict.SLOW, call.stragglers, rhythm=beat, before=before, slow=call)
     return Decision(Verdict.HEALTHY, rhythm=beat, before=before)
+
+
+def _proven(ranks: Sequence[RankDigest], beat: Rhythm) -> tuple[Proof, tuple[int, ...]] | None:
+    """The proof that names the hang now, and the ranks proofs hold of: a proof counts only where
+    no rank stepped since it began (a job that still moves proves nothing, whatever one process shows)."""
+    held = [r for r in ranks if r.proof is not None and gone_at(r) is None and r.proof.since >= beat.quiet_since]
+    proof = first_proof([r.proof for r in held])
+    if proof is None:
+        return None
+    return proof, tuple(sorted(r.rank for r in held if r.rank is not None))
 
 
 def _suspect_after(beat: Rhythm) -> float:
@@ -330,6 +353,7 @@ def digest_of(bundle: Bundle, lines: dict[int, Timeline], views: list[RankView])
             shares=rank_shares(line), held_since=held_since(line, [lines[pid] for pid in live if pid in lines]),
             place=_place_label(view, sample), workers_cpu=workers_cpu(line, [lines[pid] for pid in live if pid in lines]),
             runqueue=runqueue_share(line),
+            proof=proof_of(bundle, view.info, view.reading) if view.exited_at is None else None,
             **_exit_fields(bundle, view.info.pid), **store_fields(view.info, sample, view.joining is not None)))
     nodes = max((n for p in bundle.job.ranks if (n := to_int(p.env.get("GROUP_WORLD_SIZE")))), default=None)
     return NodeDigest(DIGEST_VERSION, bundle.samples[0].time, bundle.last.time, tuple(ranks),

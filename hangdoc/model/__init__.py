@@ -6,7 +6,8 @@ declared by (`rule`), over one vocabulary (`vocab`). Frozen dataclasses and enum
 Every name is importable from `hangdoc.model` itself.
 """
 from hangdoc.model.vocab import (
-    Ending, Engine, GpuActivity, Progress, RankState, Role, Severity, SlowKind, SplitCause, StopReason, Verdict, Wait, Word,
+    Ending, Engine, GpuActivity, Progress, ProofKind, RankState, Role, Severity, SlowKind, SplitCause, StopReason, Verdict,
+    Wait, Word,
     WorkerState,
 )
 from hangdoc.model.stack import Frame, FrameMark, LoopMark, Stack, Thread, is_job_file
@@ -17,7 +18,7 @@ from hangdoc.model.capture import (
     ProcStat, ShmUse, Snapshot, TcpSocket, ThreadCounters, CpuQuota,
 )
 from hangdoc.model.wrapper import Wrapper
-from hangdoc.model.digest import DIGEST_VERSION, DigestWorker, NodeDigest, RankDigest, ShareCounts, StepSummary
+from hangdoc.model.digest import DIGEST_VERSION, DigestWorker, NodeDigest, Proof, RankDigest, ShareCounts, StepSummary
 from hangdoc.model.report import (
     REPORT_SCHEMA, BeforeAttach, Finding, FlightSummary, GpuTrend, Lane, RankGpu, RankReport, Report, RestartMark,
     Span, StackClass,
@@ -41,6 +42,8 @@ __all__ = [
     "GpuActivity",
     "Verdict",
     "Wait",
+    "ProofKind",
+    "Proof",
     "Word",
     "WorkerState",
     "BUNDLE_SCHEMA",

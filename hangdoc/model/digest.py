@@ -19,7 +19,8 @@ import msgspec
 #    (workers_cpu); in setup, the store it was pointed at and whether it reached it (store,
 #    store_reached), and which start of the job it belongs to (generation).
 # 8: the share of its window its main thread waited on a run queue for a CPU (runqueue).
-DIGEST_VERSION = 8
+# 9: what proves it hung, where a fact of /proc or its stacks does (proof).
+DIGEST_VERSION = 9
 
 
 class StepSummary(msgspec.Struct, frozen=True, gc=False):
@@ -67,6 +68,17 @@ class DigestWorker(msgspec.Struct, frozen=True, gc=False):
     state: str
     top_frame: str | None
     alive: bool = True
+
+
+class Proof(msgspec.Struct, frozen=True, gc=False):
+    """A positive fact that a rank can never step again (`analyze/proofs.py`), seen alike at two
+    samples at least a proof's span apart: not an absence of progress, which only the threshold judges."""
+
+    kind: str                      # a ProofKind's value: "stopped", "fork-lock", "pdb-prompt", "dead-producer"
+    since: float                   # the first sample that showed it
+    at: float                      # the latest sample that agreed
+    said: str                      # the proof in the report's words
+    pid: int | None = None         # the process it proves of (on its own node): the rank, or its worker
 
 
 class RankDigest(msgspec.Struct, frozen=True, gc=False):
@@ -132,6 +144,9 @@ class RankDigest(msgspec.Struct, frozen=True, gc=False):
     store: str | None = None
     store_reached: bool | None = None
     generation: int = 0
+    # What proves it (or one of its workers) can never step again (v9); None: no proof, the
+    # threshold judges it.
+    proof: Proof | None = None
 
     @property
     def exit_told(self) -> bool:

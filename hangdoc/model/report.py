@@ -205,6 +205,9 @@ class Threshold:
     moving_s: float | None = None
     moving: str | None = None
     start: int = 0                 # the start of a restarted job its figures come from (torchrun's restart count)
+    # What proved the hang before the threshold passed, in the report's words (analyze/proofs.py):
+    # a positive fact of /proc or the stacks that two samples agreed on. None: the threshold named it.
+    proof: str | None = None
 
 
 @dataclass(frozen=True)

@@ -126,6 +126,15 @@ class Wait(Word):
                                      # a host waiting at its next sync (`.item()`) on a collective queued on the GPU
 
 
+class ProofKind(Word):
+    """What proves a hang before its threshold passes (`analyze/proofs.py`), most telling first."""
+
+    STOPPED = "stopped"              # state T: the rank or a worker it waits on runs no code at all
+    FORK_LOCK = "fork-lock"          # a forked worker waits on a lock no thread of its own can release
+    PDB_PROMPT = "pdb-prompt"        # pdb's prompt reads stdin, the same line at every sample
+    DEAD_PRODUCER = "dead-producer"  # a wait on a queue or event whose feeding thread is gone
+
+
 class Progress(Word):
     ACTIVE = "active"        # it stepped at the last sample
     SLOW = "slow"            # no step, but it or its workers are busy

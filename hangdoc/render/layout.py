@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hangdoc.model import Finding, RankReport, Report, StackClass
-from hangdoc.render.words import (before_line, gpu_cell, headline, progress_word, rank_source_line, shares_line,
-                                  threshold_line, timeout_line, witnesses_line, wrapper_line)
+from hangdoc.render.words import (before_line, gpu_cell, headline, progress_word, proof_line, rank_source_line,
+                                  shares_line, threshold_line, timeout_line, witnesses_line, wrapper_line)
 from hangdoc.base.words import duration, rank_label, rank_ranges, rank_set
 
 # Past this many ranks the table lists the culprits and groups the others by what they do.
@@ -66,7 +66,7 @@ def layout(report: Report) -> ReportLayout:
         alarm=report.failed,
         headline=headline(report),
         places=tuple(culprit_places(report)),
-        notes=tuple(line for line in (threshold_line(report), witnesses_line(report), shares_line(report),
+        notes=tuple(line for line in (proof_line(report), threshold_line(report), witnesses_line(report), shares_line(report),
                                       before_line(report),
                                       timeout_line(report), rank_source_line(report),
                                       wrapper_line(report)) if line),

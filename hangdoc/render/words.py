@@ -276,6 +276,16 @@ def _outlasts(report: Report) -> str | None:
             f"{batch_pace(slow)}: past the process group's timeout ({timeout}) in all, which ends the job: a hang")
 
 
+def proof_line(report: Report) -> str | None:
+    """What proved the hang, when a fact did before the threshold passed: "Proof: rank 1 (pid 812)
+    is stopped (state T: ...); named at the second sample that agreed on it, not at the threshold"."""
+    t = report.threshold
+    if t is None or t.proof is None or report.verdict != Verdict.HANG:
+        return None
+    return (f"Proof: {t.proof}; a proven hang is named once two samples agree on it, "
+            f"whatever the {t.hang_after_s:g} s threshold.")
+
+
 def witnesses_line(report: Report) -> str | None:
     """What each witness of progress said while the job was quiet: "Witnesses over the quiet 61 s:
     loop counters: none could be read (...); stack: every rank stood at one place in its own code; ..."."""

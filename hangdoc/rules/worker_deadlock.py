@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from hangdoc.analyze.timeline import CPU_NOISE_S
-from hangdoc.model import Cause, Finding, Severity
+from hangdoc.model import Cause, Finding, ProofKind, Severity
 from hangdoc.rules.snippets import SPAWN_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import rank_line, worker_name
@@ -33,6 +33,9 @@ def asleep_in_futex(ctx: Context, pid: int) -> tuple[float, float, str] | None:
 def check(ctx: Context) -> list[Finding]:
     # A worker's lock that worker-native-lock (before this rule) named the library of is said there.
     named = {r for f in ctx.findings if f.rule == "worker-native-lock" for r in f.ranks}
+    # A worker the analysis proved stuck on such a lock (analyze/proofs.py) needs no MIN_ASLEEP_S more.
+    proof = ctx.diagnosis.proof
+    proven = proof.pid if proof is not None and proof.kind == ProofKind.FORK_LOCK else None
     findings = []
     for view in ctx.starved_culprits():
         if view.info.rank in named:
@@ -45,7 +48,7 @@ def check(ctx: Context) -> list[Finding]:
             if reading.state not in ("lock-wait", "idle") and unborn is None:
                 continue
             asleep = asleep_in_futex(ctx, worker.pid)
-            if asleep is None or asleep[0] < MIN_ASLEEP_S:
+            if asleep is None or (asleep[0] < MIN_ASLEEP_S and worker.node_pid != proven):
                 continue
             seconds, cpu, wait = asleep
             if unborn is not None:

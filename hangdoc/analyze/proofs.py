@@ -1,0 +1,233 @@
+"""What proves a rank can never step again: a positive fact of /proc or the stacks, not an absence
+of progress. Pure.
+
+The threshold (`progress.rhythm`) names a hang from quiet alone, so it waits out the job's slowest
+step. Some hangs show themselves: a process stopped (state T), a forked DataLoader worker asleep
+on a lock that no thread of its own can release, a pdb prompt reading stdin, a wait on a queue or
+event whose feeding thread is gone. Each is a `Proof` once two samples at least PROOF_SPAN_S apart
+agree on it with the process's CPU flat between them (a process stopped for an instant, a lock
+taken and released, a prompt answered at once never agree for that long); `decide` names the hang
+then, if no rank stepped since the proof began.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from hangdoc.analyze.classify import Reading, classify_rank, own_frame, signature
+from hangdoc.analyze.timeline import CPU_NOISE_S
+from hangdoc.model import Bundle, ProcessInfo, ProcSample, Proof, ProofKind, RankState, Role, Thread, Wait
+
+PROOF_SPAN_S = 1.5     # seconds two agreeing samples must span: the default interval's second sample
+RUN_LIMIT = 64         # samples looked back through for the first that showed a fact
+
+# holds(sample) -> True: the fact holds at this sample; False: it does not; None: this sample
+# cannot tell (no stack read this round, a light /proc read).
+Fact = Callable[[ProcSample], "bool | None"]
+
+
+def proof_of(bundle: Bundle, rank: ProcessInfo, reading: Reading) -> Proof | None:
+    """The most telling proof that `rank` (or a worker it waits on) can never step again; None
+    where there is none. `reading`: the rank's at the last sample."""
+    workers = [w for w in bundle.job.children_of(rank.pid) if w.role is Role.WORKER and _alive(bundle, w.pid)]
+    finders = [_stopped]
+    if reading.state == RankState.DATALOADER:
+        finders.append(_fork_lock)
+    if reading.detail == Wait.DEBUGGER:
+        finders.append(_pdb_prompt)
+    if reading.detail == Wait.THREAD:
+        finders.append(_dead_producer)
+    for find in finders:
+        proof = find(bundle, rank, workers, reading.state)
+        if proof is not None:
+            return proof
+    return None
+
+
+def _alive(bundle: Bundle, pid: int) -> bool:
+    sample = bundle.last.sample_of(pid)
+    return sample is not None and sample.alive and (sample.proc is None or sample.proc.state not in ("Z", "X"))
+
+
+def agreeing(bundle: Bundle, pid: int, holds: Fact) -> list[tuple[float, ProcSample]]:
+    """The trailing run of samples of `pid` at which `holds`, its CPU flat over the run (within
+    CPU_NOISE_S of the last): empty where the last sample that can tell says it does not."""
+    run: list[tuple[float, ProcSample]] = []
+    end_cpu = None
+    for snapshot in reversed(bundle.samples[-RUN_LIMIT:]):
+        sample = snapshot.sample_of(pid)
+        if sample is None or not sample.alive:
+            break
+        said = holds(sample)
+        if said is None:
+            continue
+        cpu = sample.proc.cpu_s if sample.proc is not None else None
+        if not said or cpu is None or (end_cpu is not None and end_cpu - cpu > CPU_NOISE_S):
+            break
+        end_cpu = cpu if end_cpu is None else end_cpu
+        run.append((snapshot.time, sample))
+    run.reverse()
+    return run
+
+
+def _proven(run: list[tuple[float, ProcSample]]) -> bool:
+    return len(run) >= 2 and run[-1][0] - run[0][0] >= PROOF_SPAN_S
+
+
+def _name(rank: ProcessInfo, worker: ProcessInfo | None = None) -> str:
+    who = f"rank {rank.rank}" if rank.rank is not None else f"pid {rank.node_pid}"
+    if worker is None:
+        return f"{who} (pid {rank.node_pid})"
+    index = worker.worker_index if worker.worker_index is not None else "?"
+    return f"{who}'s DataLoader worker {index} (pid {worker.node_pid})"
+
+
+def _cpu(run) -> float:
+    return run[-1][1].proc.cpu_s - run[0][1].proc.cpu_s
+
+
+def _stopped(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], state: str) -> Proof | None:
+    """The rank, or a worker of a rank waiting on its data, in state T (SIGSTOP, Ctrl-Z, a debugger's
+    stop; not "t", the tracing stop a stack read makes): it runs no code until something continues it."""
+    subjects = [(rank, None)] + [(rank, w) for w in workers if state == RankState.DATALOADER]
+    for owner, worker in subjects:
+        run = agreeing(bundle, (worker or owner).pid,
+                       lambda s: s.proc.state == "T" if s.proc is not None else None)
+        if _proven(run):
+            frame = own_frame(signature(run[-1][1]))
+            at = f" at {frame.label}" if frame is not None else ""
+            tail = f", and rank {rank.rank} waits for its data" if worker is not None else ""
+            return Proof(ProofKind.STOPPED.value, run[0][0], run[-1][0],
+                         f"{_name(owner, worker)} is stopped (state T: SIGSTOP, Ctrl-Z or a debugger){at} at every "
+                         f"sample for {run[-1][0] - run[0][0]:.1f} s: it runs no code until it is continued{tail}",
+                         (worker or owner).node_pid)
+    return None
+
+
+def _fork_lock(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], state: str) -> Proof | None:
+    """A forked worker of a rank waiting on its data, asleep in a futex at a line of the job's own
+    code (a lock's acquire), none of its threads running the job's code and none of its rank's
+    workers using CPU: the lock's holder is no thread of this process. It was held by a thread of
+    the rank when the worker was forked, and the copy stays held for ever."""
+    if state != RankState.DATALOADER:
+        return None
+    for worker in workers:
+        if worker.start_method != "fork":
+            continue
+        run = agreeing(bundle, worker.pid, _on_own_lock)
+        while run and run[0][1].stack is None:     # before a stack showed the lock
+            run = run[1:]
+        if not _proven(run) or not _siblings_still(bundle, workers, run[0][0]):
+            continue
+        frame = own_frame(signature(next(s for _, s in reversed(run) if s.stack is not None)))
+        return Proof(ProofKind.FORK_LOCK.value, run[0][0], run[-1][0],
+                     f"{_name(rank, worker)}, forked, waits on a lock at {frame.label if frame else '?'} (asleep in a "
+                     f"futex, {_cpu(run):.2f} s CPU over {run[-1][0] - run[0][0]:.1f} s) that no thread of its "
+                     f"own holds: none of its threads runs the job's code, so the lock is held by a thread that "
+                     f"does not exist in this process" + _holders(bundle, rank), worker.node_pid)
+    return None
+
+
+def _on_own_lock(sample: ProcSample) -> bool | None:
+    proc, stack = sample.proc, sample.stack
+    if proc is None or not proc.full:
+        return None
+    if stack is None:
+        # A worker whose main thread has not run since its last stack is not read again (the watch's
+        # sampling): still in the futex, its CPU flat (`agreeing`), it stands where that stack showed.
+        return proc.in_futex
+    frames = signature(sample)
+    if not proc.in_futex or not frames or not frames[0].is_job_code:
+        return False
+    # A thread of the job's own code in the worker could hold the lock, and release it.
+    return not any(own_frame(t.frames) is not None for t in stack.threads if not t.is_main)
+
+
+def _siblings_still(bundle: Bundle, workers: list[ProcessInfo], since: float) -> bool:
+    """No worker of the rank used CPU since `since`: none holds a lock they share (a
+    multiprocessing.Lock) while it works."""
+    for worker in workers:
+        cpu = [s.proc.cpu_s for snap in bundle.samples[-RUN_LIMIT:] if snap.time >= since
+               and (s := snap.sample_of(worker.pid)) is not None and s.proc is not None]
+        if len(cpu) >= 2 and cpu[-1] - cpu[0] > CPU_NOISE_S:
+            return False
+    return True
+
+
+def _holders(bundle: Bundle, rank: ProcessInfo) -> str:
+    """The rank's threads of the job's own code: one of them held the lock when the worker was forked."""
+    sample = bundle.last.sample_of(rank.pid)
+    threads = [t for t in sample.stack.threads if not t.is_main and own_frame(t.frames) is not None] \
+        if sample is not None and sample.stack is not None else []
+    if not threads:
+        return ""
+    named = ", ".join(f"{t.name!r} ({t.tid:#x})" for t in threads[:3])
+    return f" (rank {rank.rank}'s own thread{'s' if len(threads) > 1 else ''}: {named})"
+
+
+def _pdb_prompt(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], state: str) -> Proof | None:
+    """The rank's main thread in pdb's command loop reading stdin, stopped at the same line at
+    every sample: the job runs no further until someone answers the prompt."""
+    last = bundle.last.sample_of(rank.pid)
+    key = signature(last) if last is not None else ()
+    if not key:
+        return None
+
+    def at_prompt(sample: ProcSample) -> bool | None:
+        if sample.stack is None:
+            return None
+        return signature(sample) == key and classify_rank(sample).detail == Wait.DEBUGGER
+
+    run = agreeing(bundle, rank.pid, at_prompt)
+    if not _proven(run):
+        return None
+    frame = own_frame(key)
+    stdin = next((link for link in last.proc.fd_links if link.fd == 0), None) if last.proc is not None else None
+    reads = f" reading its stdin ({stdin.target})" if stdin is not None else " reading its stdin"
+    return Proof(ProofKind.PDB_PROMPT.value, run[0][0], run[-1][0],
+                 f"{_name(rank)} sits at a pdb prompt{reads}, stopped at {frame.label if frame else '?'} at every "
+                 f"sample for {run[-1][0] - run[0][0]:.1f} s ({_cpu(run):.2f} s CPU): it runs nothing until "
+                 "someone answers the prompt", rank.node_pid)
+
+
+def _dead_producer(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], state: str) -> Proof | None:
+    """The rank's main thread waits on a queue or event (a handoff from its own line), a thread of
+    the job's own code seen in an earlier stack of it is in none since, and no thread of the job's
+    code but the main one is left to feed it."""
+    stacks = [(snap.time, s.stack) for snap in bundle.samples[-RUN_LIMIT:]
+              if (s := snap.sample_of(rank.pid)) is not None and s.alive and s.stack is not None]
+    if len(stacks) < 3:
+        return None
+    now = stacks[-1][1]
+    if any(own_frame(t.frames) is not None for t in now.threads if not t.is_main):
+        return None
+    alive = {t.tid for t in now.threads}
+    gone: dict[int, tuple[float, Thread]] = {}
+    for time, stack in stacks:
+        for thread in stack.threads:
+            if not thread.is_main and thread.tid not in alive and own_frame(thread.frames) is not None:
+                gone[thread.tid] = (time, thread)
+    if not gone:
+        return None
+    last_seen, thread = max(gone.values(), key=lambda item: item[0])
+
+    def waits_unfed(sample: ProcSample) -> bool | None:
+        if sample.stack is None:
+            return None
+        tids = {t.tid for t in sample.stack.threads}
+        return thread.tid not in tids and classify_rank(sample).detail == Wait.THREAD
+
+    run = [(t, s) for t, s in agreeing(bundle, rank.pid, waits_unfed) if t > last_seen]
+    if not _proven(run):
+        return None
+    frame = own_frame(signature(run[-1][1]))
+    return Proof(ProofKind.DEAD_PRODUCER.value, run[0][0], run[-1][0],
+                 f"{_name(rank)} waits at {frame.label if frame else '?'} for its thread {thread.name!r} "
+                 f"({thread.tid:#x}), which is gone: in none of its stacks for {run[-1][0] - last_seen:.1f} s, last seen at "
+                 f"{own_frame(thread.frames).label}, and no thread of the job's own code is left to feed the wait",
+                 rank.node_pid)
+
+
+def first_proof(proofs: Sequence[Proof]) -> Proof | None:
+    """The most telling of several proofs (ProofKind's order), the earliest of a kind."""
+    order = [k.value for k in ProofKind]
+    return min(proofs, key=lambda p: (order.index(p.kind), p.since), default=None)

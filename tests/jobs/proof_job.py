@@ -1,0 +1,127 @@
+"""A 2-rank gloo job whose rank 1 hangs in a way a fact proves, or shows that fact's look-alike
+and goes on: the jobs of the proofs' latency bench (benchmarks/bench_proofs.py).
+
+--mode train         trains --steps steps and ends (the bench stops rank 1 itself: SIGSTOP)
+--mode pdb           rank 1 meets a breakpoint() at --fault-step, its stdin a pipe nobody writes
+--mode pdb-answered  the same breakpoint, answered ("c") 1 s later from the pipe's other end
+--mode producer-died rank 1's batches come from a thread through a queue.Queue; at --fault-step
+                     the thread raises and dies; the main thread waits in Queue.get for ever
+--mode producer-slow the same thread stalls 3 s once at --fault-step, then feeds on
+--mode fork-lock     rank 1's DataLoader workers are forked while a thread of rank 1 holds a
+                     threading.Lock they take at --fault-step: they wait on it for ever
+--mode lock-free     the same workers take and release their own copy of the lock, held by no one
+Rank r writes WORKDIR/ready.r (its pid) after its first step; the fault, or the look-alike's start,
+writes WORKDIR/fault ("<time> what") once, as it happens.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import threading
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, IterableDataset
+
+RANK = int(os.environ.get("RANK", "0"))
+LOCK = threading.Lock()
+MODES = ("train", "pdb", "pdb-answered", "producer-died", "producer-slow", "fork-lock", "lock-free")
+
+
+def mark_fault(workdir: Path, what: str, at: float | None = None) -> None:
+    path = workdir / "fault"
+    if not path.exists():
+        path.write_text(f"{time.time() if at is None else at} rank {RANK} pid {os.getpid()}: {what}\n")
+    print(f"[rank {RANK}] fault: {what}", flush=True)
+
+
+class Samples(IterableDataset):
+    """Endless samples; in the lock modes, from --fault-step on each one takes LOCK first."""
+
+    def __init__(self, mode: str, workdir: Path, fault_step: int):
+        self.mode, self.workdir, self.fault_step = mode, workdir, fault_step
+
+    def __iter__(self):
+        n = 0
+        while True:
+            if self.mode in ("fork-lock", "lock-free") and RANK == 1 and n >= self.fault_step:
+                if n == self.fault_step:
+                    mark_fault(self.workdir, f"worker pid {os.getpid()} takes the lock (held at fork: "
+                                             f"{LOCK.locked()})")
+                with LOCK:
+                    pass
+            yield torch.full((4,), float(n))
+            n += 1
+
+
+def produce(batches: queue.Queue, mode: str, workdir: Path, fault_step: int) -> None:
+    step = 0
+    while True:
+        if step == fault_step + 2:     # the queue holds two: the rank waits once they are used
+            if mode == "producer-died":
+                mark_fault(workdir, "the prefetch thread dies")
+                raise RuntimeError(f"shard {step % 7} is corrupt")
+            mark_fault(workdir, "the prefetch thread stalls for 3 s")
+            time.sleep(3.0)
+        batches.put(torch.full((4,), float(step)))
+        step += 1
+
+
+def thread_batches(mode: str, workdir: Path, fault_step: int):
+    batches: queue.Queue = queue.Queue(maxsize=2)
+    threading.Thread(target=produce, args=(batches, mode, workdir, fault_step), name="prefetch", daemon=True).start()
+    while True:
+        yield batches.get()
+
+
+def hold_lock_forever() -> None:
+    LOCK.acquire()                     # a metrics thread that took the lock and never gave it back
+    while True:
+        time.sleep(3600)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--mode", required=True, choices=MODES)
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--fault-step", type=int, default=40)
+    args = parser.parse_args()
+    workdir, mode = args.workdir, args.mode
+    dist.init_process_group("gloo")
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    if mode.startswith("producer") and RANK == 1:
+        batches = thread_batches(mode, workdir, args.fault_step)
+    else:
+        if mode == "fork-lock" and RANK == 1:
+            threading.Thread(target=hold_lock_forever, name="metrics", daemon=True).start()
+            while not LOCK.locked():
+                time.sleep(0.01)
+        workers = 1 if mode in ("fork-lock", "lock-free") else 0
+        batches = iter(DataLoader(Samples(mode, workdir, args.fault_step), batch_size=1, num_workers=workers))
+    for step in range(args.steps):
+        optimizer.zero_grad()
+        model(next(batches).reshape(-1, 4)).sum().backward()
+        for grad in [p.grad for p in model.parameters()]:
+            dist.all_reduce(grad)
+        optimizer.step()
+        if step == 0:
+            (workdir / f"ready.{RANK}").write_text(str(os.getpid()))
+        if step == args.fault_step and mode.startswith("pdb") and RANK == 1:
+            read_end, write_end = os.pipe()
+            os.dup2(read_end, 0)             # stdin: a pipe only this process could write
+            if mode == "pdb-answered":
+                threading.Timer(1.0, os.write, args=(write_end, b"c\n")).start()
+            mark_fault(workdir, "breakpoint() at step %d" % step)
+            breakpoint()
+        print(f"[rank {RANK}] step {step}", flush=True)
+        time.sleep(0.05)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
