@@ -9,6 +9,7 @@ process (wall, peak RSS, verdict), and each stage is timed in another (`measure`
 
     python -m benchmarks.bench_merge [RANKS ...]     # the table (default 1024 4096 16384 65536)
     python -m benchmarks.bench_merge --scale N       # one size; its last line is one JSON object
+    python -m benchmarks.bench_merge --scale N --split   # and the time of each stage of the report
 """
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ def culprit_of(ranks: int) -> int:
 _CHILD = r"""
 import io, json, sys, time
 t = time.perf_counter()
+from hangdoc.analyze.assess import analyse
 from hangdoc.report import report_of
 from hangdoc.bundle.files import bundle_files
 from hangdoc.inputs.fold import diagnose_by_class, read_node
@@ -66,14 +68,16 @@ t1 = time.perf_counter()
 loaded = hwm()
 bundle, diagnosis = diagnose_by_class(nodes)
 t2 = time.perf_counter()
-report = report_of(bundle, diagnosis)
+analysis = analyse(bundle, diagnosis=diagnosis)
+t25 = time.perf_counter()
+report = report_of(analysis)
 t3, c3 = time.perf_counter(), time.process_time()
 out = io.StringIO()
 render_text(report, out, width=160)
 t4 = time.perf_counter()
 report_json(report)
 t5 = time.perf_counter()
-print(json.dumps({"load_s": t1 - t0, "classes_s": t2 - t1, "rules_s": t3 - t2, "render_s": t4 - t3,
+print(json.dumps({"load_s": t1 - t0, "classes_s": t2 - t1, "analyse_s": t25 - t2, "rules_s": t3 - t25, "render_s": t4 - t3,
                   "render_json_s": t5 - t4, "cpu_s": c3 - c0, "peak_rss_bytes": hwm() * 1024,
                   "loaded_rss_bytes": loaded * 1024, "base_rss_bytes": base * 1024, "verdict": report.verdict,
                   "culprits": list(report.culprit_ranks), "report_lines": out.getvalue().count("\n"),
@@ -92,12 +96,13 @@ def measure(folder: Path) -> dict:
 
 def stages_table(rows: list[dict]) -> str:
     """Where a v2 report's time goes, each stage timed in a fresh process (`measure`)."""
-    lines = [f"{'ranks':>6} {'digests':>8} {'classes':>8} {'rules':>6} {'text':>6} {'json':>6} {'rows':>5} "
-             f"{'nodes read':>10} {'peak RSS':>9}"]
+    lines = [f"{'ranks':>7} {'digests':>8} {'classes':>8} {'analyse':>8} {'rules':>6} {'text':>6} {'json':>6} "
+             f"{'rows':>5} {'nodes read':>10} {'peak RSS':>9}"]
     for r in rows:
         st = r.get("stages")
         if st:
-            lines.append(f"{r['ranks']:>6} {st['load_s']:>7.2f}s {st['classes_s']:>7.2f}s {st['rules_s']:>5.2f}s "
+            lines.append(f"{r['ranks']:>7} {st['load_s']:>7.2f}s {st['classes_s']:>7.2f}s {st['analyse_s']:>7.2f}s "
+                         f"{st['rules_s']:>5.2f}s "
                          f"{st['render_s']:>5.2f}s {st['render_json_s']:>5.2f}s {st['rows']:>5} "
                          f"{st['nodes_read_whole']:>10} {st['peak_rss_bytes'] / 2**20:>5.0f} MiB")
     return "\n".join(lines)
@@ -178,12 +183,15 @@ def bench_many_nodes(sizes=SCALE_SIZES, v1_up_to: int = V1_UP_TO) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--scale"]:
-        # `make bench-scale RANKS=N`: the last line is one JSON object.
+        # `make bench-scale RANKS=N`: the last line is one JSON object (with --split, its stages too).
         ranks = int(argv[1])
-        fmt = argv[3] if argv[2:3] == ["--format"] else "v2"
-        row = bench_scale(ranks, fmt)
-        print(json.dumps({k: row[k] for k in ("ranks", "nodes", "bytes", "wall_s", "peak_rss_mib", "verdict",
-                                               "culprits")}))
+        fmt = argv[argv.index("--format") + 1] if "--format" in argv else "v2"
+        split = "--split" in argv
+        row = bench_scale(ranks, fmt, split=split)
+        if split:
+            print(stages_table([row]))
+        keys = ("ranks", "nodes", "bytes", "wall_s", "peak_rss_mib", "verdict", "culprits") + (("stages",) if split else ())
+        print(json.dumps({k: row[k] for k in keys}))
         return 0
     if argv[:1] == ["--many-nodes"]:
         argv = argv[1:]
