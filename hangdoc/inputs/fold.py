@@ -99,10 +99,16 @@ def read_node(path: Path, shared: Shared | None = None) -> NodeRead:
                     bundle.options.hang_after_s, bundle.options.interval_s, node_digest(bundle))
 
 
-def class_key(rank: RankDigest) -> tuple:
-    """Ranks that read alike: the same state, stack, progress and workers (not times, pids, hosts)."""
-    return (rank.state, rank.detail, rank.top_frame, rank.stack_key, rank.progress, rank.exited_at is None,
-            tuple([(w.state, w.top_frame, w.alive) for w in rank.workers]))
+def class_key(rank: RankDigest, workers_read: dict[int, tuple] | None = None) -> tuple:
+    """Ranks that read alike: the same state, stack, progress and workers (not times, pids, hosts).
+    `workers_read`: the workers' part already worked out, by the identity of a workers tuple the
+    ranks share (`Shared`)."""
+    workers = workers_read.get(id(rank.workers)) if workers_read is not None else None
+    if workers is None:
+        workers = tuple([(w.state, w.top_frame, w.alive) for w in rank.workers])
+        if workers_read is not None:
+            workers_read[id(rank.workers)] = workers
+    return (rank.state, rank.detail, rank.top_frame, rank.stack_key, rank.progress, rank.exited_at is None, workers)
 
 
 def diagnose_by_class(nodes: Sequence[NodeRead], hang_after: float | None = None,
@@ -127,8 +133,9 @@ def diagnose_by_class(nodes: Sequence[NodeRead], hang_after: float | None = None
     # A culprit is its own class (its own row, its own findings) unless there are crowds of them.
     alone = set(decision.culprits) if len(decision.culprits) <= ALONE_CULPRITS else set()
     classes: dict[tuple, list[RankDigest]] = {}
+    workers_read: dict[int, tuple] = {}     # every rank is held in `ranks`: no tuple's id is reused
     for rank in sorted(ranks, key=lambda r: (r.rank is None, r.rank)):
-        key = (rank.rank,) if rank.rank in alone else class_key(rank)
+        key = (rank.rank,) if rank.rank in alone else class_key(rank, workers_read)
         classes.setdefault(key, []).append(rank)
     node_of = {(r.host, r.pid): n for n in nodes for r in n.digest.ranks}
     heads = {(members[0].host, members[0].pid): members for members in classes.values()}
