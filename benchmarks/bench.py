@@ -1,6 +1,6 @@
 """`make bench`: the speed, overhead and accuracy figures, as tables and as JSON.
 
-    python -m benchmarks.bench [--only headline,snapshot,latency,engines,overhead,zoo,check,merge,matrix,loops,late,slow,fuzz,diverge,proofs] [--out DIR]
+    python -m benchmarks.bench [--only headline,snapshot,latency,engines,watch-cost,overhead,zoo,check,merge,million,matrix,loops,late,slow,fuzz,diverge,proofs] [--out DIR]
 
 `headline` measures the figures benchmarks/baseline.json holds (report DIR at 65,536 and 131,072
 ranks, the default watch's share of a core, `watch --once` CPU, a steady watch round) and compares them as ratios: one
@@ -14,6 +14,9 @@ healthy runs a style): python -m benchmarks.bench_loops.
 `slow` scores the slow verdict (stragglers, speed-up estimated against measured, 0 on balanced jobs).
 `proofs` times each proven hang from its fault to the verdict under `watch` from the start and under
 `run`, beside the verdict on its look-alike (benchmarks/bench_proofs.py).
+`watch-cost` is the default watch of a 2 x 4 job over a steady minute (% of a core, user and system
+time apart) and where a round's CPU goes (benchmarks/bench_watch_cost.py); `million` is `report DIR`
+at 131,072 and 1,048,576 ranks against its read floor, the heads decoded from memory, and memory.
 `fuzz` feeds `hangdoc report` Hypothesis-made and crafted bundles, digests and FR dumps under 1 GiB.
 
 Every figure comes from real torchrun jobs on this machine; ratios are measured within one
@@ -35,8 +38,8 @@ from benchmarks.common import Job, ended_by_sigterm, machine, table
 from hangdoc.scenarios import SCENARIOS
 from hangdoc.scenarios.launch import start_job, stop_job, wait_for
 
-SECTIONS = ("headline", "snapshot", "locals", "latency", "engines", "analysis", "overhead", "false-alarms", "detection", "zoo",
-            "check", "merge", "matrix", "loops", "late", "slow", "fuzz", "diverge", "proofs")
+SECTIONS = ("headline", "snapshot", "locals", "latency", "engines", "watch-cost", "analysis", "overhead", "false-alarms",
+            "detection", "zoo", "check", "merge", "million", "matrix", "loops", "late", "slow", "fuzz", "diverge", "proofs")
 
 
 def _median_capture(pid: int, parallel: int | None, runs: int) -> tuple[float, int]:
@@ -204,6 +207,10 @@ def main(argv=None) -> int:
         from benchmarks.bench_engines import bench_engines, print_engines
 
         print_engines(results.setdefault("engines", bench_engines()), table)
+    if "watch-cost" in wanted:
+        from benchmarks.bench_watch_cost import bench_watch_cost, print_watch_cost
+
+        print_watch_cost(results.setdefault("watch_cost", bench_watch_cost()), table)
     if "analysis" in wanted:
         from benchmarks.bench_analysis import TARGET_MS, bench_analysis
 
@@ -277,6 +284,14 @@ def main(argv=None) -> int:
                       r["verdict"], r["culprits"], {True: "yes", False: "NO"}.get(r.get("same_as_v1"), "-"),
                       "<= 10 s, <= 2 GiB at 65536; <= 1 s at 4096"]
                      for r in rows]) + "\n")
+        print(stages_table(rows) + "\n")
+    if "million" in wanted:
+        from benchmarks.bench_merge import MILLION_SIZES, bench_scale, scale_table, stages_table
+
+        rows = results["million"] = [bench_scale(ranks, split=True) for ranks in MILLION_SIZES]
+        print("`hangdoc report DIR` at 131,072 and 1,048,576 ranks (templated node bundles; goal: within 2x "
+              "its read floor and 4 GiB, the floor within 3x of decoding the heads in memory)")
+        print(scale_table(rows))
         print(stages_table(rows) + "\n")
     if "matrix" in wanted:
         from benchmarks.bench_matrix import bench_matrix, print_matrix

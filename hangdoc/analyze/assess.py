@@ -73,7 +73,7 @@ def analyse(bundle: Bundle, hang_after: float | None = None, *, live: LiveTimeli
     remaining = None
     if diagnosis.verdict == Verdict.HANG and diagnosis.onset is not None and bundle.job.world_size:
         remaining = round(max(0.0, timeout - (diagnosis.decided_at - diagnosis.onset)), 1)
-    ranks = tuple(dataclasses.replace(_rank_report(bundle, diagnosis, view),
+    ranks = tuple(dataclasses.replace(_rank_report(bundle, diagnosis, view, lines),
                                       shares=_shares(lines.get(view.info.pid), counted.get(view.info.node_pid)))
                   for view in diagnosis.ranks)
     tree, classes = facts.stacks(bundle, class_members(ranks))
@@ -130,8 +130,10 @@ def _shares(line: Timeline | None, counted) -> TimeShares | None:
     return time_shares(line, counted.shares, counted.runqueue)
 
 
-def _rank_report(bundle: Bundle, diagnosis: Diagnosis, view: RankView) -> RankReport:
-    fates = workers_of_rank(bundle, view.info.pid)   # live and dead workers are rows; retired ones a count
+def _rank_report(bundle: Bundle, diagnosis: Diagnosis, view: RankView, lines: dict[int, Timeline]) -> RankReport:
+    # Live and dead workers are rows; retired ones a count. Over the analysis's own timelines: a
+    # watch keeps them round to round, and building them again would read its whole history.
+    fates = workers_of_rank(bundle, view.info.pid, lines)
     device = bundle.last.gpu.device_of(view.info.pid) if bundle.last.gpu.available else None
     gpu = None
     if device is not None:

@@ -86,13 +86,29 @@ def killed_workers(logs: tuple[LogTail, ...]) -> dict[int, str]:
     """pid -> how it died, from `DataLoader worker (pid N) is killed by signal: X`."""
     out: dict[int, str] = {}
     for _, line in all_lines(logs):
-        if (m := _KILLED.search(line)):
-            out[int(m.group(1))] = m.group(2)
-        elif (m := _EXITED.search(line)):
-            for pid in m.group(1).replace(" ", "").split(","):
-                if pid.isdigit():
-                    out.setdefault(int(pid), "exited unexpectedly")
+        for pid, how, told in killed_in_line(line):
+            if told:
+                out[pid] = how
+            else:
+                out.setdefault(pid, how)
     return out
+
+
+_WORKER_PID = "DataLoader worker (pid"     # what both lines begin with: most lines are let go at this test
+
+
+def killed_in_line(line: str) -> tuple[tuple[int, str, bool], ...]:
+    """(pid, how, told) for each worker one line says died: told is True for a signal named
+    (`is killed by signal: X`), False for `exited unexpectedly`. A watch asks of the same
+    hundreds of lines every round: the test for the words both lines hold comes first."""
+    if _WORKER_PID not in line:
+        return ()
+    if (m := _KILLED.search(line)):
+        return ((int(m.group(1)), m.group(2), True),)
+    if (m := _EXITED.search(line)):
+        return tuple((int(pid), "exited unexpectedly", False)
+                     for pid in m.group(1).replace(" ", "").split(",") if pid.isdigit())
+    return ()
 
 
 def caught_in_worker(logs: tuple[LogTail, ...]) -> list[tuple[str, int, int]]:

@@ -20,7 +20,7 @@ import signal as signals
 from bisect import bisect_left
 from dataclasses import dataclass
 
-from hangdoc.analyze.logs import killed_workers
+from hangdoc.analyze.logs import killed_in_line
 from hangdoc.analyze.progress import stepped
 from hangdoc.analyze.timeline import Timeline, timelines
 from hangdoc.model import Bundle, LogTail, ProcessInfo, RankState, Role, Word, WorkerState
@@ -130,7 +130,7 @@ def _killed(logs: tuple[LogTail, ...]) -> dict[int, tuple[str, str]]:
     out: dict[int, tuple[str, str]] = {}
     for tail in logs:
         for line in tail.lines:
-            for pid, how in killed_workers((LogTail(tail.source, (line,)),)).items():
+            for pid, how, _ in killed_in_line(line):
                 out.setdefault(pid, (how, line))
     return out
 

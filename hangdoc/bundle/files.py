@@ -37,16 +37,18 @@ def save_bundle(bundle: Bundle, path: str | Path, digest: NodeDigest | None = No
     (without it, a merge reads the samples)."""
     path = check_writable(path)
     data = bundle_v2.encode(bundle, digest)
-    if path.name.endswith(".json"):
-        data += b"\n"
-    else:
-        # One frame, its head in blocks of their own: a merge decompresses those alone.
-        cut = data.find(bundle_v2.HEAD_END) + len(bundle_v2.HEAD_END)
-        packer = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compressobj(size=len(data))
-        data = (packer.compress(data[:cut]) + packer.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
-                + packer.compress(data[cut:]) + packer.flush())
+    data = data + b"\n" if path.name.endswith(".json") else compressed(data)
     write_output(path, data)    # 0600: the job's command lines, logs and paths are its owner's to share
     return path
+
+
+def compressed(data: bytes) -> bytes:
+    """v2 JSON as a saved bundle holds it: one zstd frame, its head in blocks of their own (a
+    merge decompresses those alone)."""
+    cut = data.find(bundle_v2.HEAD_END) + len(bundle_v2.HEAD_END)
+    packer = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compressobj(size=len(data))
+    return (packer.compress(data[:cut]) + packer.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+            + packer.compress(data[cut:]) + packer.flush())
 
 
 class _Schema(msgspec.Struct):
@@ -200,7 +202,11 @@ def load_head(path: str | Path) -> bundle_v2.Head | None:
     """A node's digest and identity without its samples; None for a v1 bundle (it has no head).
     A head written first (`codec.encode`) is decompressed and parsed alone: 15 KB of a node's 180."""
     path = Path(path)
-    raw = _read_file(path)
+    return head_of_bytes(_read_file(path), path)
+
+
+def head_of_bytes(raw: bytes, path: Path) -> bundle_v2.Head | None:
+    """`load_head` of a file's bytes read already (`path` names it in errors)."""
     start = _head_bytes(path, raw)
     with hostile_input(str(path)):
         if start is not None:

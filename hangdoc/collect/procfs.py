@@ -66,6 +66,9 @@ class ProcFS:
         self._root = str(root).rstrip("/") or "/"   # string paths: a watch reads hundreds a round
         self._ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self._boot: float | None = None
+        # pid -> fd -> link target, as the last `open_files` of the pid read them: the socket
+        # reader takes a rank's from there in the same capture instead of reading them again.
+        self.fd_targets: dict[int, dict[int, str]] = {}
 
     # -- raw access ---------------------------------------------------------------
     def path(self, pid: int, *parts: str) -> str:
@@ -213,9 +216,10 @@ class ProcFS:
         except PermissionError:
             raise ProcDenied(f"/proc/{pid}/fd: permission denied") from None
         files = []
+        targets = self.fd_targets[pid] = {}
         for fd in fds:
             try:
-                target = read_link(f"{fd_dir}/{fd}")
+                target = targets[fd] = read_link(f"{fd_dir}/{fd}")
                 if not target.startswith("/") or target.startswith(("/dev/", "/proc/", "/sys/")):
                     continue
                 st = os.stat(f"{fd_dir}/{fd}")

@@ -15,7 +15,7 @@ from hangdoc.base.redact import redact_cached
 from hangdoc.collect.locks import lock_waits
 from hangdoc.collect.procfs import REUSED, ProcDenied, ProcFS, ProcGone, ProcReused
 from hangdoc.collect.resources import cpu_quota, shm_use
-from hangdoc.collect.sockets import tcp_sockets
+from hangdoc.collect.sockets import SocketReader
 from hangdoc.collect.stacks import Dump, DumpRequest, StackError, StackReader, dump_many
 from hangdoc.model import GpuState, Job, ProcessInfo, ProcSample, Role, Snapshot
 
@@ -33,17 +33,20 @@ class Probes:
     gpu: Callable[[], GpuState] = _no_gpu
     clock: Callable[[], float] = time.time
     max_parallel: int | None = None
+    sockets: SocketReader = dataclasses.field(default_factory=SocketReader)
 
 
 def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
             native: bool | set[int] = False, nonblocking: bool | set[int] = False,
-            loop_locals: bool = True, light: set[int] = frozenset()) -> tuple[Snapshot, Job]:
+            loop_locals: bool = True, light: set[int] = frozenset(),
+            steady: set[int] = frozenset()) -> tuple[Snapshot, Job]:
     """Sample every process of `job`; stacks only for `stack_pids` (all when None).
 
     `nonblocking` is a flag for every process or the set of pids to read without pausing.
     `native`: a flag for every process, or the set of pids probed natively once (`Stack.probe`).
     With `loop_locals` the ranks' dumps read locals for their LoopMark (see loopmark.py).
     `light`: pids whose /proc read leaves out the kernel wait and the open files (ProcStat.full).
+    `steady`: ranks that stepped at the last sample: their sockets' reading may be kept (SocketReader).
     Returns the snapshot and the job refined by what the stacks told (which children
     are DataLoader workers, and their worker index).
     """
@@ -69,12 +72,14 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
                          if probes.pyspy is not None and requests else None)
         gpu_future = side.submit(probes.gpu)
         links = _links_wanted(job)
+        probes.procfs.fd_targets.clear()
+        probes.sockets.begin()
         start_times = {p.pid: p.start_time for p in job.processes}
         procs = {pid: _read_proc(probes.procfs, pid, pid not in light, links.get(pid, ()), start_times.get(pid))
                  for pid in pids}
         procs = _with_lock_holders(probes.procfs, procs)
         ranks = {p.pid for p in job.processes if p.role is Role.RANK} - light
-        procs = _with_rank_reads(probes.procfs, procs, ranks)
+        procs = _with_rank_reads(probes, procs, ranks, steady)
         if stacks_future is not None:
             dumps = stacks_future.result()
             dumps.update(_read_again(probes, requests, dumps))
@@ -161,9 +166,10 @@ def _with_lock_holders(procfs: ProcFS, procs: dict):
     return procs
 
 
-def _with_rank_reads(procfs: ProcFS, procs: dict, ranks: set[int]):
+def _with_rank_reads(probes: Probes, procs: dict, ranks: set[int], steady: set[int]):
     """The ranks read in full get their threads' names (what tells NCCL from gloo) and their TCP
     sockets (what names a peer's address, or the store's, as a rank)."""
+    procfs = probes.procfs
     for pid in ranks:
         stat, errors, alive = procs.get(pid, (None, (), False))
         if stat is None or not alive:
@@ -173,7 +179,8 @@ def _with_rank_reads(procfs: ProcFS, procs: dict, ranks: set[int]):
         except (ProcGone, ProcDenied, OSError):
             pass                     # the names are a hint; the sample stands without them
         try:
-            stat = dataclasses.replace(stat, sockets=tcp_sockets(pid, str(procfs.root)))
+            stat = dataclasses.replace(stat, sockets=probes.sockets.read(
+                pid, str(procfs.root), pid in steady, procfs.fd_targets.get(pid)))
         except (FileNotFoundError, ProcessLookupError):
             pass                     # gone since its read: the next sample says so
         except OSError as exc:

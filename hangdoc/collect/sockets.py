@@ -22,27 +22,97 @@ _STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_W
 def tcp_sockets(pid: int, proc_root: str = "/proc") -> tuple[TcpSocket, ...]:
     """The process's TCP sockets, listening ones first; () when it holds none. OSError when its
     descriptors or tables cannot be read (gone, not ours)."""
-    fd_dir = f"{proc_root}/{pid}/fd"
-    inodes = set()
-    for name in os.listdir(fd_dir):
-        try:
-            target = read_link(f"{fd_dir}/{name}")
-        except OSError:
-            continue            # closed between listdir and readlink
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    if not inodes:
-        return ()
+    inodes = socket_inodes(pid, proc_root)
+    return sockets_of(inodes, lambda table: _read_table(pid, table, proc_root)) if inodes else ()
+
+
+def socket_inodes(pid: int, proc_root: str = "/proc", targets: dict[int, str] | None = None) -> frozenset[str]:
+    """The inodes of the sockets the process holds, from its descriptors' links (`targets`: those
+    links read already this round, fd -> target)."""
+    if targets is None:
+        fd_dir = f"{proc_root}/{pid}/fd"
+        targets = {}
+        for name in os.listdir(fd_dir):
+            try:
+                targets[int(name)] = read_link(f"{fd_dir}/{name}")
+            except (OSError, ValueError):
+                continue            # closed between listdir and readlink
+    return frozenset(t[8:-1] for t in targets.values() if t.startswith("socket:["))
+
+
+def sockets_of(inodes: frozenset[str], table_text) -> tuple[TcpSocket, ...]:
+    """The sockets of `inodes` in the tcp and tcp6 tables (`table_text(name)`: a table's text,
+    None where the kernel has none), listening ones first."""
     found = []
     for table in ("tcp", "tcp6"):
-        try:
-            with open(f"{proc_root}/{pid}/net/{table}", encoding="ascii", errors="replace") as f:
-                text = f.read()
-        except FileNotFoundError:
-            continue            # no IPv6 in this kernel
-        found += parse_table(text, inodes)
+        text = table_text(table)
+        if text is not None:
+            found += parse_table(text, inodes)
     found.sort(key=lambda s: (s.state != "LISTEN", s.local))
     return tuple(found[:MAX_SOCKETS])
+
+
+def _read_table(pid: int, table: str, proc_root: str) -> str | None:
+    try:
+        with open(f"{proc_root}/{pid}/net/{table}", encoding="ascii", errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None             # no IPv6 in this kernel
+
+
+# A reading kept for a rank that steps is this many captures old at most (10 s at the default interval).
+KEEP_CAPTURES = 5
+
+
+class SocketReader:
+    """The ranks' TCP sockets, capture after capture, read no more often than the evidence needs.
+
+    A table (/proc/PID/net/tcp) is the kernel's walk of its whole connection hash: milliseconds
+    a read on a host with a large one, however few sockets the job holds. Within one capture the
+    ranks of a network namespace share one read of it. A rank that steps (`steady`) and holds the
+    same sockets as at its last reading keeps that reading, up to KEEP_CAPTURES captures: what its
+    sockets tell (a peer's address, the store reached, a port listened on) is read again the
+    capture it stops stepping, or opens or closes a socket."""
+
+    def __init__(self) -> None:
+        self.captures = 0
+        self.kept: dict[int, tuple[frozenset[str], tuple[TcpSocket, ...], int]] = {}
+        self._tables: dict[tuple[str, str], str | None] = {}
+
+    def begin(self) -> None:
+        """A new capture: the tables are read again when asked for."""
+        self.captures += 1
+        self._tables = {}
+
+    def read(self, pid: int, proc_root: str = "/proc", steady: bool = False,
+             targets: dict[int, str] | None = None) -> tuple[TcpSocket, ...]:
+        """`pid`'s sockets as `tcp_sockets` reads them (OSError alike). `targets`: its descriptors'
+        links read already this capture."""
+        inodes = socket_inodes(pid, proc_root, targets)
+        kept = self.kept.get(pid)
+        if steady and kept is not None and kept[0] == inodes and self.captures - kept[2] < KEEP_CAPTURES:
+            return kept[1]
+        if not inodes:
+            found: tuple[TcpSocket, ...] = ()
+        else:
+            space = self._namespace(pid, proc_root)
+            found = sockets_of(inodes, lambda table: self._table(pid, table, proc_root, space))
+        self.kept[pid] = (inodes, found, self.captures)
+        return found
+
+    def _table(self, pid: int, table: str, proc_root: str, space: str | None) -> str | None:
+        if space is None:
+            return _read_table(pid, table, proc_root)
+        if (space, table) not in self._tables:
+            self._tables[space, table] = _read_table(pid, table, proc_root)
+        return self._tables[space, table]
+
+    @staticmethod
+    def _namespace(pid: int, proc_root: str) -> str | None:
+        try:
+            return read_link(f"{proc_root}/{pid}/ns/net")
+        except OSError:
+            return None         # not shown: the table is read for this process alone
 
 
 def parse_table(text: str, inodes: set[str]) -> list[TcpSocket]:

@@ -8,7 +8,7 @@ from hangdoc import __version__
 from hangdoc.base.errors import BadBundle
 from hangdoc.bundle.files import bundle_files, load_bundles
 from hangdoc.inputs.flight_dumps import load_dumps, split_inputs
-from hangdoc.inputs.fold import FOLD_ABOVE_RANKS, diagnose_by_class, read_node
+from hangdoc.inputs.fold import FOLD_ABOVE_RANKS, Shared, diagnose_by_class, read_node
 from hangdoc.model import BUNDLE_SCHEMA, Bundle, Ending, GpuState, Host, Job, Snapshot
 from hangdoc.report.judge import End, Judgement, judge
 
@@ -33,7 +33,8 @@ def report_from_files(paths, hang_after: float | None = None, records: tuple = (
     `records`, `errors`: Flight Recorder dumps given beside the bundles, and the refused ones."""
     files = bundle_files(paths)
     if len(files) > 1:
-        nodes = [read_node(f) for f in files]
+        shared = Shared()
+        nodes = [read_node(f, shared) for f in files]
         if sum(len(n.digest.ranks) for n in nodes) > FOLD_ABOVE_RANKS:
             bundle, diagnosis = diagnose_by_class(nodes, hang_after, records)
             bundle = dataclasses.replace(bundle, flight_errors=bundle.flight_errors + errors)

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
+
 from hangdoc.analyze.diagnose import Census, Diagnosis, JobFacts, decide, diagnosis_of, node_digest, rank_views
 from hangdoc.analyze.flight import fr_pending, fr_step_times
 from hangdoc.analyze.timeline import timelines
@@ -46,12 +48,40 @@ class NodeRead:
     digest: NodeDigest
 
 
-def read_node(path: Path) -> NodeRead:
-    """The node's head when its digest is current; otherwise the whole bundle, digested here."""
+class Shared:
+    """What the digests of a job's nodes hold alike, held once: a rank's workers (the same pids,
+    states and frames on every node of a containerised job), its rhythm, and the words of its
+    state. A million ranks' digests would otherwise hold eight million workers."""
+
+    def __init__(self) -> None:
+        self._seen: dict = {}
+
+    def __call__(self, value):
+        return self._seen.setdefault(value, value)
+
+    def ranks(self, digest: NodeDigest) -> None:
+        """Each rank of `digest` made to hold the shared copies of its parts (in place: the digest
+        was just decoded and nothing else holds it yet)."""
+        put = msgspec.structs.force_setattr
+        one = self._seen.setdefault
+        for rank in digest.ranks:
+            put(rank, "workers", one(rank.workers, rank.workers))
+            put(rank, "rhythm", one(rank.rhythm, rank.rhythm))
+            put(rank, "host", one(rank.host, rank.host))
+            put(rank, "top_frame", one(rank.top_frame, rank.top_frame))
+            put(rank, "stack_key", one(rank.stack_key, rank.stack_key))
+            put(rank, "state", one(rank.state, rank.state))
+
+
+def read_node(path: Path, shared: Shared | None = None) -> NodeRead:
+    """The node's head when its digest is current; otherwise the whole bundle, digested here.
+    `shared`: the parts already read of the job's other nodes, held once (`Shared`)."""
     head = load_head(path)
     if head is not None and head.digest is not None and head.digest.version == DIGEST_VERSION:
         b = head.bundle
         check_distributed(b.job, str(path))
+        if shared is not None:
+            shared.ranks(head.digest)
         ranks = tuple((r.rank, r.started) for r in head.digest.ranks)
         job = JobId(b.job.run_id, b.job.master_addr, b.job.master_port, b.job.world_size, ranks)
         node = NodeRead(path, b.host.hostname, job, b.logs, b.exit_code, b.options.hang_after_s,
@@ -69,10 +99,16 @@ def read_node(path: Path) -> NodeRead:
                     bundle.options.hang_after_s, bundle.options.interval_s, node_digest(bundle))
 
 
-def class_key(rank: RankDigest) -> tuple:
-    """Ranks that read alike: the same state, stack, progress and workers (not times, pids, hosts)."""
-    return (rank.state, rank.detail, rank.top_frame, rank.stack_key, rank.progress, rank.exited_at is None,
-            tuple([(w.state, w.top_frame, w.alive) for w in rank.workers]))
+def class_key(rank: RankDigest, workers_read: dict[int, tuple] | None = None) -> tuple:
+    """Ranks that read alike: the same state, stack, progress and workers (not times, pids, hosts).
+    `workers_read`: the workers' part already worked out, by the identity of a workers tuple the
+    ranks share (`Shared`)."""
+    workers = workers_read.get(id(rank.workers)) if workers_read is not None else None
+    if workers is None:
+        workers = tuple([(w.state, w.top_frame, w.alive) for w in rank.workers])
+        if workers_read is not None:
+            workers_read[id(rank.workers)] = workers
+    return (rank.state, rank.detail, rank.top_frame, rank.stack_key, rank.progress, rank.exited_at is None, workers)
 
 
 def diagnose_by_class(nodes: Sequence[NodeRead], hang_after: float | None = None,
@@ -97,8 +133,9 @@ def diagnose_by_class(nodes: Sequence[NodeRead], hang_after: float | None = None
     # A culprit is its own class (its own row, its own findings) unless there are crowds of them.
     alone = set(decision.culprits) if len(decision.culprits) <= ALONE_CULPRITS else set()
     classes: dict[tuple, list[RankDigest]] = {}
+    workers_read: dict[int, tuple] = {}     # every rank is held in `ranks`: no tuple's id is reused
     for rank in sorted(ranks, key=lambda r: (r.rank is None, r.rank)):
-        key = (rank.rank,) if rank.rank in alone else class_key(rank)
+        key = (rank.rank,) if rank.rank in alone else class_key(rank, workers_read)
         classes.setdefault(key, []).append(rank)
     node_of = {(r.host, r.pid): n for n in nodes for r in n.digest.ranks}
     heads = {(members[0].host, members[0].pid): members for members in classes.values()}

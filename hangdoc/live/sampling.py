@@ -34,6 +34,7 @@ class Plan:
     native: set[int]
     nonblocking: set[int]
     light: set[int]
+    steady: set[int] = frozenset()     # ranks that stepped at the last sample (collect/sockets.py)
 
 
 class Sampling:
@@ -50,7 +51,8 @@ class Sampling:
         blocked = self._blocked_workers(waiting_on_data)
         wanted |= blocked
         probe = (self._spinning() | blocked) & wanted   # read paused, with native frames, this once
-        return Plan(stacks=wanted, native=probe, nonblocking=self._gentle_pids() - probe, light=light)
+        return Plan(stacks=wanted, native=probe, nonblocking=self._gentle_pids() - probe, light=light,
+                    steady=set(self.stepping))
 
     def _spinning(self) -> set[int]:
         """Ranks to probe natively this round, once per stack they stand at: a rank whose main

@@ -26,6 +26,7 @@ from hangdoc.collect.discover import find_job
 from hangdoc.collect.exits import ExitWatcher
 from hangdoc.collect.host import host_facts
 from hangdoc.collect.logs import log_sources, read_tails
+from hangdoc.collect.procfs import ProcDenied, ProcGone
 from hangdoc.collect.snapshot import Probes, capture
 from hangdoc.collect.spawned import StackRanks
 from hangdoc.live.capture import make_bundle
@@ -240,7 +241,7 @@ class Watcher(Sampling):
         plan = self.plan(all_workers)
         snapshot, self.job = capture(self.job, self.probes, stack_pids=plan.stacks,
                                      native=self.options.native or plan.native, nonblocking=plan.nonblocking,
-                                     light=plan.light)
+                                     light=plan.light, steady=plan.steady)
         self.samples.append(snapshot)
         if self.exit_watcher is not None:
             for proc in self.job.processes:
@@ -258,16 +259,21 @@ class Watcher(Sampling):
         """Merge what runs now into the job: new workers join, the dead stay on record.
 
         A discovery reads every process on the node (its parent, an environment or two): it is
-        left out while the node runs no process it did not run at the last one, up to
-        REDISCOVER_EVERY rounds in a row (a process that execs into a rank starts no new one)."""
+        left out while no process started since the last one descends from the job's (a new
+        process's parent is read, nothing more), up to REDISCOVER_EVERY rounds in a row (a process
+        that execs into a rank starts no new one)."""
         assert self.job is not None
         try:
             running = set(self.probes.procfs.pids())
         except OSError:
             running = None
-        if running is not None and running <= self.discovered and self.undiscovered < REDISCOVER_EVERY - 1:
-            self.undiscovered += 1
-            return
+        if running is not None and self.undiscovered < REDISCOVER_EVERY - 1:
+            fresh = running - self.discovered
+            if not self._joins_job(fresh):
+                # Processes started elsewhere on the node (another job's, a shell's) are not read again.
+                self.discovered |= fresh
+                self.undiscovered += 1
+                return
         self.discovered, self.undiscovered = running or set(), 0
         lone = self.job.single_process      # it may yet start ranks: mp.spawn's script, slow to import torch
         for anchor in self._anchors():
@@ -287,6 +293,27 @@ class Watcher(Sampling):
                     merged.append(proc)
             self.job = dataclasses.replace(self.job, processes=tuple(merged))
             return
+
+    def _joins_job(self, fresh: set[int]) -> bool:
+        """Some of the `fresh` processes descends from the job's (its parent is one of the job's,
+        or a fresh one that does): one /proc/PID/stat read a new process, not a discovery."""
+        if not fresh:
+            return False
+        parents = {}
+        for pid in fresh:
+            try:
+                parents[pid] = self.probes.procfs.stat(pid).ppid
+            except (ProcGone, ProcDenied, ValueError, IndexError):
+                continue            # gone already: nothing to discover
+        ours = {p.pid for p in self.job.processes}
+        grown = True
+        while grown:
+            grown = False
+            for pid, ppid in parents.items():
+                if pid not in ours and ppid in ours:
+                    ours.add(pid)
+                    grown = True
+        return bool(ours & fresh)
 
     def _anchors(self) -> list[int]:
         alive = self._alive_pids()

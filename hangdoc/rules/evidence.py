@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from hangdoc.analyze.classify import is_gpu_sync
 from hangdoc.analyze.diagnose import RankView
 from hangdoc.analyze.gpu import gpu_activity
-from hangdoc.analyze.logs import killed_workers
+from hangdoc.analyze.logs import killed_in_line, killed_workers
 from hangdoc.analyze.timeline import CPU_NOISE_S, WAKEUPS_PER_DUMP
 from hangdoc.analyze.logs import line_rank as log_rank
 from hangdoc.analyze.workers import worker_fates
 from hangdoc.base.words import rank_set
-from hangdoc.model import Bundle, GpuActivity, LogTail, RankState
+from hangdoc.model import Bundle, GpuActivity, RankState
 from hangdoc.rules.clock import blocked_for, on_clock
 from hangdoc.rules.logs import strip_rank
 from hangdoc.rules.samples import cpu_use, samples_of, usual_line
@@ -152,7 +152,7 @@ def dead_workers(ctx) -> list[DeadWorker]:
     lines = {}
     for tail in bundle.logs:
         for line in tail.lines:
-            for pid in killed_workers((LogTail(tail.source, (line,)),)):
+            for pid, _, _ in killed_in_line(line):
                 lines.setdefault(pid, line)
     for pid, how in killed_workers(bundle.logs).items():
         if pid in dead:

@@ -2,6 +2,7 @@
 needle, and the frames of the traceback above a line."""
 from __future__ import annotations
 
+import functools
 import re
 
 from hangdoc.model import LogTail
@@ -16,9 +17,15 @@ def strip_rank(line: str) -> str:
 
 
 def find_lines(logs: tuple[LogTail, ...], *needles: str) -> list[tuple[LogTail, int]]:
-    """(tail, index) of every log line holding one of `needles`."""
-    return [(tail, i) for tail in logs for i, line in enumerate(tail.lines)
-            if any(n in line for n in needles)]
+    """(tail, index) of every log line holding one of `needles`. A tail whose text holds none of
+    them is passed over whole: a watch asks of the same hundreds of lines every round."""
+    return [(tail, i) for tail in logs if any(n in _text(tail.lines) for n in needles)
+            for i, line in enumerate(tail.lines) if any(n in line for n in needles)]
+
+
+@functools.lru_cache(maxsize=64)
+def _text(lines: tuple[str, ...]) -> str:
+    return "\n".join(lines)
 
 
 def traceback_frames(lines: tuple[str, ...], end: int, limit: int = 4) -> list[str]:

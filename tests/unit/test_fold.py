@@ -192,3 +192,22 @@ def test_a_single_process_capture_is_refused_by_class_as_it_is_whole(tmp_path, h
     # THEN one line names the file, as the whole merge does
     with pytest.raises(HangdocError, match=r"node03\.json\.zst is a --single capture of one process"):
         report_from_files([folder])
+
+
+def test_the_parts_nodes_hold_alike_are_held_once_and_read_the_same(tmp_path):
+    # GIVEN two nodes of a job whose ranks' workers read alike (the same pids, states and frames)
+    from hangdoc.inputs.fold import Shared, read_node
+
+    write_job(tmp_path, culprit=100, nodes=2)
+    files = sorted(tmp_path.glob("*.zst"))
+    # WHEN they are read with one Shared, and each alone
+    shared = Shared()
+    together = [read_node(f, shared) for f in files]
+    alone = [read_node(f) for f in files]
+    # THEN they read the same, and the second node's ranks hold the first's workers and words,
+    # and a node's ranks one copy of its host's name
+    assert [n.digest for n in together] == [n.digest for n in alone]
+    first, second = together[0].digest.ranks[0], together[1].digest.ranks[0]
+    assert second.workers is first.workers and second.state is first.state and second.top_frame is first.top_frame
+    assert together[1].digest.ranks[1].host is second.host
+    assert alone[1].digest.ranks[0].workers is not alone[0].digest.ranks[0].workers

@@ -74,24 +74,44 @@ def test_a_full_round_reads_one_worker_of_a_stepping_rank_in_turn():
 
 
 class _Pids:
-    """A /proc whose process list the test sets."""
+    """A /proc whose process list, and each process's parent, the test sets."""
 
-    def __init__(self, pids):
+    def __init__(self, pids, parents=None):
         self.now = set(pids)
+        self.parents = dict(parents or {})
+        self.stats = 0
 
     def pids(self):
         return list(self.now)
+
+    def stat(self, pid):
+        from types import SimpleNamespace
+
+        from hangdoc.collect.procfs import ProcGone
+
+        if pid not in self.now:
+            raise ProcGone(pid)
+        self.stats += 1
+        return SimpleNamespace(ppid=self.parents.get(pid, 1))
+
+
+def rediscovering(monkeypatch):
+    """A watch whose last discovery saw the node's processes 1, 2 and 3, and the discoveries it runs."""
+    from hangdoc.live import watcher as module
+
+    found = []
+    watcher, _ = watcher_after(-1)
+    monkeypatch.setattr(module, "find_job", lambda *a, **k: found.append(1) or watcher.job)
+    watcher.probes = Probes(procfs=_Pids({1, 2, 3}))
+    watcher.discovered = {1, 2, 3}
+    return watcher, found
 
 
 def test_the_job_is_discovered_again_when_a_process_starts_and_at_least_every_few_rounds(monkeypatch):
     # GIVEN a watch whose last discovery saw the node's processes 1, 2 and 3
     from hangdoc.live import watcher as module
 
-    found = []
-    monkeypatch.setattr(module, "find_job", lambda *a, **k: found.append(1) or watcher.job)
-    watcher, _ = watcher_after(-1)
-    watcher.probes = Probes(procfs=_Pids({1, 2, 3}))
-    watcher.discovered = {1, 2, 3}
+    watcher, found = rediscovering(monkeypatch)
     # WHEN rounds pass with the same processes, one exiting meanwhile
     watcher.probes.procfs.now = {1, 2}
     for _ in range(module.REDISCOVER_EVERY - 1):
@@ -100,10 +120,30 @@ def test_the_job_is_discovered_again_when_a_process_starts_and_at_least_every_fe
     assert found == []
     watcher._rediscover()
     assert len(found) == 1
-    # AND a process that starts is looked for at the next round
+    # AND a process that starts under one of the job's is looked for at the next round
     watcher.probes.procfs.now = {1, 2, 4}
+    watcher.probes.procfs.parents[4] = watcher.job.ranks[0].pid
     watcher._rediscover()
     assert len(found) == 2
+
+
+def test_processes_started_outside_the_job_do_not_bring_a_discovery_and_their_children_in_it_do(monkeypatch):
+    # GIVEN a watch that discovered the node's processes 1, 2 and 3 at its last round
+    watcher, found = rediscovering(monkeypatch)
+    # WHEN another job on the node starts processes 7 and 8 (8 under 7), round after round
+    procfs = watcher.probes.procfs
+    procfs.now |= {7, 8}
+    procfs.parents.update({7: 1, 8: 7})
+    watcher._rediscover()
+    watcher._rediscover()
+    # THEN no discovery runs, and their parents are read once
+    assert found == [] and procfs.stats == 2
+    # WHEN a process 9 starts under a fresh process 10 whose parent is a rank of the job
+    procfs.now |= {9, 10}
+    procfs.parents.update({10: watcher.job.ranks[0].pid, 9: 10})
+    watcher._rediscover()
+    # THEN the job is discovered again at once
+    assert found == [1]
 
 
 def test_a_spinning_rank_is_probed_again_while_no_wait_is_found_at_its_line_and_no_more_once_one_is():
