@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import shutil
 import subprocess
@@ -15,6 +16,9 @@ import pytest
 from hangdoc.scenarios.launch import start_job, stop_job, torchrun_cmd, wait_for
 
 JOBS = Path(__file__).parent / "jobs"
+# A round's status line (stderr off a terminal): with its clock where every rank fits beside it,
+# "hangdoc #N" where the line had to shrink (render/live.py: status_line).
+STATUS_LINE = re.compile(r"hangdoc(?:: \d\d:\d\d:\d\d sample | #)\d+ ")
 
 PLANTED_SECRETS = {
     "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
@@ -145,7 +149,7 @@ class Watch:
     def wait_for_samples(self, count: int = 1, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if sum(" sample " in line for line in self.err) >= count:
+            if sum(bool(STATUS_LINE.match(line)) for line in self.err) >= count:
                 return
             assert self.proc.poll() is None, "".join(self.err)
             time.sleep(0.1)

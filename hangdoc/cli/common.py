@@ -140,7 +140,10 @@ def distinct_outputs(**named: Path | str | None) -> None:
             stat = where.stat()
             key: tuple = ("inode", stat.st_dev, stat.st_ino)
         except OSError:
-            key = ("path", os.path.realpath(where))
+            try:
+                key = ("path", os.path.realpath(where))
+            except OSError:     # the working directory itself is gone: the names as given
+                key = ("path", str(where))
         shown = option if option.isupper() else "--" + option.replace("_", "-")
         if key in seen:
             raise HangdocError(f"{seen[key]} and {shown} name one file ({path}): give each output a path of its own")

@@ -68,4 +68,6 @@ def test_whole_run_timeout_fails_a_busy_command(tmp_path):
 
 def test_missing_command_is_a_usage_error(tmp_path):
     done = run(tmp_path, "/nonexistent/train")
-    assert done.returncode == 2 and "cannot start" in done.stderr
+    # (the report says so, and the bundle is saved whatever the end)
+    assert done.returncode == 2 and "could not start" in done.stdout + done.stderr
+    assert (tmp_path / "b.json").is_file()
