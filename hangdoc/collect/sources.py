@@ -25,6 +25,10 @@ _CACHED_FILES = 32
 
 _Parsed = tuple[list[str], ast.Module]
 _files: OrderedDict[tuple, _Parsed | None] = OrderedDict()
+# Outlines already made, by (file version, function, lines): a watch asks for the same ones every
+# round, and walking a large file's tree again costs milliseconds each time.
+_outlined: OrderedDict[tuple, SourceFunction | None] = OrderedDict()
+_CACHED_OUTLINES = 256
 
 
 def read_sources(job: Job, samples: tuple[Snapshot, ...], proc_root: str | Path = "/proc") -> tuple[SourceFunction, ...]:
@@ -44,10 +48,17 @@ def read_sources(job: Job, samples: tuple[Snapshot, ...], proc_root: str | Path 
             pids.setdefault(frame.filename, sample.pid)
     functions: list[SourceFunction] = []
     for (filename, name), lines in list(wanted.items())[:MAX_FUNCTIONS]:
-        parsed = _parsed(filename, pids[filename], Path(proc_root))
-        if parsed is None:
+        found = _parsed(filename, pids[filename], Path(proc_root))
+        if found is None or found[1] is None:
             continue
-        outline = outline_of(parsed, filename, name, sorted(lines))
+        key = (found[0], filename, name, tuple(sorted(lines)))
+        if key in _outlined:
+            _outlined.move_to_end(key)
+        else:
+            _outlined[key] = outline_of(found[1], filename, name, list(key[3]))
+            while len(_outlined) > _CACHED_OUTLINES:
+                _outlined.popitem(last=False)
+        outline = _outlined[key]
         if outline is not None:
             functions.append(outline)
     return tuple(functions)
@@ -77,7 +88,8 @@ def outline_of(parsed: _Parsed, filename: str, name: str, lines: list[int]) -> S
     return SourceFunction(filename=filename, name=name, line=first, end=last, blocks=tuple(blocks), lines=own)
 
 
-def _parsed(filename: str, pid: int, proc_root: Path) -> _Parsed | None:
+def _parsed(filename: str, pid: int, proc_root: Path) -> tuple[tuple, _Parsed | None] | None:
+    """(the file version's key, its lines and tree) as the rank sees it; None: no regular file."""
     for path in (proc_root / str(pid) / "root" / filename.lstrip("/"), Path(filename)):
         try:
             info = os.stat(path)
@@ -88,12 +100,12 @@ def _parsed(filename: str, pid: int, proc_root: Path) -> _Parsed | None:
         key = (str(path), info.st_mtime_ns, info.st_size)
         if key in _files:
             _files.move_to_end(key)
-            return _files[key]
+            return key, _files[key]
         parsed = _read(path, info.st_size)
         _files[key] = parsed
         while len(_files) > _CACHED_FILES:
             _files.popitem(last=False)
-        return parsed
+        return key, parsed
     return None
 
 

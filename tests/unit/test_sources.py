@@ -7,7 +7,7 @@ import textwrap
 
 from hangdoc.collect import sources
 from hangdoc.collect.loopmark import frame_mark
-from hangdoc.collect.sources import outline_source
+from hangdoc.collect.sources import outline_source, read_sources
 
 TRAIN = textwrap.dedent('''\
     import torch.distributed as dist
@@ -68,9 +68,9 @@ def test_a_fifo_named_like_a_script_is_never_opened(tmp_path, monkeypatch):
     fifo = tmp_path / "train.py"
     os.mkfifo(fifo)
     # WHEN hangdoc reads the source behind a frame in it
-    parsed = sources._parsed(str(fifo), 1, tmp_path / "no-proc")
+    found = sources._parsed(str(fifo), 1, tmp_path / "no-proc")
     # THEN it returns at once with nothing
-    assert parsed is None
+    assert found is None
 
 
 def test_a_file_over_the_bound_is_not_read(tmp_path, monkeypatch):
@@ -79,7 +79,8 @@ def test_a_file_over_the_bound_is_not_read(tmp_path, monkeypatch):
     big.write_text("x = 1\n" * 10)
     monkeypatch.setattr(sources, "MAX_FILE_BYTES", 20)
     # WHEN read THEN it is left alone
-    assert sources._parsed(str(big), 1, tmp_path / "no-proc") is None
+    found = sources._parsed(str(big), 1, tmp_path / "no-proc")
+    assert found is not None and found[1] is None
 
 
 def test_a_frame_shows_its_flags_floats_and_the_exception_it_holds_but_never_a_string():
@@ -95,3 +96,39 @@ def test_a_frame_shows_its_flags_floats_and_the_exception_it_holds_but_never_a_s
     assert mark.values == (("early_stop", "True"), ("e", "UnicodeDecodeError"), ("val_loss", "0.91"))
     assert mark.counters == (("step", 61),)
     assert "hunter2" not in repr(mark)
+
+
+def _pointed_at(path):
+    """The barrier-mismatch golden with its ranks' own frames pointed at `path` (line 3, in `train`)."""
+    import dataclasses
+    from pathlib import Path
+
+    from hangdoc.bundle.files import load_bundle
+
+    bundle = load_bundle(Path(__file__).resolve().parents[1] / "golden" / "barrier-mismatch" / "bundle.json")
+    last = bundle.samples[-1]
+
+    def repoint(sample):
+        if sample.stack is None:
+            return sample
+        threads = tuple(dataclasses.replace(t, frames=tuple(
+            dataclasses.replace(f, filename=str(path), name="train", line=3) if f.is_job_code else f
+            for f in t.frames)) for t in sample.stack.threads)
+        return dataclasses.replace(sample, stack=dataclasses.replace(sample.stack, threads=threads))
+
+    return bundle.job, (dataclasses.replace(last, processes=tuple(repoint(s) for s in last.processes)),)
+
+
+def test_a_watch_outlines_a_function_once_and_again_when_its_file_changes(tmp_path):
+    # GIVEN ranks standing in a script's function, read round after round
+    script = tmp_path / "train.py"
+    script.write_text("def train():\n    for i in range(3):\n        step(i)\n")
+    job, samples = _pointed_at(script)
+    first = read_sources(job, samples, tmp_path / "no-proc")
+    # WHEN the same round is read again THEN the outline made before is served, not made again
+    assert read_sources(job, samples, tmp_path / "no-proc")[0] is first[0]
+    # WHEN the script is edited THEN its new line is read
+    script.write_text("def train():\n    while True:\n        step_again()\n")
+    os.utime(script, ns=(1, 1))
+    again = read_sources(job, samples, tmp_path / "no-proc")
+    assert again[0].text_of(3) == "step_again()" and [b.kind for b in again[0].around(3)] == ["while"]
