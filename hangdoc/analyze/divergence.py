@@ -22,16 +22,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hangdoc.analyze.leavers import (
-    NAME, STEP_NAMES, OwnPath, Outlines, differing_names, own_paths, rank_word, shared_depth, shared_values, who_left,
+    NAME, STEP_NAMES, OwnPath, Outlines, differing_names, own_paths, shared_depth, shared_values, who_left,
 )
 from hangdoc.analyze.logs import rank_exception
-from hangdoc.base.words import rank_ranges
+from hangdoc.base.words import rank_set
 from hangdoc.model import Bundle
 from hangdoc.model import SplitCause as Cause
 
 MAX_DIFFERING = 6
-# A branch on who the rank is: `if rank == 0:`, `if is_main_process:`, `if dist.get_rank() == 0:`.
+# Frames of the wrappers whose forward runs collectives of their own.
 _WRAPPERS = (("torch/nn/parallel/distributed.py", "DDP"), ("torch/distributed/fsdp/", "FSDP"))
+
+
 @dataclass(frozen=True)
 class Place:
     """Where the ranks of one group stand: the line in the function they all share, and their own
@@ -70,19 +72,20 @@ def divergence(bundle: Bundle, groups: dict[str, tuple[int, ...]]) -> Divergence
         return None
     ranks = own_paths(bundle, {r for members in groups.values() for r in members})
     by_group = [(name, tuple(r for r in members if r in ranks), members) for name, members in sorted(groups.items())]
+    sources = Outlines(bundle.sources)
     if any(not present for _, present, _ in by_group):
-        return Divergence(None, _places(by_group, ranks, 0, bundle), (), "the stacks of some ranks could not be read",
+        return Divergence(None, _places(by_group, ranks, 0, sources), (), "the stacks of some ranks could not be read",
                           Cause.UNKNOWN)
     depth = shared_depth([ranks[r] for _, present, _ in by_group for r in present])
     shared = None
     if depth:
         frame = ranks[by_group[0][1][0]].frames[depth - 1]
         shared = f"{frame.name} ({frame.short_filename})"
-    places = _places(by_group, ranks, depth, bundle)
-    found = who_left(by_group, ranks, depth, bundle)
+    places = _places(by_group, ranks, depth, sources)
+    found = who_left(by_group, ranks, depth, sources, bundle)
     differing = _differing(ranks, depth)
     if found is None:
-        names = " and ".join(f"{rank_word(p)} {rank_ranges(p)}" for _, p, _ in by_group)
+        names = " and ".join(rank_set(p) for _, p, _ in by_group)
         return Divergence(shared, places, (), f"{names} stand in different collectives; nothing tells which left "
                           "(no loop counter ahead, no handler, branch or early exit one of them alone took)",
                           Cause.UNKNOWN, differing=differing)
@@ -92,8 +95,8 @@ def divergence(bundle: Bundle, groups: dict[str, tuple[int, ...]]) -> Divergence
     return Divergence(shared, places, found.left, found.why, cause, found.at, differing, exception, wrapper)
 
 
-def _places(by_group, ranks: dict[int, OwnPath], depth: int, bundle: Bundle) -> tuple[Place, ...]:
-    sources = Outlines(bundle.sources)
+def _places(by_group, ranks: dict[int, OwnPath], depth: int, sources: Outlines) -> tuple[Place, ...]:
+    differ = differing_names(ranks, depth)
     places = []
     for name, present, members in by_group:
         if not present:
@@ -105,7 +108,6 @@ def _places(by_group, ranks: dict[int, OwnPath], depth: int, bundle: Bundle) -> 
         if own is not None and (fn := sources.of(own)) is not None:
             text = fn.text_of(own.line)
         mark = first.marks[depth - 1] if depth and depth - 1 < len(first.marks) else None
-        differ = differing_names(ranks, depth)
         counters = [(k, v) for k, v in (mark.counters if mark is not None else ()) if k in differ]
         counters.sort(key=lambda kv: (kv[0] not in STEP_NAMES, kv[0]))
         step = ", ".join(f"{k} {v}" for k, v in counters[:3]) or None
@@ -141,8 +143,8 @@ def _wrapper(left: tuple[int, ...], ranks: dict[int, OwnPath]) -> str | None:
 
 
 def _differing(ranks: dict[int, OwnPath], depth: int) -> tuple[str, ...]:
-    """The locals of the shared frame (and of each rank's own innermost frame) whose values differ
-    across ranks: flags, counters, an exception held."""
+    """The locals of the shared frame whose values differ across ranks: flags, counters, numbers, an
+    exception held; flags first."""
     shown = []
     for name, by_rank in shared_values(ranks, depth).items():
         if len(by_rank) < 2 or len(set(by_rank.values())) < 2:
@@ -151,6 +153,6 @@ def _differing(ranks: dict[int, OwnPath], depth: int) -> tuple[str, ...]:
         for r, value in sorted(by_rank.items()):
             parts.setdefault(value, []).append(r)
         flag = all(v in ("True", "False", "None") for v in parts)
-        text = f"{name}: " + ", ".join(f"{v} on {rank_word(rs)} {rank_ranges(rs)}" for v, rs in parts.items())
+        text = f"{name}: " + ", ".join(f"{v} on {rank_set(rs)}" for v, rs in parts.items())
         shown.append((0 if flag else 1, text))
     return tuple(text for _, text in sorted(shown)[:MAX_DIFFERING])

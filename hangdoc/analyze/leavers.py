@@ -6,11 +6,10 @@ Pure: a function of the bundle.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hangdoc.analyze.logs import rank_exception
-from hangdoc.base.words import rank_ranges
+from hangdoc.base.words import rank_set
 from hangdoc.model import Bundle, Frame, FrameMark, SourceBlock, SourceFunction
 from hangdoc.model import SplitCause as Cause
 from hangdoc.model.source import HANDLERS, JUMPS, LOOPS
@@ -18,6 +17,7 @@ from hangdoc.model.source import HANDLERS, JUMPS, LOOPS
 # The groups of ranks in a split: (collective, the ranks of it whose stacks were read, all its ranks).
 Groups = list[tuple[str, tuple[int, ...], tuple[int, ...]]]
 
+# A branch on who the rank is: `if rank == 0:`, `if is_main_process:`, `if dist.get_rank() == 0:`.
 RANKISH = re.compile(r"\b(?:\w*rank\w*|is_main\w*|is_master\w*|main_process\w*|is_global_zero|process_index|"
                       r"is_local_main\w*|is_world_process_zero|is_local_process_zero)\b", re.IGNORECASE)
 # A branch on the rank's own clock: `if time.time() - last > 30:`.
@@ -25,7 +25,6 @@ _CLOCKISH = re.compile(r"\btime\.(?:time|monotonic|perf_counter)\w*\(|\bdatetime
                        r"\bseconds?\b|\bdeadline\b|\b\w*_time\b|\btimer\b", re.IGNORECASE)
 # A loop over the job's data: `for batch in loader:`, `for i, (x, y) in enumerate(train_dl):`.
 _DATA_LOOP = re.compile(r"\bfor\b.*\bin\b.*(?:load|batch|data|dl\b|iter|sampler|shard)", re.IGNORECASE)
-# Frames of the wrappers whose forward runs collectives of their own.
 NAME = re.compile(r"[A-Za-z_]\w*")
 STEP_NAMES = ("step", "global_step", "iteration", "it", "i", "batch_idx", "epoch")
 
@@ -44,10 +43,6 @@ class Leaver:
     why: str
     cause: Cause
     at: str | None = None
-
-
-def rank_word(ranks: Sequence[int]) -> str:
-    return "rank" if len(ranks) == 1 else "ranks"
 
 
 class Outlines:
@@ -130,13 +125,14 @@ def _in_handler(by_group, ranks, depth, sources) -> Leaver | None:
     index, (frame, block) = hit
     _, present, members = by_group[index]
     word = "an `except`" if block.kind == "except" else "a `finally`"
-    return Leaver(members, f"{rank_word(members)} {rank_ranges(members)} stand{'s' if len(members) == 1 else ''} in "
+    return Leaver(members, f"{rank_set(members)} stand{'s' if len(members) == 1 else ''} in "
                   f"{word} block its peers are not in ({_at(frame, block)}), and runs a collective there",
                   Cause.HANDLER_COLLECTIVE, _at(frame, block))
 
 
-def _ahead(by_group, ranks, depth) -> Leaver | None:
-    """One group ahead of all the others in the shared frame's loop counters."""
+def _ahead(by_group, ranks, depth, differ: set[str]) -> Leaver | None:
+    """One group ahead of all the others in the shared frame's loop counters (`differ`: the names
+    whose values differ between the ranks)."""
     if not depth:
         return None
     counters: list[dict[str, int]] = []
@@ -147,30 +143,29 @@ def _ahead(by_group, ranks, depth) -> Leaver | None:
             return None        # no counters, or the group's own ranks differ: no clean reading
         counters.append(values[0])
     names = set.intersection(*(set(c) for c in counters)) if counters else set()
-    differ = sorted((n for n in names & differing_names(ranks, depth) if len({c[n] for c in counters}) > 1),
-                    key=lambda n: (n not in STEP_NAMES, n))
-    if not differ:
+    ahead = sorted((n for n in names & differ if len({c[n] for c in counters}) > 1),
+                   key=lambda n: (n not in STEP_NAMES, n))
+    if not ahead:
         return None
-    leads = {max(range(len(counters)), key=lambda i, n=n: counters[i][n]) for n in differ}
+    leads = {max(range(len(counters)), key=lambda i, n=n: counters[i][n]) for n in ahead}
     if len(leads) != 1:
         return None
     lead = leads.pop()
-    if any(counters[lead][n] <= counters[i][n] for n in differ for i in range(len(counters)) if i != lead):
+    if any(counters[lead][n] <= counters[i][n] for n in ahead for i in range(len(counters)) if i != lead):
         return None
     _, present, members = by_group[lead]
     others = [m for i, (_, _, ms) in enumerate(by_group) if i != lead for m in ms]
     shown = ", ".join(f"{n} {counters[lead][n]} against {', '.join(str(c[n]) for i, c in enumerate(counters) if i != lead)}"
-                      for n in differ[:2])
-    return Leaver(members, f"{rank_word(members)} {rank_ranges(members)} {'is' if len(members) == 1 else 'are'} ahead in "
-                  f"the loop ({shown} on {rank_word(others)} {rank_ranges(others)}): {'it' if len(members) == 1 else 'they'} "
+                      for n in ahead[:2])
+    return Leaver(members, f"{rank_set(members)} {'is' if len(members) == 1 else 'are'} ahead in "
+                  f"the loop ({shown} on {rank_set(others)}): {'it' if len(members) == 1 else 'they'} "
                   "skipped the collective the others wait in", Cause.SKIPPED)
 
 
-def _swallowed(by_group, ranks, depth, sources) -> Leaver | None:
+def _swallowed(by_group, ranks, depth, sources, ahead: Leaver | None) -> Leaver | None:
     """The others wait in a collective inside a `try` whose handler swallows the exception
     (continue, pass, break, return; no raise), and one group is ahead in the loop: an exception
     on its ranks skipped the collective."""
-    ahead = _ahead(by_group, ranks, depth)
     if ahead is None:
         return None
     for _, present, members in by_group:
@@ -214,7 +209,7 @@ def _follows(fn: SourceFunction, block: SourceBlock, handler: SourceBlock) -> bo
     return all(any(h.kind == "except" and h.holds(b.line) for h in fn.blocks) for b in between)
 
 
-def _after_loop(by_group, ranks, depth, sources) -> Leaver | None:
+def _after_loop(by_group, ranks, depth, sources, differ: set[str]) -> Leaver | None:
     """One group after a loop of the shared function that every other group is still inside: the
     outermost loop the others are in and it is not (the one it left)."""
     if depth == 0:
@@ -240,10 +235,9 @@ def _after_loop(by_group, ranks, depth, sources) -> Leaver | None:
             continue                              # before the loop, not after it
         exits = [b for b in fn.blocks if loop.holds(b.line) and
                  (b.kind == "return" or (b.kind == "break" and _innermost_loop(fn, b.line) == loop.line))]
-        word = f"{rank_word(members)} {rank_ranges(members)}"
+        word = f"{rank_set(members)}"
         where = f"{frame.short_filename}:{loop.line} (`{loop.text}`)"
         data = _DATA_LOOP.search(loop.text) is not None
-        differ = differing_names(ranks, depth)
         for exit_ in exits:
             guard = next((b for b in reversed(fn.around(exit_.line)) if b.kind in ("if", "else")), None)
             if guard is None:
@@ -299,19 +293,18 @@ def _in_branch(by_group, ranks, depth, sources) -> Leaver | None:
         cause = Cause.CLOCK_DECISION
     else:
         cause = Cause.OWN_DECISION
-    word = f"{rank_word(members)} {rank_ranges(members)}"
+    word = f"{rank_set(members)}"
     return Leaver(members, f"{word} took a branch its peers did not ({_at(frame, block)}) and runs a collective in it",
                   cause, _at(frame, block))
 
 
-def _returned_early(by_group, ranks, depth, sources) -> Leaver | None:
+def _returned_early(by_group, ranks, depth, sources, ahead: Leaver | None) -> Leaver | None:
     """One group past a call of the shared function that every other group is still inside, where
     the called function returns early on a condition before the line the others stand at."""
     if depth == 0:
         return None
     lines = {i: ranks[present[0]].frames[depth - 1].line for i, (_, present, _) in enumerate(by_group)}
     deeper = {i: len(ranks[present[0]].frames) > depth for i, (_, present, _) in enumerate(by_group)}
-    ahead = _ahead(by_group, ranks, depth)
     for i, (_, present, members) in enumerate(by_group):
         others = [j for j in lines if j != i]
         went_round = ahead is not None and set(ahead.left) == set(members)
@@ -329,7 +322,7 @@ def _returned_early(by_group, ranks, depth, sources) -> Leaver | None:
             if guard is None:
                 continue
             at = f"{inside.short_filename}:{ret.line} `{ret.text}` (under `{guard.text}`)"
-            word = f"{rank_word(members)} {rank_ranges(members)}"
+            word = f"{rank_set(members)}"
             past = "went on past" if not went_round else "went round the loop past"
             return Leaver(members, f"{word} {past} {inside.name} ({inside.short_filename}) while the others are still "
                           f"inside it, in a collective that function returns early before, at {at}", Cause.EARLY_RETURN, at)
@@ -345,7 +338,7 @@ def _printed(by_group, bundle: Bundle) -> Leaver | None:
     _, present, members = by_group[hit[0]]
     error = rank_exception(bundle.logs, present[0])
     what = error.messages[-1] if error is not None and error.messages else "an exception"
-    return Leaver(members, f"only {rank_word(members)} {rank_ranges(members)} printed an exception ({what})",
+    return Leaver(members, f"only {rank_set(members)} printed an exception ({what})",
                   Cause.SKIPPED)
 
 
@@ -359,7 +352,7 @@ def _majority(by_group) -> Leaver | None:
         return None
     left = tuple(sorted(r for i, (_, _, members) in enumerate(by_group) if i != big for r in members))
     return Leaver(left, f"by count alone: {sizes[big]} of {total} ranks wait in {by_group[big][0]}; nothing in "
-                  f"the code of {rank_word(left)} {rank_ranges(left)} tells why {'it' if len(left) == 1 else 'they'} left",
+                  f"the code of {rank_set(left)} tells why {'it' if len(left) == 1 else 'they'} left",
                   Cause.UNKNOWN)
 
 
@@ -391,14 +384,16 @@ def differing_names(ranks: dict[int, OwnPath], depth: int) -> set[str]:
     return {name for name, by_rank in shared_values(ranks, depth).items() if len(set(by_rank.values())) > 1}
 
 
-def who_left(by_group: Groups, ranks: dict[int, OwnPath], depth: int, bundle: Bundle) -> Leaver | None:
+def who_left(by_group: Groups, ranks: dict[int, OwnPath], depth: int, sources: Outlines,
+             bundle: Bundle) -> Leaver | None:
     """The ranks that left, and the evidence: the strongest reading that names one group."""
-    sources = Outlines(bundle.sources)
+    differ = differing_names(ranks, depth)
+    ahead = _ahead(by_group, ranks, depth, differ)
     return (_in_handler(by_group, ranks, depth, sources)
-            or _swallowed(by_group, ranks, depth, sources)
-            or _after_loop(by_group, ranks, depth, sources)
-            or _returned_early(by_group, ranks, depth, sources)
+            or _swallowed(by_group, ranks, depth, sources, ahead)
+            or _after_loop(by_group, ranks, depth, sources, differ)
+            or _returned_early(by_group, ranks, depth, sources, ahead)
             or _in_branch(by_group, ranks, depth, sources)
-            or _ahead(by_group, ranks, depth)
+            or ahead
             or _printed(by_group, bundle)
             or _majority(by_group))
