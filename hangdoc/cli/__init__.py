@@ -61,6 +61,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "watch": ("hangdoc.cli.watch", "Attach to a running torchrun / DDP job (any of its pids, or --job: the one on this "
                                    "node) and diagnose it."),
     "run": ("hangdoc.cli.run", "Run a short training under watch: exit 3 on a hang, 4 on a crash, else the command's own code."),
+    "replay": ("hangdoc.cli.replay", "Run a recorded watch again: the same rounds through the same step, the same report."),
     "ps": ("hangdoc.cli.ps", "List the torchrun / DDP jobs on this node: run id, master, world size, node, launcher, ranks."),
     "check": ("hangdoc.cli.check", "Preflight: find tomorrow's hang in the data, the host or the checkpoint."),
 }

@@ -64,6 +64,22 @@ def html_option():
                         "timeline) to this file.")
 
 
+def record_option():
+    return typer.Option(None, "--record", metavar="DIR", help="Also write every round the watch reads to DIR "
+                        "(made when missing; never over an earlier recording): `hangdoc replay DIR` runs it again to "
+                        "the same report. What to send when a verdict looks wrong (it holds what a bundle holds).")
+
+
+def open_recorder(directory, command: str):
+    """The recorder of `--record DIR` (None without it); its header names the command and hangdoc."""
+    if directory is None:
+        return None
+    from hangdoc import __version__
+    from hangdoc.bundle.recording import Recorder
+
+    return Recorder(directory, {"command": command, "hangdoc": __version__})
+
+
 MAX_INTERVAL_S = 3600.0       # between two samples
 MAX_WAIT_S = 1e9              # any other span: the clocks' and sleeps' limits lie beyond it (about 9e9 s)
 

@@ -14,7 +14,8 @@ from hangdoc.bundle.files import check_writable
 from hangdoc.cli import app
 from hangdoc.cli.common import (
     Engine, default_out, delivered, distinct_outputs, emit_report, engine_option, hang_after_option, html_option,
-    html_target, interval_option, report_format_option, save_or_say, signals_held, timeout_option, write_html,
+    html_target, interval_option, open_recorder, record_option, report_format_option, save_or_say, signals_held,
+    timeout_option, write_html,
 )
 from hangdoc.render.formats import OutputFormat
 
@@ -42,6 +43,7 @@ def run(
     fail_on: FailOn = typer.Option(FailOn.hang, "--fail-on", case_sensitive=False,
                                    help="hang: fail on a hang or a crash (default); slow: also on a slow run "
                                         "(a straggler or data-bound job), exit 8. A slow run is otherwise a warning."),
+    record: Optional[Path] = record_option(),
 ) -> None:
     """Run a short training under watch: exit 3 on a hang, 4 on a crash, else the command's own code.
 
@@ -59,7 +61,8 @@ def run(
     if not cmd:
         raise HangdocError("nothing to run: give the command after --, e.g. hangdoc run -- torchrun ... train.py")
     named = out is not None          # a bundle named is always written (or why not said)
-    distinct_outputs(out=out, junit=junit, html=html, GITHUB_STEP_SUMMARY=os.environ.get("GITHUB_STEP_SUMMARY"))
+    distinct_outputs(out=out, junit=junit, html=html, record=record,
+                     GITHUB_STEP_SUMMARY=os.environ.get("GITHUB_STEP_SUMMARY"))
     out = check_writable(out or default_out())
     if junit is not None:
         check_writable(junit, "--junit")
@@ -69,11 +72,14 @@ def run(
     probes = make_probes(options)
     sink = sys.stderr if fmt.document else sys.stdout
     view = LiveView(sys.stderr, live=not no_live, every=5)
+    recorder = open_recorder(record, "run")
     try:
         result = run_command(list(cmd), options, probes, sink, on_sample=view.update,
-                             fail_on_slow=fail_on is FailOn.slow)
+                             fail_on_slow=fail_on is FailOn.slow, recorder=recorder)
     finally:
         view.close()
+        if recorder is not None:
+            recorder.close()
     outcome = result.outcome
     stopped = result.interrupted is not None
     failed = outcome.judgement.failed

@@ -14,7 +14,8 @@ from hangdoc.bundle.files import check_writable
 from hangdoc.cli import app
 from hangdoc.cli.common import (
     Engine, default_out, delivered, distinct_outputs, emit_report, engine_option, hang_after_option, html_option,
-    html_target, interval_option, report_format_option, save_or_say, signals_held, timeout_option, write_html,
+    html_target, interval_option, open_recorder, record_option, report_format_option, save_or_say, signals_held,
+    timeout_option, write_html,
 )
 from hangdoc.model import Role, StopReason, Verdict
 from hangdoc.render.formats import OutputFormat
@@ -44,6 +45,7 @@ def watch(
     py_spy: Optional[str] = typer.Option(None, "--py-spy", help="Path of the py-spy binary to use."),
     engine: Engine = engine_option(),
     no_gpu: bool = typer.Option(False, "--no-gpu", help="Do not sample GPUs through NVML."),
+    record: Optional[Path] = record_option(),
 ) -> None:
     """Attach to a running torchrun / DDP job (any of its pids, or --job: the one on this node) and diagnose it.
 
@@ -66,7 +68,7 @@ def watch(
                            "from a paused process (drop --nonblocking to see them)")
     pid = job_pid(target, job)
     named = out is not None          # a bundle named is always written (or why not said)
-    distinct_outputs(out=out, html=html)
+    distinct_outputs(out=out, html=html, record=record)
     out = check_writable(out or default_out())
     html = html_target(html)
     options = WatchOptions(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout, native=native,
@@ -97,7 +99,8 @@ def watch(
     from hangdoc.render.live import LiveView
     from hangdoc.live.watcher import Watcher
 
-    watcher = Watcher(pid, probes, options)
+    recorder = open_recorder(record, "watch")
+    watcher = Watcher(pid, probes, options, recorder=recorder)
     view = LiveView(sys.stderr, live=not no_live)
     try:
         require_some_stack(watcher.start())
@@ -109,6 +112,8 @@ def watch(
         raise typer.Exit(interrupted(watcher.stopped(getattr(exc, "exit_code", EXIT_SIGINT)), out, fmt, html))
     finally:
         view.close()
+        if recorder is not None:
+            recorder.close()
     raise typer.Exit(finish(outcome, out, fmt, html, named))
 
 

@@ -25,7 +25,8 @@ from hangdoc.collect.spawned import StackRanks
 from hangdoc.live.capture import make_bundle
 from hangdoc.live.options import WatchOptions
 from hangdoc.live.proc import RunningJob, become_subreaper, end_outliving, own_children, stop_job
-from hangdoc.live.watcher import Outcome, Watcher, any_rank_alive
+from hangdoc.live.step import any_rank_alive
+from hangdoc.live.watcher import Outcome, Watcher
 from hangdoc.model import Bundle, Ending, GpuState, Job, LogTail, Snapshot, StopReason, Verdict
 from hangdoc.report.judge import End, judge, with_outlived
 
@@ -136,9 +137,10 @@ class RunResult:
 
 def run_command(cmd: list[str], options: WatchOptions, probes, sink: TextIO,
                 on_sample: Callable | None = None, sleep: Callable[[float], None] = time.sleep,
-                fail_on_slow: bool = False) -> RunResult:
+                fail_on_slow: bool = False, recorder=None) -> RunResult:
     """Run `cmd` under watch until it ends, crashes, hangs or `options.timeout_s` passes.
-    `fail_on_slow`: a slow run that ends well fails (EXIT_SLOW) instead of passing with its code."""
+    `fail_on_slow`: a slow run that ends well fails (EXIT_SLOW) instead of passing with its code.
+    `recorder`: a `bundle.recording.Recorder` every round is written to (`run --record DIR`)."""
     others = own_children()
     become_subreaper()        # the job's daemons (double fork + setsid) are re-parented here, found and ended
     try:
@@ -154,7 +156,7 @@ def run_command(cmd: list[str], options: WatchOptions, probes, sink: TextIO,
     interrupted = None
     outcome = None
     try:
-        watcher = _attach(popen, job, options, probes, tail, began, sleep)
+        watcher = _attach(popen, job, options, probes, tail, began, sleep, recorder)
         outcome = _follow(watcher, popen, job, tail, options, on_sample, began, fail_on_slow)
     except KeyboardInterrupt as exc:     # Ctrl-C, or SIGTERM (hangdoc.base.errors.Interrupted)
         _hold_signals()                  # a second one must not lose the job's end or the report
@@ -174,6 +176,8 @@ def run_command(cmd: list[str], options: WatchOptions, probes, sink: TextIO,
         outcome = (watcher.stopped(interrupted, ending) if watcher is not None else None) or \
             _unwatched(_empty_bundle(popen, tail, options), ending, StopReason.INTERRUPTED)
     if job.unended:            # what ending the job left running, named in the report
+        if watcher is not None:
+            watcher.record("outlived", names=list(job.unended))
         outcome = dataclasses.replace(outcome, judgement=dataclasses.replace(
             outcome.judgement, report=with_outlived(outcome.judgement.report, tuple(job.unended))))
     return RunResult(outcome, popen.returncode, interrupted)
@@ -236,7 +240,7 @@ def _hold_signals() -> None:
 
 
 def _attach(popen, job: RunningJob, options: WatchOptions, probes, tail: OutputTail, began: float,
-            sleep) -> Watcher | None:
+            sleep, recorder=None) -> Watcher | None:
     """Wait until the command's ranks exist (or it ends, or it is a lone Python process)."""
     launcher = looks_like_launcher(probes.procfs, popen.pid)
     stacks = StackRanks()           # each child's stack is read for its rank once it says one
@@ -254,9 +258,9 @@ def _attach(popen, job: RunningJob, options: WatchOptions, probes, tail: OutputT
                 # The command is a wrapper (a shell): watch the first Python process below it.
                 child = _python_descendant(job, probes)
                 if child is not None:
-                    return _start(child, probes, options, popen, tail, single=True)
+                    return _start(child, probes, options, popen, tail, single=True, recorder=recorder)
         else:
-            return _start(popen.pid, probes, options, popen, tail, single=single)
+            return _start(popen.pid, probes, options, popen, tail, single=single, recorder=recorder)
         if options.timeout_s is not None and time.monotonic() - began >= options.timeout_s:
             return None
         sleep(0.2)
@@ -273,9 +277,10 @@ def _python_descendant(job: RunningJob, probes) -> int | None:
     return None
 
 
-def _start(pid: int, probes, options: WatchOptions, popen, tail: OutputTail, single: bool) -> Watcher:
+def _start(pid: int, probes, options: WatchOptions, popen, tail: OutputTail, single: bool,
+           recorder=None) -> Watcher:
     watcher = Watcher(pid, probes, dataclasses.replace(options, single=single),
-                      exit_code=popen.poll, extra_logs=tail.logs)
+                      exit_code=popen.poll, extra_logs=tail.logs, recorder=recorder)
     watcher.start()
     return watcher
 

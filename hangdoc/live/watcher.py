@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from hangdoc.analyze.logs import output_step
-from hangdoc.analyze.restarts import restarts_of
 from hangdoc.analyze.timeline import LiveTimelines
 from hangdoc.base.errors import HangdocError
 from hangdoc.collect.datalists import copy_data_lists
@@ -33,12 +32,13 @@ from hangdoc.live.capture import make_bundle
 from hangdoc.live.options import WatchOptions
 from hangdoc.live.sampling import Sampling
 from hangdoc.live.probes import engine_name, require_stacks
-from hangdoc.model import Bundle, Ending, Host, Job, NodeDigest, Progress, Report, Role, Snapshot, StopReason, Verdict
-from hangdoc.report.judge import RUNNING, End, Judgement, judge
+from hangdoc.live.step import Decision, Policy, Seen, State, any_rank_alive, ending_dict, watch_ending, watch_step
+from hangdoc.bundle.recording import Recorder
+from hangdoc.model import Bundle, Ending, Host, Job, NodeDigest, Progress, Report, Role, Snapshot, StopReason
+from hangdoc.report.judge import End, Judgement, judge
 
 MAX_SAMPLES = 600   # about 20 minutes at the default interval; older samples are dropped
 JITTER = 0.15       # each wait between rounds is the interval +-15 %
-LAUNCHER_EXIT_WAIT_S = 10.0   # ranks gone with their statuses unread: how long the launcher's exit is awaited
 REDISCOVER_EVERY = 5   # at least every this many rounds the job is discovered again, new pids or not
 
 
@@ -80,13 +80,11 @@ class Watcher(Sampling):
     rounds: int = 0
     stepping: set = field(default_factory=set)   # ranks that stepped at the last sample
     flight: object = None                                # a FlightCollector, made on first use
-    live: LiveTimelines = field(default_factory=LiveTimelines)   # the analysis's timelines, round to round
+    state: State = field(default_factory=State)   # what the rounds judged so far (live/step.py)
+    recorder: Recorder | None = None                  # --record DIR: every round written as it comes
+    decision: Decision | None = None                  # what the last round decided
     stacked_at: dict = field(default_factory=dict)   # pid -> its main thread's counters when its stack was read
     exit_watcher: ExitWatcher | None = None          # made at start() over the probes' /proc
-    judgement: Judgement | None = None               # the last round's (its report gets its lanes at the end)
-    flight_due: bool = False                         # a hang named before the job's own records were asked for
-    probe_due: bool = False                          # a hang named before a blocked worker's native probe
-    held_for_probe: bool = False                     # the watch waited a round for one already
     probed: set = field(default_factory=set)         # (worker pid, stack) a native probe has read once
     spin_probes: dict = field(default_factory=dict)  # (rank pid, place) -> native probes of a spin there
     dwell_probes: dict = field(default_factory=dict)  # pid -> probes of a rank that steps (bounded)
@@ -132,33 +130,27 @@ class Watcher(Sampling):
 
     def run(self, on_sample: Callable[[Report], None] | None = None,
             ended: Callable[[], bool] = lambda: False, on_round: Callable[[], object] = lambda: None) -> Outcome:
-        """Sample until a verdict; the caller renders and saves. `start()` may have run already."""
+        """Sample until a verdict; the caller renders and saves. `start()` may have run already.
+
+        Each round reads the job through the probes (the I/O), then `live/step.py` judges it and
+        decides (pure); a recorder, when there is one, writes what the round saw."""
         bundle = self.bundle() if self.samples else self.start()
         began = time.monotonic()
+        policy = self.policy
+        self.record("start", policy=dataclasses.asdict(policy))
         try:
             while True:
-                bundle, judgement = self.judge_round(bundle)
+                bundle, judgement = self.judge_round(bundle, time.monotonic() - began, bool(ended()))
+                decision = self.decision
                 if on_sample:
                     on_sample(judgement.report)
-                # A hang named before the job's own records (Flight Recorder, RAS) were asked for, or
-                # before a blocked worker's native probe, waits one round for them: the report the
-                # watch ends with carries them.
-                reason = None if self.flight_due or self.probe_due else judgement.stop
-                if reason is None and self.options.stop_when_slow and judgement.settled_slow:
-                    reason = StopReason.SLOW
-                if reason is None and (self._all_gone(bundle) or ended()):
-                    reason = StopReason.ENDED
-                if reason is None and self.options.timeout_s is not None \
-                        and time.monotonic() - began >= self.options.timeout_s:
-                    reason = StopReason.TIMEOUT
+                reason = decision.stop
                 if reason is StopReason.CRASH:
                     bundle = self.bundle()    # the output as it is now: the lines the ranks left as they fell
                 if reason is not None:
                     # The timeline lanes are drawn once, for the report the watch ends with.
-                    ending = End(Ending.TIMED_OUT, timeout_s=self.options.timeout_s) \
-                        if reason is StopReason.TIMEOUT else RUNNING
-                    return Outcome(self.judge(bundle, ending), bundle, reason)
-                delay = 0.0 if self.flight_due or self.probe_due else self._next_delay(bundle)
+                    return Outcome(self.judge(bundle, watch_ending(reason, policy)), bundle, reason)
+                delay = 0.0 if decision.at_once else self._next_delay(bundle)
                 if self.options.timeout_s is not None:    # never wait past the timeout
                     delay = min(delay, max(0.0, began + self.options.timeout_s - time.monotonic()))
                 self._wait(delay)
@@ -168,26 +160,48 @@ class Watcher(Sampling):
             if self.exit_watcher is not None:
                 self.exit_watcher.close()
 
-    def judge_round(self, bundle: Bundle) -> tuple[Bundle, Judgement]:
-        """One round's analysis, once, over the job's own records too when it has any; the ranks
-        that stepped are read gently next round."""
-        prior = self.judgement
-        stuck = prior is not None and (prior.report.verdict == Verdict.HANG
-                                       or any(r.progress == Progress.STUCK for r in prior.report.ranks))
-        bundle = self._with_flight_records(bundle, stuck)
-        judgement = judge(bundle, RUNNING, prior, hang_after=self.options.hang_after_s, live=self.live, lanes=False)
-        self.flight_due = judgement.stop is StopReason.HANG and not stuck and self._has_own_records(bundle.job)
-        # Once a watch: a worker blocked at a new stack every round must not hold the hang for ever.
-        self.probe_due = judgement.stop is StopReason.HANG and not self.held_for_probe and self.probes_due()
-        self.held_for_probe = self.held_for_probe or self.probe_due
+    def judge_round(self, bundle: Bundle, at_s: float = 0.0, ended: bool = False) -> tuple[Bundle, Judgement]:
+        """One round: the job's own records read into the bundle when the last round looked stuck (the
+        I/O), then the step (pure) judges it and decides; the recorder writes what the round saw."""
+        bundle = self._with_flight_records(bundle, self.state.stuck)
+        seen = Seen(bundle, at_s, ended=ended, probes_due=self.probes_due(),
+                    own_records=self._has_own_records(bundle.job))
+        self.state, judgement, self.decision = watch_step(self.state, seen, self.policy)
         self.stepping = {r.pid for r in judgement.report.ranks if r.progress == Progress.ACTIVE}
-        self.judgement = judgement
+        self.record("round", bundle, at_s=round(at_s, 6), ended=ended, probes_due=seen.probes_due,
+                    own_records=seen.own_records)
         return bundle, judgement
+
+    @property
+    def probe_due(self) -> bool:
+        """The last round held its hang for a blocked worker's native probe."""
+        return self.decision is not None and self.decision.probe_due
+
+    @property
+    def policy(self) -> Policy:
+        return Policy(self.options.hang_after_s, self.options.timeout_s, self.options.stop_when_slow)
+
+    @property
+    def judgement(self) -> Judgement | None:
+        """The last round's judgement (its report gets its lanes at the end)."""
+        return self.state.judgement
+
+    @property
+    def live(self) -> LiveTimelines:
+        """The analysis's timelines, round to round."""
+        return self.state.live
 
     def judge(self, bundle: Bundle, ending: End) -> Judgement:
         """The final judgement of what was watched, taking over the last round's analysis."""
-        self.judgement = judge(bundle, ending, self.judgement, hang_after=self.options.hang_after_s, live=self.live)
-        return self.judgement
+        judgement = judge(bundle, ending, self.state.judgement, hang_after=self.options.hang_after_s, live=self.live)
+        self.state = dataclasses.replace(self.state, judgement=judgement)
+        self.record("final", bundle, ending=ending_dict(ending))
+        return judgement
+
+    def record(self, kind: str, bundle: Bundle | None = None, **meta) -> None:
+        """What this round saw, to the recording (`--record DIR`), when there is one."""
+        if self.recorder is not None:
+            self.recorder.write(kind, meta, bundle, taken=self.rounds)
 
     def stopped(self, code: int, ending: End | None = None) -> Outcome | None:
         """Stopped by Ctrl-C or SIGTERM (`code`: 130 / 143): the judgement of what was seen so far,
@@ -320,30 +334,6 @@ class Watcher(Sampling):
         order = [self.job.launcher_pid] + [p.pid for p in self.job.ranks]
         return [pid for pid in order if pid is not None and pid in alive]
 
-    def _all_gone(self, bundle: Bundle) -> bool:
-        """Every rank gone, and no launcher about to start them again (torchrun restarting a
-        failed generation: its next one is found by the next rounds' rediscovery)."""
-        if any_rank_alive(bundle.last, bundle.job):
-            return False
-        restarts = restarts_of(bundle)
-        if restarts is not None and restarts.pending:
-            return False
-        return not self._launcher_tells(bundle)
-
-    def _launcher_tells(self, bundle: Bundle) -> bool:
-        """The ranks' exit statuses went unread (their launcher reaped them at once) and the launcher
-        still lives: its own exit, a moment later, tells how the job ended (waited for up to
-        LAUNCHER_EXIT_WAIT_S after the last rank)."""
-        launcher = bundle.job.launcher_pid
-        sample = bundle.last.sample_of(launcher) if launcher is not None else None
-        if sample is None or not sample.alive:
-            return False
-        records = [bundle.exit_of(p.pid) for p in bundle.job.ranks]
-        if all(r is not None and r.told for r in records):
-            return False
-        last = max((r.time for r in records if r is not None), default=bundle.last.time)
-        return bundle.last.time - last < LAUNCHER_EXIT_WAIT_S
-
     def _next_delay(self, bundle: Bundle) -> float:
         # A rank just exited: look again soon, so a crash is told from a clean end quickly.
         last = bundle.last
@@ -354,7 +344,3 @@ class Watcher(Sampling):
         # interval: the time shares (analyze/shares.py) are then estimates, not an alias.
         return self.options.interval_s * self.jitter.uniform(1 - JITTER, 1 + JITTER)
 
-
-def any_rank_alive(snapshot: Snapshot, job: Job) -> bool:
-    """Some rank of `job` was sampled alive in `snapshot`."""
-    return any((s := snapshot.sample_of(p.pid)) is not None and s.alive for p in job.ranks)

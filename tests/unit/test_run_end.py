@@ -31,14 +31,15 @@ def test_a_command_that_fails_right_after_a_round_is_a_crash(monkeypatch, tmp_pa
     # GIVEN a lone Python command that fails with code 1, whose exit no pidfd reports, and which
     # exits just after the second round that saw it running (before `run` asks whether it ended)
     go = tmp_path / "go"
-    real_start, real_judge_round = Watcher.start, Watcher.judge_round
+    real_start, real_step = Watcher.start, Watcher.step
 
     def start_without_pidfds(self):
         self.exit_watcher = ExitWatcher(proc_root=str(self.probes.procfs.root), sleep=self.sleep, pidfd_open=None)
         return real_start(self)
 
-    def judge_round_then_let_it_exit(self, bundle):
-        result = real_judge_round(self, bundle)
+    def read_round_then_let_it_exit(self):
+        # the round's reading is done (the command seen running); `run` asks whether it ended next
+        result = real_step(self)
         if len(self.samples) >= 2:
             go.touch()
             deadline = time.monotonic() + 10
@@ -47,7 +48,7 @@ def test_a_command_that_fails_right_after_a_round_is_a_crash(monkeypatch, tmp_pa
         return result
 
     monkeypatch.setattr(Watcher, "start", start_without_pidfds)
-    monkeypatch.setattr(Watcher, "judge_round", judge_round_then_let_it_exit)
+    monkeypatch.setattr(Watcher, "step", read_round_then_let_it_exit)
     # WHEN `run` watches it to its end
     result = runner.run_command([sys.executable, "-c", FAILS, str(go)], WatchOptions(interval_s=0.3, gpu=False, timeout_s=30),
                                 Probes(), io.StringIO())
