@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install browser test unit fast demo bench bench-headline bench-scale dist clean
+.PHONY: install browser test unit fast zoo demo bench bench-headline bench-scale dist clean
 
 install: $(STAMP) browser
 
@@ -33,6 +33,11 @@ unit: install
 # tens of seconds each (marked `slow`); about a minute on two idle cores. `make test` runs them all.
 fast: install
 	$(PY) -m pytest -q -m "not slow" tests/unit
+
+# Every zoo scenario live on real torchrun jobs (about 12 minutes); `make test` runs one of each
+# verdict live and replays the recordings of all of them (tests/replay/).
+zoo: install
+	HANGDOC_LIVE_ZOO=1 $(PY) -m pytest -q tests/integration/test_zoo.py
 
 demo: install
 	$(PY) -m hangdoc demo

@@ -58,7 +58,7 @@ class Replayed:
             else:
                 where += ", where the live watch stopped too"
         cut = "; the recording was cut at its size bound, the rounds after it are not in it" if self.cut else ""
-        return f"replay of a `{self.command}` watch: {where}{cut}"
+        return f"replay of a recorded `{self.command}`: {where}{cut}"
 
 
 def replay(directory: str | Path, hang_after=UNSET) -> Replayed:

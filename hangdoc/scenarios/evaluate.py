@@ -45,9 +45,11 @@ class ScenarioResult:
 
 def evaluate(scenario: Scenario, workdir: str | Path | None = None, *, hang_after: float | None = None,
              interval: float = 1.0, timeout: float = 120.0, max_steps: int | None = None,
-             on_sample: Callable | None = None, probes=None, stop_when_slow: bool = False) -> ScenarioResult:
+             on_sample: Callable | None = None, probes=None, stop_when_slow: bool = False,
+             record: str | Path | None = None) -> ScenarioResult:
     """Prepare the scenario, run it under watch until the verdict, end it, score the answer.
-    `stop_when_slow`: end on a settled slow verdict, as `hangdoc watch` does (a job that does not end)."""
+    `stop_when_slow`: end on a settled slow verdict, as `hangdoc watch` does (a job that does not end).
+    `record`: a directory the watch's rounds are recorded to (`run --record DIR`)."""
     from hangdoc.live.options import WatchOptions
     from hangdoc.live.probes import make_probes
     from hangdoc.live.runner import run_command
@@ -58,9 +60,19 @@ def evaluate(scenario: Scenario, workdir: str | Path | None = None, *, hang_afte
         options = WatchOptions(interval_s=interval, hang_after_s=hang_after, timeout_s=timeout,
                                stop_when_slow=stop_when_slow)
         started = time.monotonic()
-        with open(work / "job.log", "w") as log:
-            result = run_command(scenario.command(work, max_steps=max_steps), options,
-                                 probes or make_probes(options), log, on_sample=on_sample)
+        recorder = None
+        if record is not None:
+            from hangdoc import __version__
+            from hangdoc.bundle.recording import Recorder
+
+            recorder = Recorder(record, {"command": "run", "hangdoc": __version__, "scenario": scenario.name})
+        try:
+            with open(work / "job.log", "w") as log:
+                result = run_command(scenario.command(work, max_steps=max_steps), options,
+                                     probes or make_probes(options), log, on_sample=on_sample, recorder=recorder)
+        finally:
+            if recorder is not None:
+                recorder.close()
         verdict_at = time.time()
         fault = scenario.read_fault(work)
         report = result.outcome.report
