@@ -1,0 +1,19 @@
+"""What `analyse` works out of a bundle for the rules besides the diagnosis, once: a rule reads it
+from its context (`rules/base.py: Context.worked`) and recomputes none of it. Pure."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hangdoc.analyze.restarts import Restarts, restarts_of
+from hangdoc.model import Bundle
+
+
+@dataclass(frozen=True)
+class WorkedOut:
+    """The job-wide facts the rules share, each derived from the whole bundle."""
+
+    restarts: Restarts | None          # the launcher's restarts of the ranks (analyze/restarts.py)
+
+
+def work_out(bundle: Bundle) -> WorkedOut:
+    return WorkedOut(restarts=restarts_of(bundle))
