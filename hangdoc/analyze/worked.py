@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hangdoc.analyze.departures import Departure, departure_of
 from hangdoc.analyze.restarts import Restarts, restarts_of
 from hangdoc.model import Bundle
 
@@ -13,7 +14,8 @@ class WorkedOut:
     """The job-wide facts the rules share, each derived from the whole bundle."""
 
     restarts: Restarts | None          # the launcher's restarts of the ranks (analyze/restarts.py)
+    departure: Departure | None        # the rank that left first, before a failure (analyze/departures.py)
 
 
 def work_out(bundle: Bundle) -> WorkedOut:
-    return WorkedOut(restarts=restarts_of(bundle))
+    return WorkedOut(restarts=restarts_of(bundle), departure=departure_of(bundle))
