@@ -50,7 +50,7 @@ class Analysis:
     crash_story: tuple[str, ...]      # a crash's own story, which the report prints where no rule names the cause
     before: BeforeAttach | None
     restarts: tuple[RestartMark, ...]
-    worked: WorkedOut | None = None   # the job-wide facts the rules read (restarts, departures), worked out once
+    worked: WorkedOut | None = None   # the job-wide facts the rules read (restarts, workers' fates), worked out once
     lanes: tuple[Lane, ...] = ()      # drawn only when asked (a watch's rounds go without)
 
     def with_lanes(self) -> Analysis:
@@ -87,7 +87,8 @@ def analyse(bundle: Bundle, hang_after: float | None = None, *, live: LiveTimeli
         slow=facts.slowness(diagnosis.slow, bundle, lines),
         stack_tree=tree, stack_classes=classes,
         crash_story=facts.crash_story(bundle, diagnosis.culprits) if diagnosis.verdict == Verdict.CRASH else (),
-        before=facts.before_attach(bundle, diagnosis), restarts=restart_marks(bundle), worked=work_out(bundle),
+        before=facts.before_attach(bundle, diagnosis), restarts=restart_marks(bundle),
+        worked=work_out(bundle, lines),
     )
     return analysis.with_lanes() if with_lanes else analysis
 

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from hangdoc.analyze.departures import Departure, departure_of
 from hangdoc.analyze.restarts import Restarts, restarts_of
+from hangdoc.analyze.timeline import Timeline
+from hangdoc.analyze.workers import RankWorkers, worker_fates
 from hangdoc.model import Bundle
 
 
@@ -15,7 +17,8 @@ class WorkedOut:
 
     restarts: Restarts | None          # the launcher's restarts of the ranks (analyze/restarts.py)
     departure: Departure | None        # the rank that left first, before a failure (analyze/departures.py)
+    fates: dict[int, RankWorkers]      # rank pid -> its workers' fates: live, retired, dead (analyze/workers.py)
 
 
-def work_out(bundle: Bundle) -> WorkedOut:
-    return WorkedOut(restarts=restarts_of(bundle), departure=departure_of(bundle))
+def work_out(bundle: Bundle, lines: dict[int, Timeline]) -> WorkedOut:
+    return WorkedOut(restarts=restarts_of(bundle), departure=departure_of(bundle), fates=worker_fates(bundle, lines))

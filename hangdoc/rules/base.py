@@ -31,7 +31,7 @@ class Context:
     @cached_property
     def worked(self) -> WorkedOut:
         """The job-wide facts the analysis worked out (worked out here only for a context made by hand)."""
-        return self.facts if self.facts is not None else work_out(self.bundle)
+        return self.facts if self.facts is not None else work_out(self.bundle, self.timelines)
 
     @cached_property
     def backend(self) -> str | None:
