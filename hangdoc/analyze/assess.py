@@ -50,7 +50,7 @@ class Analysis:
     crash_story: tuple[str, ...]      # a crash's own story, which the report prints where no rule names the cause
     before: BeforeAttach | None
     restarts: tuple[RestartMark, ...]
-    worked: WorkedOut | None = None   # the job-wide facts the rules read (restarts, workers' fates), worked out once
+    worked: WorkedOut | None = None   # the job-wide facts the rules read (restarts, fates, flights), worked out once
     lanes: tuple[Lane, ...] = ()      # drawn only when asked (a watch's rounds go without)
 
     def with_lanes(self) -> Analysis:
