@@ -15,6 +15,7 @@ from hangdoc.analyze.lanes import lanes, restart_marks
 from hangdoc.analyze.past import hang_after as past_hang_after
 from hangdoc.analyze.shares import time_shares
 from hangdoc.analyze.timeline import LiveTimelines, Timeline, timelines
+from hangdoc.analyze.worked import WorkedOut, work_out
 from hangdoc.analyze.workers import workers_of_rank
 from hangdoc.base.words import rank_ranges
 from hangdoc.model import (
@@ -49,6 +50,7 @@ class Analysis:
     crash_story: tuple[str, ...]      # a crash's own story, which the report prints where no rule names the cause
     before: BeforeAttach | None
     restarts: tuple[RestartMark, ...]
+    worked: WorkedOut | None = None   # the job-wide facts the rules read (restarts, fates, flights), worked out once
     lanes: tuple[Lane, ...] = ()      # drawn only when asked (a watch's rounds go without)
 
     def with_lanes(self) -> Analysis:
@@ -86,6 +88,7 @@ def analyse(bundle: Bundle, hang_after: float | None = None, *, live: LiveTimeli
         stack_tree=tree, stack_classes=classes,
         crash_story=facts.crash_story(bundle, diagnosis.culprits) if diagnosis.verdict == Verdict.CRASH else (),
         before=facts.before_attach(bundle, diagnosis), restarts=restart_marks(bundle),
+        worked=work_out(bundle, lines),
     )
     return analysis.with_lanes() if with_lanes else analysis
 

@@ -13,7 +13,7 @@ def report_of(analysis: Analysis) -> Report:
     """The report of an analysis: every rule run, the ranks laid out (a row per class when the
     views stand for classes)."""
     diagnosis = analysis.diagnosis
-    findings = run_rules(Context(analysis.evidence, diagnosis, analysis.lines))
+    findings = run_rules(Context(analysis.evidence, diagnosis, analysis.lines, facts=analysis.worked))
     return Report(
         schema=REPORT_SCHEMA,
         verdict=diagnosis.verdict,

@@ -64,8 +64,8 @@ def slugs(cause: Cause | None = None) -> tuple[str, ...]:
 
 
 def run_rules(ctx: Context) -> tuple[Finding, ...]:
-    # The timelines are built once, here: a copy of the context does not carry the cached ones.
-    ctx = dataclasses.replace(ctx, lines=ctx.timelines)
+    # The timelines and the facts are built once, here: a copy of the context does not carry the cached ones.
+    ctx = dataclasses.replace(ctx, lines=ctx.timelines, facts=ctx.worked)
     findings: list[Finding] = []
     rules = all_rules()
     for i, rule in enumerate(rules):

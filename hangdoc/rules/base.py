@@ -11,6 +11,7 @@ from hangdoc.analyze.diagnose import Diagnosis, RankView
 from hangdoc.analyze.jobfacts import backend
 from hangdoc.analyze.shares import time_shares
 from hangdoc.analyze.timeline import Timeline, timelines
+from hangdoc.analyze.worked import WorkedOut, work_out
 from hangdoc.model import Bundle, Cause, Finding, ProcessInfo, RankState, Role, Rule, SlowKind, TimeShares, Verdict, finding
 
 __all__ = ["Context", "Rule", "finding"]
@@ -25,6 +26,12 @@ class Context:
     lines: dict[int, Timeline] | None = None    # the bundle's timelines, when already built
     findings: tuple[Finding, ...] = ()          # what the rules before this one found (run_rules' order)
     before: tuple[Rule, ...] = ()               # the rules before this one, whose findings those are
+    facts: WorkedOut | None = None              # what the analysis worked out for the rules, when handed
+
+    @cached_property
+    def worked(self) -> WorkedOut:
+        """The job-wide facts the analysis worked out (worked out here only for a context made by hand)."""
+        return self.facts if self.facts is not None else work_out(self.bundle, self.timelines)
 
     @cached_property
     def backend(self) -> str | None:

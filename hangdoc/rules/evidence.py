@@ -11,7 +11,6 @@ from hangdoc.analyze.gpu import gpu_activity
 from hangdoc.analyze.logs import killed_in_line, killed_workers
 from hangdoc.analyze.timeline import CPU_NOISE_S, WAKEUPS_PER_DUMP
 from hangdoc.analyze.logs import line_rank as log_rank
-from hangdoc.analyze.workers import worker_fates
 from hangdoc.base.words import rank_set
 from hangdoc.model import Bundle, GpuActivity, RankState
 from hangdoc.rules.clock import blocked_for, on_clock
@@ -118,8 +117,8 @@ class DeadWorker:
 
 
 def fates(ctx) -> dict:
-    """Rank pid -> RankWorkers: every worker's fate (live, retired, dead), worked out once."""
-    return worker_fates(ctx.bundle, ctx.timelines)
+    """Rank pid -> RankWorkers: every worker's fate (live, retired, dead), as the analysis worked it out."""
+    return ctx.worked.fates
 
 
 def live_workers(ctx, rank_pid: int) -> list:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from hangdoc.base.words import rank_ranges
-from hangdoc.analyze.flight import GroupFlight, flight_groups
+from hangdoc.analyze.flight import GroupFlight
 from hangdoc.rules.flight_words import frames_lines, mismatch_line, progress_lines, stuck_line
 from hangdoc.model import Finding, Severity, Verdict
 from hangdoc.rules.collective_mismatch import RULE as MISMATCH
@@ -51,7 +51,7 @@ def check(ctx: Context) -> list[Finding]:
     if bundle.job.ranks and ctx.diagnosis.verdict != Verdict.HANG:
         return []
     findings = []
-    for group in flight_groups(bundle.flight_records):
+    for group in ctx.worked.flights:
         line = stuck_line(group)
         if line is None:
             continue

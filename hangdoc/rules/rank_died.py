@@ -4,7 +4,7 @@ from __future__ import annotations
 import signal as signals
 from dataclasses import dataclass
 
-from hangdoc.analyze.departures import Departure, departure_of
+from hangdoc.analyze.departures import Departure
 from hangdoc.analyze.logs import all_lines, line_rank, rank_exception, torchrun_root_cause
 from hangdoc.base.words import mb, rank_set
 from hangdoc.model import Bundle, Finding, ProcessExit, Severity, Verdict
@@ -78,7 +78,7 @@ def check(ctx: Context) -> list[Finding]:
         return []
     explained = {r for f in ctx.findings if f.severity is Severity.CRITICAL for r in f.ranks}
     findings = []
-    left = departure_of(ctx.bundle)
+    left = ctx.worked.departure
     if left is not None and not left.own_error and left.rank in d.culprits and left.rank not in explained:
         return [_left_first(ctx, left)]
     for rank in d.culprits:

@@ -4,7 +4,7 @@ generation; this says what the earlier ones went through."""
 from __future__ import annotations
 
 from hangdoc.analyze.rendezvous import setup_name
-from hangdoc.analyze.restarts import Failure, Restarts, launcher_made, restarts_of, start_name
+from hangdoc.analyze.restarts import Failure, Restarts, launcher_made, start_name
 from hangdoc.analyze.startup import RankSetup, setup_of
 from hangdoc.base.words import rank_set
 from hangdoc.model import Finding, Severity, Verdict
@@ -12,7 +12,7 @@ from hangdoc.rules.base import Context, Rule, finding
 
 
 def check(ctx: Context) -> list[Finding]:
-    restarts = restarts_of(ctx.bundle)
+    restarts = ctx.worked.restarts
     if restarts is None or not (restarts.restarted or restarts.pending):
         return []
     first = restarts.first

@@ -23,15 +23,16 @@ from hangdoc.collect.locks import lock_waits, parse_locks
 from hangdoc.collect.procfs import ProcFS
 from hangdoc.collect.snapshot import Probes, _with_lock_holders, capture
 from hangdoc.model import (
-    BUNDLE_SCHEMA, Bundle, FdLink, FileLock, Frame, GpuState, Host, IoCounters, Job, LogTail, Options,
+    BUNDLE_SCHEMA, Bundle, Cause, FdLink, FileLock, Frame, GpuState, Host, IoCounters, Job, LogTail, Options,
     ProcessInfo, ProcSample, ProcStat, RankState, Role, Snapshot, Stack, Thread, ThreadCounters, Wait, WorkerState,
 )
 from hangdoc.report import judge
+from hangdoc.rules import slugs
 from hangdoc.rules.samples import chain
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 CASES = sorted(p.name for p in GOLDEN.iterdir() if (p / "bundle.json").is_file())
-OWN_RULES = {"debugger-prompt", "file-lock-wait", "child-process-wait", "helper-thread-died"}
+OWN_RULES = set(slugs(Cause.OWN_CODE))   # the rules that name a wait in the rank's own code
 
 SITE = "/opt/venv/lib/python3.11/site-packages/"
 LIB = "/usr/lib/python3.11/"

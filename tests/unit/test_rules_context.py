@@ -45,10 +45,11 @@ def test_every_rule_a_general_rule_defers_to_runs_before_it():
 
 
 def test_the_slugs_a_general_rule_stands_back_for_are_those_it_always_stood_back_for():
-    # GIVEN the kinds of cause the rules declare WHEN they are listed THEN they are the rules that name them
-    assert set(slugs(Cause.WORKERS)) == {"slow-decompression", "tar-member-decode", "worker-deadlock", "worker-died",
+    # GIVEN the kinds of cause the rules declare WHEN they are listed THEN the rules that named them still do
+    # (a new rule that names one joins them from its own module)
+    assert set(slugs(Cause.WORKERS)) >= {"slow-decompression", "tar-member-decode", "worker-deadlock", "worker-died",
                                          "worker-error", "fork-unsafe-arm", "file-lock-wait", "worker-native-lock"}
-    assert set(slugs(Cause.OWN_CODE)) == {"debugger-prompt", "file-lock-wait", "child-process-wait", "helper-thread-died"}
+    assert set(slugs(Cause.OWN_CODE)) >= {"debugger-prompt", "file-lock-wait", "child-process-wait", "helper-thread-died"}
 
 
 def test_run_rules_hands_each_rule_the_findings_of_the_rules_before_it(monkeypatch):
