@@ -23,8 +23,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# The unit tiers on both cores (pure, or processes of their own), then the real jobs one at a time:
+# a real job's verdict times its steps, and a second job beside it would slow them.
 test: install
-	$(PY) -m pytest -q --durations=25
+	@rc=0; \
+	$(PY) -m pytest -q -n 2 --durations=15 tests/unit || rc=$$?; \
+	$(PY) -m pytest -q -p no:xdist --durations=25 tests/integration || rc=$$?; \
+	exit $$rc
 
 unit: install
 	$(PY) -m pytest -q tests/unit
