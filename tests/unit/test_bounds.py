@@ -431,7 +431,13 @@ def test_the_wait_between_rounds_never_passes_the_timeout():
         raise Stop
 
     watcher.bundle = lambda: bundle
-    watcher.judge_round = lambda b: (b, types.SimpleNamespace(report=types.SimpleNamespace(verdict=Verdict.SUSPECT), stop=None))
+    def judged(b, at_s=0.0, ended=False):
+        from hangdoc.live.step import Decision
+
+        watcher.decision = Decision(None)
+        return b, types.SimpleNamespace(report=types.SimpleNamespace(verdict=Verdict.SUSPECT), stop=None)
+
+    watcher.judge_round = judged
     watcher._wait = wait
     # WHEN it runs to its first wait
     with pytest.raises(Stop):
