@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install browser test unit fast zoo demo bench bench-headline bench-scale dist clean
+.PHONY: install browser test unit fast zoo live demo bench bench-headline bench-scale dist clean
 
 install: $(STAMP) browser
 
@@ -42,7 +42,11 @@ fast: install
 # Every zoo scenario live on real torchrun jobs (about 12 minutes); `make test` runs one of each
 # verdict live and replays the recordings of all of them (tests/replay/).
 zoo: install
-	HANGDOC_LIVE_ZOO=1 $(PY) -m pytest -q tests/integration/test_zoo.py
+	HANGDOC_LIVE_ZOO=1 $(PY) -m pytest -q tests/integration/test_zoo.py tests/integration/test_scenarios_start.py
+
+# Every real-job test live, those whose verdicts the replay tier holds too (about 35 minutes).
+live: install
+	HANGDOC_LIVE_ZOO=1 HANGDOC_LIVE_VERDICTS=1 $(PY) -m pytest -q -p no:xdist --durations=25 tests/integration
 
 demo: install
 	$(PY) -m hangdoc demo

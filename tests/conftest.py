@@ -28,6 +28,18 @@ PLANTED_SECRETS = {
 }
 CMDLINE_SECRET = "hf_CmdlineTokenQrstuVwxyz5678Abcd"
 
+# A real job whose verdict a recorded watch holds in the replay tier (tests/replay/<case>/,
+# tests/unit/test_replay_tier.py) runs live only with HANGDOC_LIVE_VERDICTS=1 (`make live`):
+# `make test` keeps real jobs for what only a real job shows (attach, signals, teardown, launchers).
+LIVE_VERDICTS = os.environ.get("HANGDOC_LIVE_VERDICTS") == "1"
+
+
+def replayed(*cases: str):
+    """Skip this real-job test in `make test`: its verdict is the replay tier's `cases`' (a unit test
+    keeps every case named here recorded)."""
+    return pytest.mark.skipif(not LIVE_VERDICTS, reason=f"its verdict is replayed in the tier ({', '.join(cases)}); "
+                              "live with HANGDOC_LIVE_VERDICTS=1 (make live)")
+
 
 @pytest.fixture
 def probe_job(tmp_path):
@@ -100,7 +112,66 @@ def run_hangdoc(*args: str, timeout: float = 120) -> "subprocess.CompletedProces
     import subprocess
 
     env = dict(os.environ, NO_COLOR="1", COLUMNS="200")
+    args = _with_record(args)
     return subprocess.run([*hangdoc_cmd(), *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+# HANGDOC_RECORD_TIER=1: every `watch` or `run` a real-job test starts through run_hangdoc is
+# recorded (--record), and once the test has passed (its asserts held the job's ground truth) its
+# recording joins the replay tier as tests/replay/live-<test>/, with the verdict it replays to.
+RECORD_TIER = os.environ.get("HANGDOC_RECORD_TIER") == "1"
+REPLAY = Path(__file__).resolve().parent / "replay"
+_TIER: dict = {"test": None, "recordings": []}
+
+
+def _with_record(args: tuple) -> tuple:
+    if not (RECORD_TIER and _TIER["test"] is not None and args and args[0] in ("watch", "run")) \
+            or "--once" in args or "--record" in args:
+        return args
+    import tempfile
+
+    where = Path(tempfile.mkdtemp(prefix="hangdoc-tier-")) / "recording"
+    _TIER["recordings"].append(where)
+    return (args[0], "--record", str(where), *args[1:])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call":
+        item.tier_passed = report.passed
+
+
+@pytest.fixture(autouse=True)
+def _record_for_the_tier(request):
+    if not RECORD_TIER:
+        yield
+        return
+    _TIER["test"], _TIER["recordings"] = request.node.nodeid, []
+    yield
+    recordings, _TIER["test"] = list(_TIER["recordings"]), None
+    if not getattr(request.node, "tier_passed", False):
+        return
+    for n, where in enumerate(r for r in recordings if (r / "recording.zst").exists()):
+        _keep_for_the_tier(request.node, where, n)
+
+
+def _keep_for_the_tier(node, where: Path, n: int) -> None:
+    import json
+
+    from hangdoc.live.replay import replay
+
+    report = replay(where).report
+    name = re.sub(r"[^a-z0-9]+", "-", f"{Path(node.fspath).stem[5:]}-{node.name[5:]}".lower()).strip("-")[:90]
+    target = REPLAY / f"live-{name}{f'-{n + 1}' if n else ''}"
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    shutil.copy(where / "recording.zst", target / "recording.zst")
+    rules = sorted({f.rule for f in report.findings if f.severity.value in ("critical", "warning")})
+    about = {"test": node.nodeid, "about": "a real-job test's watch; the test asserted its ground truth when recorded",
+             "verdict": str(report.verdict), "culprit_ranks": list(report.culprit_ranks), "rules": rules}
+    (target / "case.json").write_text(json.dumps(about, indent=2) + "\n")
 
 
 FAKE_NVML_SOURCE = Path(__file__).resolve().parent / "fakenvml" / "fake_nvml.c"

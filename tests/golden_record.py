@@ -6,6 +6,7 @@
     .venv/bin/python tests/golden_record.py --expected-only  # rewrite expected.json from CASES (fire, look_alikes)
     .venv/bin/python tests/golden_record.py --docs           # rewrite the examples in hangdoc/rules/pages/*.md
     .venv/bin/python tests/golden_record.py --list
+    .venv/bin/python tests/golden_record.py --replay [CASE...]  # record the watch of each real case for the replay tier
 
 Each case starts a real 2-rank gloo job (a scenario of hangdoc/scenarios/, a mode of
 tests/jobs/stall_job.py or of tests/jobs/rules_job.py), waits for its markers, runs
@@ -351,9 +352,11 @@ CASES = [
 BY_NAME = {c.name: c for c in CASES}
 
 
-def watch_cli(pid: int, out: Path, timeout_s: float | None, hang_after_s: float = 4.0) -> Path:
-    """`hangdoc watch PID ...` in a child process, as a user runs it."""
+def watch_cli(pid: int, out: Path, timeout_s: float | None, hang_after_s: float = 4.0,
+              record: Path | None = None) -> Path:
+    """`hangdoc watch PID ...` in a child process, as a user runs it (`record`: with --record)."""
     extra = ("--timeout", str(timeout_s)) if timeout_s else ()
+    extra += ("--record", str(record)) if record is not None else ()
     extra += ("--hang-after", str(hang_after_s)) if hang_after_s != 4.0 else ()
     env = dict(os.environ, NO_COLOR="1", COLUMNS="200")
     done = subprocess.run([sys.executable, "-m", "hangdoc", "watch", str(pid), *WATCH, "--out", str(out), *extra],
@@ -363,15 +366,23 @@ def watch_cli(pid: int, out: Path, timeout_s: float | None, hang_after_s: float 
     return out
 
 
-def watch_healthy(pid: int, out: Path, timeout_s: float, hang_after_s: float = 4.0) -> Path:
+def watch_healthy(pid: int, out: Path, timeout_s: float, hang_after_s: float = 4.0,
+                  record: Path | None = None) -> Path:
     """What `watch --timeout` does, keeping the bundle it does not save for a healthy job."""
+    from hangdoc import __version__
     from hangdoc.bundle.files import save_bundle
+    from hangdoc.bundle.recording import Recorder
     from hangdoc.live.options import WatchOptions
     from hangdoc.live.probes import make_probes
     from hangdoc.live.watcher import Watcher
 
     config = WatchOptions(interval_s=0.5, hang_after_s=hang_after_s, timeout_s=timeout_s)
-    outcome = Watcher(pid, make_probes(WatchOptions(gpu=False)), config).run()
+    recorder = Recorder(record, {"command": "watch", "hangdoc": __version__}) if record is not None else None
+    try:
+        outcome = Watcher(pid, make_probes(WatchOptions(gpu=False)), config, recorder=recorder).run()
+    finally:
+        if recorder is not None:
+            recorder.close()
     return save_bundle(outcome.bundle, out)
 
 
@@ -418,6 +429,46 @@ def record_once(case: Case) -> Bundle:
         else:
             watch_cli(job.pid, out, case.timeout_s, case.hang_after_s)
         return trim(load_bundle(out))
+    finally:
+        stop_job(job)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+REPLAY = ROOT / "tests" / "replay"
+
+
+def record_replay(case: Case) -> tuple[bool, str]:
+    """The case's real job watched with --record, kept in tests/replay/golden-<case>/ when its replay
+    gives the case's verdict, culprits and rules (a miss is kept in a temporary directory, named)."""
+    from hangdoc.live.replay import replay
+
+    workdir = Path(tempfile.mkdtemp(prefix=f"hangdoc-golden-{case.name}-"))
+    cmd, markers = case.start(workdir)
+    job: RunningJob = start_job(cmd, cwd=workdir, log_path=workdir / "job.log")
+    recording = workdir / "recording"
+    try:
+        if not wait_for(markers, job, timeout=90):
+            return False, "the job did not reach its markers"
+        out = workdir / "bundle.json"
+        if case.verdict == "healthy":
+            watch_healthy(job.pid, out, case.timeout_s or 12, case.hang_after_s, record=recording)
+        else:
+            watch_cli(job.pid, out, case.timeout_s, case.hang_after_s, record=recording)
+        report = replay(recording).report
+        fired = [f.rule for f in report.findings]
+        got = (str(report.verdict), tuple(report.culprit_ranks))
+        if got != (case.verdict, case.culprits) or not set(case.fire) <= set(fired):
+            kept = Path(tempfile.mkdtemp(prefix=f"hangdoc-missed-{case.name}-"))
+            shutil.copy(recording / "recording.zst", kept / "recording.zst")
+            return False, f"replayed {got} {fired}, not the case's; its recording: hangdoc replay {kept}"
+        target = REPLAY / f"golden-{case.name}"
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+        shutil.copy(recording / "recording.zst", target / "recording.zst")
+        about = {"golden": case.name, "about": case.about, "verdict": case.verdict,
+                 "culprit_ranks": list(case.culprits), "rules": list(case.fire), "look_alikes": list(case.look_alikes)}
+        (target / "case.json").write_text(json.dumps(about, indent=2) + "\n")
+        return True, f"{got[0]} {list(got[1])}, {(target / 'recording.zst').stat().st_size // 1024} KiB"
     finally:
         stop_job(job)
         shutil.rmtree(workdir, ignore_errors=True)
@@ -494,8 +545,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="rewrite the stored cases' expected.json from CASES (then their reports)")
     parser.add_argument("--docs", action="store_true", help="rewrite the examples in hangdoc/rules/pages/*.md")
     parser.add_argument("--list", action="store_true")
+    parser.add_argument("--replay", action="store_true",
+                        help="record each real case's watch (--record) into tests/replay/golden-<case>/")
     args = parser.parse_args(argv)
     chosen = [BY_NAME[name] for name in args.cases] if args.cases else CASES
+    if args.replay:
+        missed = 0
+        for case in chosen:
+            if case.derive is not None or case.device or case.start is None:
+                continue
+            ok, said = record_replay(case)
+            missed += not ok
+            print(f"{'kept  ' if ok else 'MISSED'} golden-{case.name}: {said}", flush=True)
+        return 1 if missed else 0
     if args.docs:
         write_doc_examples()
         return 0

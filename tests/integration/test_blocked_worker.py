@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import JOBS, run_hangdoc
+from conftest import JOBS, replayed, run_hangdoc
 from hangdoc.scenarios.data import make_shards, write_list
 from hangdoc.scenarios.launch import start_job, stop_job, torchrun_cmd, wait_for
 
@@ -42,6 +42,7 @@ def watch(pid: int, out: Path, *extra: str) -> dict:
     return json.loads(done.stdout)
 
 
+@replayed("live-blocked-worker-a-worker-blocked-opening-a-dead-shard-is-named-and-timed-on-one-clock")
 def test_a_worker_blocked_opening_a_dead_shard_is_named_and_timed_on_one_clock(stuck_open_job, tmp_path):
     job, fault_at = stuck_open_job
     dead = str(tmp_path / "mnt" / "shard-dead.tar")

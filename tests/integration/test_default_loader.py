@@ -5,12 +5,13 @@ import json
 
 import pytest
 
-from conftest import JOBS, run_hangdoc
+from conftest import JOBS, replayed, run_hangdoc
 from hangdoc.scenarios.launch import start_job, stop_job, torchrun_cmd, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
+@replayed("live-default-loader-workers-that-end-with-their-epoch-are-no-alarm")
 def test_workers_that_end_with_their_epoch_are_no_alarm(tmp_path):
     # GIVEN a real 2-rank gloo DDP job with the DataLoader at its defaults (num_workers=2,
     # persistent_workers=False) and a validation loader, 8 epochs of about 4 s

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import JOBS, end_job, run_hangdoc
+from conftest import JOBS, end_job, replayed, run_hangdoc
 from hangdoc.scenarios.launch import start_job, torchrun_cmd, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
@@ -53,6 +53,7 @@ def watch(pid: int, tmp_path, seconds: float) -> dict:
     return json.loads(done.stdout)
 
 
+@replayed("live-download-wait-a-rank-downloading-while-the-others-wait-at-a-barrier-is-not-hung")
 def test_a_rank_downloading_while_the_others_wait_at_a_barrier_is_not_hung(download_job, tmp_path):
     # GIVEN rank 0 downloading for 60 s while rank 1 has waited at the barrier, watched from 4 s in
     job = download_job("--seconds", "60")
@@ -66,6 +67,7 @@ def test_a_rank_downloading_while_the_others_wait_at_a_barrier_is_not_hung(downl
     assert not threads or "rank 0 asleep" not in threads[0]["said"], threads
 
 
+@replayed("live-download-wait-a-rank-whose-download-stopped-arriving-is-hung")
 def test_a_rank_whose_download_stopped_arriving_is_hung(download_job, tmp_path):
     # GIVEN the same job, its server silent after the first chunk
     job = download_job("--stall")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import replayed
 from ordinary.matrix import (FAULTS, HEALTHY, JOBS, LAUNCHER_CELLS, ProcessTree, _clean_environ, _Paths, _sweep,
                              _wait_for, attach_pid, hangdoc, job_env, launch, run_cell)
 
@@ -83,6 +84,7 @@ def test_mp_spawn_hang_is_named_with_its_culprit_from_the_launcher_a_rank_and_a_
         shutil.rmtree(work, ignore_errors=True)
 
 
+@replayed("golden-restart-recovered")
 @pytest.mark.timeout(300)
 def test_job_that_recovers_through_max_restarts_is_healthy_under_watch_with_the_restart_named():
     # GIVEN torchrun --max-restarts=2 (elastic: --nnodes=1:2, c10d rendezvous) over plain DDP whose
@@ -111,6 +113,7 @@ def test_job_that_recovers_through_max_restarts_exits_0_under_run():
     assert "workers-restarted" in result.rules and result.critical == [], result.describe()
 
 
+@replayed("golden-restart-exhausted")
 @pytest.mark.timeout(300)
 def test_job_that_uses_up_its_restarts_is_a_crash_named_by_its_last_start_with_the_first_as_history():
     # GIVEN torchrun --max-restarts=2 whose rank 1 raises in every start

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import JOBS, end_job, run_hangdoc
+from conftest import JOBS, end_job, replayed, run_hangdoc
 from hangdoc.scenarios.launch import start_job, torchrun_cmd, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -53,6 +53,7 @@ def finding(report: dict, rule: str) -> dict:
     return found[0]
 
 
+@replayed("live-own-waits-live-a-breakpoint-left-in-rank-0-is-a-pdb-prompt-at-its-line", "golden-pdb-breakpoint")
 def test_a_breakpoint_left_in_rank_0_is_a_pdb_prompt_at_its_line(own_waits_job, tmp_path):
     # GIVEN rank 0 stopped at breakpoint() (stdin a pipe nobody writes), rank 1 in all_reduce
     job = own_waits_job("breakpoint")
@@ -70,6 +71,7 @@ def test_a_breakpoint_left_in_rank_0_is_a_pdb_prompt_at_its_line(own_waits_job, 
     assert "balance its data" not in finding(report, "collective-straggler")["fix"]
 
 
+@replayed("live-own-waits-live-a-worker-blocked-on-a-held-flock-names-the-holder-and-the-datasets-line", "golden-flock-worker")
 def test_a_worker_blocked_on_a_held_flock_names_the_holder_and_the_datasets_line(own_waits_job, tmp_path):
     # GIVEN rank 0's child holding shard.lock, and a rank-1 DataLoader worker asking for it
     job = own_waits_job("flock")
@@ -86,6 +88,7 @@ def test_a_worker_blocked_on_a_held_flock_names_the_holder_and_the_datasets_line
     assert "balance its data" not in finding(report, "collective-straggler")["fix"]
 
 
+@replayed("live-own-waits-live-a-rank-in-subprocess-run-of-cat-on-a-fifo-names-the-child", "golden-subprocess-fifo")
 def test_a_rank_in_subprocess_run_of_cat_on_a_fifo_names_the_child(own_waits_job, tmp_path):
     # GIVEN rank 1 in subprocess.run(["cat", fifo]) with no timeout, nobody writing the FIFO
     job = own_waits_job("subprocess")

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import JOBS, mode_jobs, run_hangdoc
+from conftest import JOBS, mode_jobs, replayed, run_hangdoc
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -27,6 +27,7 @@ def watch(pid: int, out, *extra: str, code: int = 3) -> dict:
     return json.loads(done.stdout)
 
 
+@replayed("live-pipeline-resources-a-worker-stuck-in-openmp-after-fork-is-named-with-the-library-and-its-f", "golden-gomp-fork")
 def test_a_worker_stuck_in_openmp_after_fork_is_named_with_the_library_and_its_fix(pipeline_job, tmp_path):
     # GIVEN rank 1 ran an OpenMP region (libgomp) before its DataLoader forked, and its worker 0 runs one after
     job = pipeline_job("gomp-fork")
@@ -46,6 +47,7 @@ def test_a_worker_stuck_in_openmp_after_fork_is_named_with_the_library_and_its_f
     assert took < 30, took
 
 
+@replayed("live-pipeline-resources-a-worker-stuck-in-the-tokenizers-pool-after-fork-is-told-to-turn-parall", "golden-tokenizers-fork")
 def test_a_worker_stuck_in_the_tokenizers_pool_after_fork_is_told_to_turn_parallelism_off(pipeline_job, tmp_path):
     pytest.importorskip("tokenizers")
     # GIVEN rank 1 tokenized a batch (TOKENIZERS_PARALLELISM=true) before its DataLoader forked; worker 0 tokenizes
@@ -59,6 +61,7 @@ def test_a_worker_stuck_in_the_tokenizers_pool_after_fork_is_told_to_turn_parall
     assert found["fix"].startswith("Set TOKENIZERS_PARALLELISM=false")
 
 
+@replayed("live-pipeline-resources-workers-pinned-to-one-cpu-are-named-as-the-cause-of-a-data-bound-job", "golden-workers-pinned")
 def test_workers_pinned_to_one_cpu_are_named_as_the_cause_of_a_data_bound_job(pipeline_job, tmp_path):
     # GIVEN every DataLoader worker pins itself to the first CPU in worker_init_fn (what llvm-openmp 16
     # does to a forked worker), while its rank may run on every CPU
@@ -80,6 +83,7 @@ def test_workers_pinned_to_one_cpu_are_named_as_the_cause_of_a_data_bound_job(pi
     assert took < 40, took
 
 
+@replayed("live-pipeline-resources-workers-left-on-their-rank-s-cpus-are-not-called-confined")
 def test_workers_left_on_their_rank_s_cpus_are_not_called_confined(pipeline_job, tmp_path):
     # GIVEN the same data-bound job with the workers' CPUs left alone
     job = pipeline_job("plain", wait_fault=False)
@@ -92,6 +96,7 @@ def test_workers_left_on_their_rank_s_cpus_are_not_called_confined(pipeline_job,
     assert "confined" not in done.stderr
 
 
+@replayed("live-pipeline-resources-intra-op-threads-past-the-cores-are-named-and-one-a-cpu-is-not-8-true", "live-pipeline-resources-intra-op-threads-past-the-cores-are-named-and-one-a-cpu-is-not-1-false", "golden-omp-oversubscribed", "golden-omp-one-thread")
 @pytest.mark.parametrize("threads, oversubscribed", [("8", True), ("1", False)])
 def test_intra_op_threads_past_the_cores_are_named_and_one_a_cpu_is_not(pipeline_job, tmp_path, threads,
                                                                          oversubscribed):
@@ -123,6 +128,7 @@ def own_shm_allowed() -> bool:
     return done.returncode == 0
 
 
+@replayed("live-pipeline-resources-a-dev-shm-too-small-for-the-batches-is-named-with-its-size", "golden-shm-small")
 def test_a_dev_shm_too_small_for_the_batches_is_named_with_its_size(tmp_path):
     # GIVEN a job in a mount namespace whose /dev/shm is 16 MB; after 6 s its workers hand over 8 MB batches
     if not own_shm_allowed():
@@ -171,6 +177,7 @@ def quota_group(name: str, cpus: float):
     return group
 
 
+@replayed("live-pipeline-resources-a-cpu-quota-that-throttles-a-data-bound-job-is-named-with-its-share")
 def test_a_cpu_quota_that_throttles_a_data_bound_job_is_named_with_its_share(tmp_path):
     # GIVEN 2 ranks x 2 workers of CPU-heavy loading in a cgroup whose CPU quota is 0.2 CPUs
     group = quota_group(f"hangdoc-test-{os.getpid()}", 0.2)

@@ -5,12 +5,13 @@ import json
 
 import pytest
 
-from conftest import JOBS, run_hangdoc
+from conftest import JOBS, replayed, run_hangdoc
 from hangdoc.scenarios.launch import start_job, stop_job, torchrun_cmd, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 
 
+@replayed("live-rendezvous-live-a-rank-polling-a-stale-lock-before-init-is-the-culprit-of-the-ranks-in-ini")
 def test_a_rank_polling_a_stale_lock_before_init_is_the_culprit_of_the_ranks_in_init(tmp_path):
     # GIVEN a real 3-rank gloo job: rank 1 retries a stale lock file forever (counting its attempts,
     # sleeping between them) before init_process_group; ranks 0 and 2 wait in init_process_group

@@ -3,6 +3,9 @@
 Real `torchrun --nproc_per_node=2` jobs on gloo, one per scenario, sized for a 2-core machine.
 The jobs that end by themselves (healthy, slow) are run to their end under `hangdoc run` by
 test_zoo.py, which checks that they trained on every rank, marked no fault and said "done".
+Each hang's job is the one its replay-tier recording was made from (tests/replay_record.py keeps a
+recording only when the job reached its fault): they start here with HANGDOC_LIVE_ZOO=1 (`make
+zoo`), the crash always.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ pytestmark = pytest.mark.integration
 FAULT_WITHIN_S = 45.0       # from start to the fault marker: start-up plus up to ~12 s of paced healthy steps
 
 HANGS = [name for name, s in SCENARIOS.items() if s.verdict == "hang"]
+EVERY = os.environ.get("HANGDOC_LIVE_ZOO") == "1"
 CRASHES = [name for name, s in SCENARIOS.items() if s.verdict == "crash"]
 
 
@@ -71,6 +75,7 @@ def test_every_scenario_states_its_ground_truth():
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.skipif(not EVERY, reason="each hang's job is the replay tier's recording's; live with HANGDOC_LIVE_ZOO=1")
 @pytest.mark.parametrize("name", HANGS)
 def test_hang_scenario_reaches_its_fault_and_stays_stuck(name, workdir):
     # GIVEN the scenario's data

@@ -9,12 +9,13 @@ import time
 
 import pytest
 
-from conftest import JOBS, run_hangdoc
+from conftest import JOBS, replayed, run_hangdoc
 from hangdoc.scenarios.launch import start_job, stop_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
+@replayed("live-starting-workers-workers-caught-before-they-run-are-reported-once-they-do")
 def test_workers_caught_before_they_run_are_reported_once_they_do(tmp_path):
     # GIVEN a rank whose 2 DataLoader workers sleep 6 s between their fork and their worker loop
     cmd = [sys.executable, str(JOBS / "slow_start_job.py"), "--workdir", str(tmp_path), "--start-s", "6"]

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import Watch, run_hangdoc
+from conftest import Watch, replayed, run_hangdoc
 from hangdoc.analyze.past import CONFIRM_SAMPLES
 from hangdoc.bundle.files import load_bundle
 
@@ -48,6 +48,7 @@ def test_bz2_worker_stall_names_the_starved_rank(stall_job, tmp_path):
     assert replay.returncode == 3 and json.loads(replay.stdout)["culprit_ranks"] == [1]
 
 
+@replayed("live-watch-rank-stuck-in-its-own-compute-is-the-culprit", "golden-compute-straggler")
 def test_rank_stuck_in_its_own_compute_is_the_culprit(stall_job, tmp_path):
     # GIVEN rank 1 looping in heavy_compute while rank 0 waits in all_reduce
     job = stall_job("compute")
@@ -60,6 +61,7 @@ def test_rank_stuck_in_its_own_compute_is_the_culprit(stall_job, tmp_path):
     assert "heavy_compute" in json.dumps(report["findings"])
 
 
+@replayed("live-watch-barrier-against-all-reduce-is-a-collective-mismatch", "golden-barrier-mismatch")
 def test_barrier_against_all_reduce_is_a_collective_mismatch(stall_job, tmp_path):
     # GIVEN rank 1 in a barrier while rank 0 is in the step's all_reduce
     job = stall_job("mismatch")
@@ -73,6 +75,7 @@ def test_barrier_against_all_reduce_is_a_collective_mismatch(stall_job, tmp_path
     assert report["culprit_ranks"] == [1]
 
 
+@replayed("live-watch-slow-steps-are-not-a-hang", "slow-steps")
 @pytest.mark.timeout(120)
 def test_slow_steps_are_not_a_hang(stall_job, tmp_path):
     # GIVEN a healthy job whose steps take 2-3 s
@@ -103,6 +106,7 @@ def test_worker_segfault_is_a_crash_naming_the_rank(stall_job, tmp_path):
     assert report["verdict"] == "crash" and report["culprit_ranks"] == [1]
 
 
+@replayed("live-watch-native-frames-leave-no-rank-without-a-stack-while-the-job-steps")
 @pytest.mark.timeout(120)
 def test_native_frames_leave_no_rank_without_a_stack_while_the_job_steps(stall_job, tmp_path):
     # GIVEN a healthy job that steps every 2-3 s (its stepping ranks are read without pausing them)
