@@ -124,6 +124,11 @@ REPLAY = Path(__file__).resolve().parent / "replay"
 _TIER: dict = {"test": None, "recordings": []}
 
 
+def recorded(command: str) -> tuple:
+    """`watch` or `run` and, with HANGDOC_RECORD_TIER=1, its --record for the tier."""
+    return _with_record((command,))
+
+
 def _with_record(args: tuple) -> tuple:
     if not (RECORD_TIER and _TIER["test"] is not None and args and args[0] in ("watch", "run")) \
             or "--once" in args or "--record" in args:
@@ -160,9 +165,13 @@ def _record_for_the_tier(request):
 def _keep_for_the_tier(node, where: Path, n: int) -> None:
     import json
 
+    from hangdoc.base.errors import BadBundle
     from hangdoc.live.replay import replay
 
-    report = replay(where).report
+    try:
+        report = replay(where).report
+    except BadBundle:       # nothing was watched (a command that ended before its first round)
+        return
     name = re.sub(r"[^a-z0-9]+", "-", f"{Path(node.fspath).stem[5:]}-{node.name[5:]}".lower()).strip("-")[:90]
     target = REPLAY / f"live-{name}{f'-{n + 1}' if n else ''}"
     shutil.rmtree(target, ignore_errors=True)
@@ -208,8 +217,9 @@ class Watch:
 
     def __init__(self, pid: int, out, *extra: str):
         env = dict(os.environ, NO_COLOR="1", COLUMNS="200")
-        self.proc = subprocess.Popen([*hangdoc_cmd(), "watch", str(pid), "--interval", "0.5", "--no-live",
-                                      "--no-gpu", "--format", "json", "--out", str(out), *extra],
+        args = _with_record(("watch", str(pid), "--interval", "0.5", "--no-live", "--no-gpu", "--format", "json",
+                             "--out", str(out), *extra))
+        self.proc = subprocess.Popen([*hangdoc_cmd(), *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                      preexec_fn=ctrl_c_reaches_it)
         self.err: list[str] = []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import JOBS, Watch, hangdoc_cmd
+from conftest import JOBS, Watch, hangdoc_cmd, recorded
 from hangdoc.scenarios.launch import start_job, stop_job, torchrun_cmd, wait_for
 
 pytestmark = [pytest.mark.integration,
@@ -26,7 +26,7 @@ def leave_job(tmp_path: Path, mode: str, *extra: str, nproc: int = 3, restarts: 
 def run(tmp_path: Path, job: list[str], *extra: str, timeout: float = 150):
     """`hangdoc run` over the job: (exit code, the JSON report, its stderr: the job's output and hangdoc's lines)."""
     env = dict(os.environ, NO_COLOR="1", COLUMNS="200")
-    done = subprocess.run([*hangdoc_cmd(), "run", "--no-gpu", "--no-live", "--interval", "0.5", "--format", "json",
+    done = subprocess.run([*hangdoc_cmd(), *recorded("run"), "--no-gpu", "--no-live", "--interval", "0.5", "--format", "json",
                            "--out", str(tmp_path / "bundle.json"), *extra, "--", *job],
                           capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp_path)
     report = json.loads(done.stdout) if done.stdout.strip() else {}

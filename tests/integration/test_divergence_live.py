@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import hangdoc_cmd
+from conftest import hangdoc_cmd, recorded
 from hangdoc.scenarios.launch import torchrun_cmd
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
@@ -24,7 +24,7 @@ def test_run_names_the_rank_whose_swallowed_exception_skipped_a_collective_and_t
     env = dict(os.environ, NO_COLOR="1", COLUMNS="200")
     env.pop("GITHUB_STEP_SUMMARY", None)
     # WHEN it hangs
-    done = subprocess.run([*hangdoc_cmd(), "run", "--no-gpu", "--out", str(tmp_path / "b.json"), "--", *cmd],
+    done = subprocess.run([*hangdoc_cmd(), *recorded("run"), "--no-gpu", "--out", str(tmp_path / "b.json"), "--", *cmd],
                           capture_output=True, text=True, timeout=140, env=env, cwd=tmp_path)
     # THEN the verdict names rank 1, the handler that swallowed the exception, and that cause's fix
     assert done.returncode == 3, done.stdout[-3000:] + done.stderr[-2000:]

@@ -9,7 +9,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from conftest import hangdoc_cmd
+from conftest import hangdoc_cmd, recorded
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
@@ -18,7 +18,7 @@ def run(tmp_path, *cmd, extra=(), env=None):
     full_env = dict(os.environ, NO_COLOR="1")
     full_env.pop("GITHUB_STEP_SUMMARY", None)
     full_env.update(env or {})
-    args = [*hangdoc_cmd(), "run", "--no-gpu", "--interval", "0.5", "--hang-after", "3",
+    args = [*hangdoc_cmd(), *recorded("run"), "--no-gpu", "--interval", "0.5", "--hang-after", "3",
             "--out", str(tmp_path / "b.json"), "--junit", str(tmp_path / "junit.xml"), *extra, "--", *cmd]
     return subprocess.run(args, capture_output=True, text=True, timeout=80, env=full_env, cwd=tmp_path)
 

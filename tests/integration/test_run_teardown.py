@@ -11,7 +11,7 @@ import subprocess
 import psutil
 import pytest
 
-from conftest import JOBS, hangdoc_cmd
+from conftest import JOBS, hangdoc_cmd, recorded
 from hangdoc.scenarios.launch import torchrun_cmd
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
@@ -37,7 +37,7 @@ def test_a_hung_job_ended_by_hangdoc_leaves_no_signal_exception_in_the_log_or_th
     env.pop("GITHUB_STEP_SUMMARY", None)
     try:
         # WHEN `hangdoc run` watches it, names the hang and ends it
-        done = subprocess.run([*hangdoc_cmd(), "run", "--no-gpu", "--no-live", "--interval", "0.5", "--hang-after", "4",
+        done = subprocess.run([*hangdoc_cmd(), *recorded("run"), "--no-gpu", "--no-live", "--interval", "0.5", "--hang-after", "4",
                                "--timeout", "90", "--format", "json", "--out", str(tmp_path / "b.json"),
                                "--junit", str(tmp_path / "junit.xml"), "--", *job],
                               capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import JOBS, end_job, hangdoc_cmd
+from conftest import JOBS, end_job, hangdoc_cmd, recorded
 
 from hangdoc.scenarios.launch import start_job, wait_for
 
@@ -50,7 +50,7 @@ def test_ranks_behind_wrappers_are_diagnosed_as_the_ranks(tmp_path, shape):
         if not wait_for([tmp_path / "ready.0", tmp_path / "ready.1", tmp_path / "fault"], job, timeout=60):
             pytest.fail("job did not reach its markers:\n" + (tmp_path / "job.log").read_text(errors="replace")[-3000:])
         # WHEN hangdoc watches the launcher's pid
-        done = subprocess.run([*hangdoc_cmd(), "watch", str(job.popen.pid), "--interval", "0.5", "--hang-after", "4",
+        done = subprocess.run([*hangdoc_cmd(), *recorded("watch"), str(job.popen.pid), "--interval", "0.5", "--hang-after", "4",
                                "--no-live", "--no-gpu", "--format", "json", "--out", str(tmp_path / "b.json"),
                                "--timeout", "60"], capture_output=True, text=True, timeout=90)
     finally:
