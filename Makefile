@@ -34,13 +34,14 @@ test: install
 unit: install
 	$(PY) -m pytest -q tests/unit
 
-# The fast tier, before every commit: the unit tests but the bounds, fuzzers and wheel builds of
-# tens of seconds each (marked `slow`); about a minute on two idle cores. `make test` runs them all.
+# The fast tier, before every commit: the unit tests and the replay tier but the bounds, fuzzers and
+# wheel builds of tens of seconds each (marked `slow`), on both cores: about a minute on two idle
+# cores. `make test` runs them all.
 fast: install
-	$(PY) -m pytest -q -m "not slow" tests/unit
+	$(PY) -m pytest -q -n 2 -m "not slow" tests/unit
 
-# Every zoo scenario live on real torchrun jobs (about 12 minutes); `make test` runs one of each
-# verdict live and replays the recordings of all of them (tests/replay/).
+# Every zoo scenario live on real torchrun jobs (about 12 minutes); `make test` runs a hang, a crash
+# and a healthy job live and replays the recordings of all of them (tests/replay/).
 zoo: install
 	HANGDOC_LIVE_ZOO=1 $(PY) -m pytest -q tests/integration/test_zoo.py tests/integration/test_scenarios_start.py
 
