@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Optional
 
 import typer
 
 from hangdoc.cli import app
-from hangdoc.cli.common import emit_report, hang_after_option, interval_option, report_format_option
+from hangdoc.cli.common import emit_report, hang_after_option, interval_option, record_option, report_format_option
 from hangdoc.base.defaults import DEMO_INTERVAL_S
 from hangdoc.base.errors import EXIT_FINDINGS, EXIT_OK, HangdocError
 from hangdoc.render.formats import OutputFormat
@@ -20,11 +21,13 @@ def demo(
     hang_after: Optional[float] = hang_after_option(),
     interval: float = interval_option(DEMO_INTERVAL_S),
     fmt: OutputFormat = report_format_option(),
+    record: Optional[Path] = record_option(),
 ) -> None:
     """Run a scenario under watch (threshold learned, or --hang-after), show the live view and the report.
 
-    Exits 0 when the diagnosis matches the scenario's ground truth, 1 when it does not, 2 when
-    this Python has no torch to run the job with.
+    Exits 0 when the diagnosis matches the scenario's ground truth, 1 when it does not (the watch's
+    recording is then kept and named, for `hangdoc replay`), 2 when this Python has no torch to run
+    the job with.
     """
     from hangdoc.scenarios import SCENARIOS
 
@@ -49,11 +52,20 @@ def demo(
     print("hangdoc demo: starting a real torchrun job (2 ranks, gloo); "
           + (f"hang-after {hang_after:g} s" if hang_after is not None else "hang threshold learned from its steps"),
           file=sys.stderr)
+    import shutil
+    import tempfile
+
+    kept = record is not None
+    record = record if kept else Path(tempfile.mkdtemp(prefix="hangdoc-demo-")) / "recording"
     view = LiveView(sys.stderr, live=True)
+    result = None
     try:
-        result = evaluate(chosen, hang_after=hang_after, interval=interval, on_sample=view.update, stop_when_slow=True)
+        result = evaluate(chosen, hang_after=hang_after, interval=interval, on_sample=view.update, stop_when_slow=True,
+                          record=record)
     finally:
         view.close()
+        if not kept and (result is None or result.localised):     # a miss keeps its rounds to replay
+            shutil.rmtree(record.parent, ignore_errors=True)
     emit_report(result.report, fmt)
     truth = f"{chosen.truth(hang_after)}, culprits {list(chosen.culprit_ranks)}, rule {chosen.expected_rule}"
     if result.localised:
@@ -62,5 +74,6 @@ def demo(
               file=sys.stderr)
         raise typer.Exit(EXIT_OK)
     print(f"hangdoc demo: diagnosis differs from the ground truth ({truth}): got {result.verdict}, "
-          f"culprits {list(result.culprits)}, rules {list(result.rules)}", file=sys.stderr)
+          f"culprits {list(result.culprits)}, rules {list(result.rules)}; the watch's rounds are kept: "
+          f"hangdoc replay {record}", file=sys.stderr)
     raise typer.Exit(EXIT_FINDINGS)
