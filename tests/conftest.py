@@ -176,7 +176,9 @@ def _keep_for_the_tier(node, where: Path, n: int) -> None:
     target = REPLAY / f"live-{name}{f'-{n + 1}' if n else ''}"
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
-    shutil.copy(where / "recording.zst", target / "recording.zst")
+    from replay_record import keep_recording
+
+    keep_recording(where / "recording.zst", target / "recording.zst")
     rules = sorted({f.rule for f in report.findings if f.severity.value in ("critical", "warning")})
     about = {"test": node.nodeid, "about": "a real-job test's watch; the test asserted its ground truth when recorded",
              "verdict": str(report.verdict), "culprit_ranks": list(report.culprit_ranks), "rules": rules}

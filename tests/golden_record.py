@@ -461,10 +461,12 @@ def record_replay(case: Case) -> tuple[bool, str]:
             kept = Path(tempfile.mkdtemp(prefix=f"hangdoc-missed-{case.name}-"))
             shutil.copy(recording / "recording.zst", kept / "recording.zst")
             return False, f"replayed {got} {fired}, not the case's; its recording: hangdoc replay {kept}"
+        from replay_record import keep_recording
+
         target = REPLAY / f"golden-{case.name}"
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)
-        shutil.copy(recording / "recording.zst", target / "recording.zst")
+        keep_recording(recording / "recording.zst", target / "recording.zst")
         about = {"golden": case.name, "about": case.about, "verdict": case.verdict,
                  "culprit_ranks": list(case.culprits), "rules": list(case.fire), "look_alikes": list(case.look_alikes)}
         (target / "case.json").write_text(json.dumps(about, indent=2) + "\n")

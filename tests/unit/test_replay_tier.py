@@ -105,3 +105,15 @@ def test_a_restart_that_could_not_connect_is_the_launchers_failure_not_the_jobs(
     # THEN the crash's cause says the restart failed in process-group setup, of the launcher's making
     cause = " ".join(report.cause)
     assert "failed in init_process_group" in cause and "the launcher's own making" in cause, cause
+
+
+def test_the_tier_holds_no_path_of_the_checkout_that_recorded_it():
+    # GIVEN every recording of the tier WHEN read THEN the checkout's own path is written as the
+    # neutral one (tests/replay_record.py: keep_recording), never this machine's
+    import zstandard
+
+    here = str(REPLAY.parents[1]).encode()
+    for name in CASES:
+        with open(REPLAY / name / "recording.zst", "rb") as handle:
+            raw = zstandard.ZstdDecompressor().stream_reader(handle).read()
+        assert here not in raw, name
