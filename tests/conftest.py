@@ -120,7 +120,6 @@ def run_hangdoc(*args: str, timeout: float = 120) -> "subprocess.CompletedProces
 # recorded (--record), and once the test has passed (its asserts held the job's ground truth) its
 # recording joins the replay tier as tests/replay/live-<test>/, with the verdict it replays to.
 RECORD_TIER = os.environ.get("HANGDOC_RECORD_TIER") == "1"
-REPLAY = Path(__file__).resolve().parent / "replay"
 _TIER: dict = {"test": None, "recordings": []}
 
 
@@ -163,26 +162,19 @@ def _record_for_the_tier(request):
 
 
 def _keep_for_the_tier(node, where: Path, n: int) -> None:
-    import json
-
     from hangdoc.base.errors import BadBundle
     from hangdoc.live.replay import replay
+    from replay_record import keep_case
 
     try:
         report = replay(where).report
     except BadBundle:       # nothing was watched (a command that ended before its first round)
         return
     name = re.sub(r"[^a-z0-9]+", "-", f"{Path(node.fspath).stem[5:]}-{node.name[5:]}".lower()).strip("-")[:90]
-    target = REPLAY / f"live-{name}{f'-{n + 1}' if n else ''}"
-    shutil.rmtree(target, ignore_errors=True)
-    target.mkdir(parents=True)
-    from replay_record import keep_recording
-
-    keep_recording(where / "recording.zst", target / "recording.zst")
     rules = sorted({f.rule for f in report.findings if f.severity.value in ("critical", "warning")})
     about = {"test": node.nodeid, "about": "a real-job test's watch; the test asserted its ground truth when recorded",
              "verdict": str(report.verdict), "culprit_ranks": list(report.culprit_ranks), "rules": rules}
-    (target / "case.json").write_text(json.dumps(about, indent=2) + "\n")
+    keep_case(f"live-{name}{f'-{n + 1}' if n else ''}", where, about)
 
 
 FAKE_NVML_SOURCE = Path(__file__).resolve().parent / "fakenvml" / "fake_nvml.c"

@@ -369,7 +369,6 @@ def watch_cli(pid: int, out: Path, timeout_s: float | None, hang_after_s: float 
 def watch_healthy(pid: int, out: Path, timeout_s: float, hang_after_s: float = 4.0,
                   record: Path | None = None) -> Path:
     """What `watch --timeout` does, keeping the bundle it does not save for a healthy job."""
-    from hangdoc import __version__
     from hangdoc.bundle.files import save_bundle
     from hangdoc.bundle.recording import Recorder
     from hangdoc.live.options import WatchOptions
@@ -377,7 +376,7 @@ def watch_healthy(pid: int, out: Path, timeout_s: float, hang_after_s: float = 4
     from hangdoc.live.watcher import Watcher
 
     config = WatchOptions(interval_s=0.5, hang_after_s=hang_after_s, timeout_s=timeout_s)
-    recorder = Recorder(record, {"command": "watch", "hangdoc": __version__}) if record is not None else None
+    recorder = Recorder.of_command(record, "watch") if record is not None else None
     try:
         outcome = Watcher(pid, make_probes(WatchOptions(gpu=False)), config, recorder=recorder).run()
     finally:
@@ -434,13 +433,11 @@ def record_once(case: Case) -> Bundle:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-REPLAY = ROOT / "tests" / "replay"
-
-
 def record_replay(case: Case) -> tuple[bool, str]:
     """The case's real job watched with --record, kept in tests/replay/golden-<case>/ when its replay
     gives the case's verdict, culprits and rules (a miss is kept in a temporary directory, named)."""
     from hangdoc.live.replay import replay
+    from replay_record import keep_case, keep_missed
 
     workdir = Path(tempfile.mkdtemp(prefix=f"hangdoc-golden-{case.name}-"))
     cmd, markers = case.start(workdir)
@@ -458,19 +455,12 @@ def record_replay(case: Case) -> tuple[bool, str]:
         fired = [f.rule for f in report.findings]
         got = (str(report.verdict), tuple(report.culprit_ranks))
         if got != (case.verdict, case.culprits) or not set(case.fire) <= set(fired):
-            kept = Path(tempfile.mkdtemp(prefix=f"hangdoc-missed-{case.name}-"))
-            shutil.copy(recording / "recording.zst", kept / "recording.zst")
+            kept = keep_missed(case.name, recording)
             return False, f"replayed {got} {fired}, not the case's; its recording: hangdoc replay {kept}"
-        from replay_record import keep_recording
-
-        target = REPLAY / f"golden-{case.name}"
-        shutil.rmtree(target, ignore_errors=True)
-        target.mkdir(parents=True)
-        keep_recording(recording / "recording.zst", target / "recording.zst")
         about = {"golden": case.name, "about": case.about, "verdict": case.verdict,
                  "culprit_ranks": list(case.culprits), "rules": list(case.fire), "look_alikes": list(case.look_alikes)}
-        (target / "case.json").write_text(json.dumps(about, indent=2) + "\n")
-        return True, f"{got[0]} {list(got[1])}, {(target / 'recording.zst').stat().st_size // 1024} KiB"
+        size = keep_case(f"golden-{case.name}", recording, about)
+        return True, f"{got[0]} {list(got[1])}, {size // 1024} KiB"
     finally:
         stop_job(job)
         shutil.rmtree(workdir, ignore_errors=True)

@@ -41,6 +41,26 @@ def keep_recording(source: Path, target: Path) -> None:
     target.write_bytes(zstandard.ZstdCompressor(level=3).compress(raw))
 
 
+def keep_case(name: str, recording: Path, about: dict) -> int:
+    """tests/replay/<name>/ (an earlier one replaced): the recording of `recording` (a --record DIR)
+    and case.json, what the tier holds it to; the recording's size in bytes."""
+    target = REPLAY / name
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    keep_recording(recording / "recording.zst", target / "recording.zst")
+    (target / "case.json").write_text(json.dumps(about, indent=2) + "\n")
+    return (target / "recording.zst").stat().st_size
+
+
+def keep_missed(name: str, recording: Path, *also: Path) -> Path:
+    """A recording whose verdict missed its ground truth (and `also`: the job's log), kept in a
+    temporary directory to replay: the directory."""
+    kept = Path(tempfile.mkdtemp(prefix=f"hangdoc-missed-{name}-"))
+    for path in (recording / "recording.zst", *also):
+        shutil.copy(path, kept / path.name)
+    return kept
+
+
 @dataclass(frozen=True)
 class Case:
     """A zoo scenario watched one way: `hang_after` None learns the threshold from the steps."""
@@ -80,9 +100,7 @@ def record(case: Case) -> tuple[bool, str]:
         culprits = list(scenario.culprit_ranks) if truth != "healthy" else []
         rule_ok = truth == "healthy" or scenario.expected_rule is None or scenario.expected_rule in result.rules
         if got[0] != truth or got[1] != culprits or not rule_ok:
-            kept = Path(tempfile.mkdtemp(prefix=f"hangdoc-missed-{case.name}-"))
-            shutil.copy(recording / "recording.zst", kept / "recording.zst")
-            shutil.copy(work / "job.log", kept / "job.log")
+            kept = keep_missed(case.name, recording, work / "job.log")
             return False, (f"live verdict {got} is not the ground truth ({truth}, {culprits}, "
                            f"{scenario.expected_rule}); its recording: hangdoc replay {kept}")
         from hangdoc.live.replay import replay
@@ -91,11 +109,6 @@ def record(case: Case) -> tuple[bool, str]:
         if (replayed.report.verdict, replayed.report.culprit_ranks) != (result.verdict, result.culprits):
             return False, f"the replay read {replayed.report.verdict} where the live watch read {result.verdict}"
         fault = scenario.read_fault(work)
-        target = REPLAY / case.name
-        if target.exists():
-            shutil.rmtree(target)
-        target.mkdir(parents=True)
-        keep_recording(recording / "recording.zst", target / "recording.zst")
         about = {
             "scenario": case.scenario, "about": scenario.description, "hang_after": case.hang_after,
             "interval": case.interval, "verdict": truth, "culprit_ranks": culprits,
@@ -103,8 +116,7 @@ def record(case: Case) -> tuple[bool, str]:
             "live_rounds": replayed.live_rounds, "stop_round": replayed.stop_round, "fault_time": fault["time"] if fault else None,
             "live_seconds_to_verdict": result.seconds_to_verdict,
         }
-        (target / "case.json").write_text(json.dumps(about, indent=2) + "\n")
-        size = (target / "recording.zst").stat().st_size
+        size = keep_case(case.name, recording, about)
         return True, f"{truth} {culprits} in {result.wall_s:.0f} s, {size // 1024} KiB"
 
 

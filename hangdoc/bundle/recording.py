@@ -59,8 +59,7 @@ class Recorder:
     """Writes a watch's rounds to DIR/recording.zst as they come."""
 
     def __init__(self, directory: str | Path, header: dict):
-        self.path = open_new(Path(directory))
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        self.path, fd = open_new(Path(directory))
         self._file = os.fdopen(fd, "wb")
         self._stream = zstandard.ZstdCompressor(level=_LEVEL).stream_writer(self._file, closefd=False)
         self._sent = 0                  # samples taken, as the watch counted them, when last written
@@ -68,6 +67,13 @@ class Recorder:
         self.cut = False
         self._line(msgspec.json.encode({"format": FORMAT, **header}))
         self._flush()
+
+    @classmethod
+    def of_command(cls, directory: str | Path, command: str, **header) -> Recorder:
+        """The recorder of a `watch` or a `run` (`command`); its header names it and hangdoc's version."""
+        from hangdoc import __version__
+
+        return cls(directory, {"command": command, "hangdoc": __version__, **header})
 
     def write(self, kind: str, meta: dict, bundle: Bundle | None = None, taken: int = 0) -> None:
         """One record; `taken`: the samples the watch has taken so far (bundle.samples is the last
@@ -116,8 +122,9 @@ class Recorder:
         self._file.flush()
 
 
-def open_new(directory: Path) -> Path:
-    """DIR/recording.zst, created (with DIR when it is missing) and empty; never an earlier one."""
+def open_new(directory: Path) -> tuple[Path, int]:
+    """DIR/recording.zst, created (with DIR when it is missing) and empty, and its descriptor open
+    for writing; never an earlier one."""
     try:
         info = os.lstat(directory)
     except FileNotFoundError:
@@ -139,8 +146,7 @@ def open_new(directory: Path) -> Path:
                         "name another directory") from None
     except OSError as exc:
         raise BadOutput(f"cannot write --record {directory}: {exc.strerror or exc}") from None
-    os.close(fd)
-    return path
+    return path, fd
 
 
 def read_recording(directory: str | Path) -> tuple[dict, Iterator[Record]]:

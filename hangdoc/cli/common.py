@@ -74,10 +74,9 @@ def open_recorder(directory, command: str):
     """The recorder of `--record DIR` (None without it); its header names the command and hangdoc."""
     if directory is None:
         return None
-    from hangdoc import __version__
     from hangdoc.bundle.recording import Recorder
 
-    return Recorder(directory, {"command": command, "hangdoc": __version__})
+    return Recorder.of_command(directory, command)
 
 
 MAX_INTERVAL_S = 3600.0       # between two samples

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Callable
 
 from hangdoc.analyze.restarts import restarts_of
 from hangdoc.analyze.timeline import LiveTimelines
@@ -42,13 +43,33 @@ class Seen:
     job's own Flight Recorder records); `at_s`: seconds since the watch began; `ended`: the command
     hangdoc started has ended (`run`); `probes_due`: the sampling policy would read a blocked
     worker's native frames next round; `own_records`: the job keeps records of its own (a Flight
-    Recorder, NCCL's RAS) to ask for once it looks stuck."""
+    Recorder, NCCL's RAS) to ask for once it looks stuck. The last two matter only on the round a
+    hang is named: a watch hands them as `Fact`s, read only when the step asks."""
 
     bundle: Bundle
     at_s: float
     ended: bool = False
-    probes_due: bool = False
-    own_records: bool = False
+    probes_due: bool | Fact = False
+    own_records: bool | Fact = False
+
+
+class Fact:
+    """A fact of the round read only if the step asks for it, and then once: what it costs (a stat
+    of each rank's dump files, a pass over the workers) is not paid on the rounds that need none."""
+
+    def __init__(self, read: Callable[[], bool]):
+        self._read = read
+        self.value: bool | None = None     # None: never asked (a recording writes it so)
+
+    def __bool__(self) -> bool:
+        if self.value is None:
+            self.value = bool(self._read())
+        return self.value
+
+
+def asked(fact: bool | Fact) -> bool | None:
+    """What a round's fact was when the step read it; None when it never did."""
+    return fact.value if isinstance(fact, Fact) else fact
 
 
 @dataclass(frozen=True)
@@ -92,9 +113,9 @@ def watch_step(state: State, seen: Seen, policy: Policy) -> tuple[State, Judgeme
     judgement = judge(bundle, RUNNING, state.judgement, hang_after=policy.hang_after_s, live=state.live,
                       lanes=False)
     hang = judgement.stop is StopReason.HANG
-    flight_due = hang and not state.stuck and seen.own_records
+    flight_due = hang and not state.stuck and bool(seen.own_records)
     # Once a watch: a worker blocked at a new stack every round must not hold the hang for ever.
-    probe_due = hang and not state.held_for_probe and seen.probes_due
+    probe_due = hang and not state.held_for_probe and bool(seen.probes_due)
     reason = None if flight_due or probe_due else judgement.stop
     if reason is None and policy.stop_when_slow and judgement.settled_slow:
         reason = StopReason.SLOW

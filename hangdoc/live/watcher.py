@@ -32,7 +32,9 @@ from hangdoc.live.capture import make_bundle
 from hangdoc.live.options import WatchOptions
 from hangdoc.live.sampling import Sampling
 from hangdoc.live.probes import engine_name, require_stacks
-from hangdoc.live.step import Decision, Policy, Seen, State, any_rank_alive, ending_dict, watch_ending, watch_step
+from hangdoc.live.step import (
+    Decision, Fact, Policy, Seen, State, asked, ending_dict, watch_ending, watch_step,
+)
 from hangdoc.bundle.recording import Recorder
 from hangdoc.model import Bundle, Ending, Host, Job, NodeDigest, Progress, Report, Role, Snapshot, StopReason
 from hangdoc.report.judge import End, Judgement, judge
@@ -164,12 +166,12 @@ class Watcher(Sampling):
         """One round: the job's own records read into the bundle when the last round looked stuck (the
         I/O), then the step (pure) judges it and decides; the recorder writes what the round saw."""
         bundle = self._with_flight_records(bundle, self.state.stuck)
-        seen = Seen(bundle, at_s, ended=ended, probes_due=self.probes_due(),
-                    own_records=self._has_own_records(bundle.job))
+        seen = Seen(bundle, at_s, ended=ended, probes_due=Fact(self.probes_due),
+                    own_records=Fact(lambda: self._has_own_records(bundle.job)))
         self.state, judgement, self.decision = watch_step(self.state, seen, self.policy)
         self.stepping = {r.pid for r in judgement.report.ranks if r.progress == Progress.ACTIVE}
-        self.record("round", bundle, at_s=round(at_s, 6), ended=ended, probes_due=seen.probes_due,
-                    own_records=seen.own_records)
+        self.record("round", bundle, at_s=round(at_s, 6), ended=ended, probes_due=asked(seen.probes_due),
+                    own_records=asked(seen.own_records))
         return bundle, judgement
 
     @property

@@ -62,10 +62,9 @@ def evaluate(scenario: Scenario, workdir: str | Path | None = None, *, hang_afte
         started = time.monotonic()
         recorder = None
         if record is not None:
-            from hangdoc import __version__
             from hangdoc.bundle.recording import Recorder
 
-            recorder = Recorder(record, {"command": "run", "hangdoc": __version__, "scenario": scenario.name})
+            recorder = Recorder.of_command(record, "run", scenario=scenario.name)
         try:
             with open(work / "job.log", "w") as log:
                 result = run_command(scenario.command(work, max_steps=max_steps), options,
