@@ -119,7 +119,7 @@ def watch_step(state: State, seen: Seen, policy: Policy) -> tuple[State, Judgeme
     reason = None if flight_due or probe_due else judgement.stop
     if reason is None and policy.stop_when_slow and judgement.settled_slow:
         reason = StopReason.SLOW
-    if reason is None and (all_gone(bundle) or seen.ended):
+    if reason is None and (all_gone(bundle, judgement) or seen.ended):
         reason = StopReason.ENDED
     if reason is None and policy.timeout_s is not None and seen.at_s >= policy.timeout_s:
         reason = StopReason.TIMEOUT
@@ -132,12 +132,15 @@ def watch_ending(reason: StopReason, policy: Policy) -> End:
     return End(Ending.TIMED_OUT, timeout_s=policy.timeout_s) if reason is StopReason.TIMEOUT else RUNNING
 
 
-def all_gone(bundle: Bundle) -> bool:
+def all_gone(bundle: Bundle, judgement: Judgement | None = None) -> bool:
     """Every rank gone, and no launcher about to start them again (torchrun restarting a failed
-    generation: its next one is found by the next rounds' rediscovery)."""
+    generation: its next one is found by the next rounds' rediscovery). The restarts are the ones
+    the judgement's analysis worked out of this bundle, when it has them."""
     if any_rank_alive(bundle.last, bundle.job):
         return False
-    restarts = restarts_of(bundle)
+    analysis = judgement.analysis if judgement is not None else None
+    worked = analysis.worked if analysis is not None else None
+    restarts = worked.restarts if worked is not None else restarts_of(bundle)
     if restarts is not None and restarts.pending:
         return False
     return not launcher_tells(bundle)
