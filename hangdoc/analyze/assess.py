@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from hangdoc.analyze import facts
 from hangdoc.analyze.clock import since_on_clock
 from hangdoc.analyze.diagnose import Diagnosis, RankView, diagnose
-from hangdoc.analyze.gpu import gpu_activity
+from hangdoc.model.gpu import gpu_activity
 from hangdoc.analyze.jobfacts import GLOO_TIMEOUT_S, NCCL_TIMEOUT_S, backend, pg_timeout
 from hangdoc.analyze.lanes import lanes, restart_marks
 from hangdoc.analyze.past import hang_after as past_hang_after

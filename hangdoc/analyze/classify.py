@@ -6,14 +6,12 @@ frame that decided it, so a report can cite the evidence.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 from hangdoc.base.syscalls import OPENS
 from hangdoc.model import Frame, ProcSample, ProcStat, RankState, Stack, Thread, Wait, WorkerState
+from hangdoc.model.stack import DEBUGGER_PACKAGES as _DEBUGGER_PACKAGES, own_frame, per_stack, signature
 
 
 # c10d's public collectives, as they appear in torch/distributed/distributed_c10d.py.
@@ -70,9 +68,7 @@ _LOCK_FRAMES = ("acquire", "__enter__", "Condition.wait", "Lock.acquire", "RLock
                 "Semaphore.acquire", "Event.wait")
 # Waits of the job's own line outside collectives and the DataLoader (a Reading's detail is a Wait).
 _DEBUGGER_FILES = ("/pdb.py", "/bdb.py", "/cmd.py")
-_DEBUGGER_PACKAGES = ("/ipdb/", "/pudb/", "/IPython/", "/prompt_toolkit/", "/pydevd", "/debugpy/")
 _PROMPTS = ("cmdloop", "_cmdloop", "interaction", "set_trace", "_prompt_for_confirmation")
-T = TypeVar("T")
 _LOCK_CALLS = ("flock", "lockf", "lockf64", "__flock", "fcntl_flock", "fcntl_lockf", "fcntl_flock_impl",
                "fcntl_lockf_impl")
 _SUBPROCESS_WAITS = ("run", "call", "check_call", "check_output", "getoutput", "getstatusoutput", "Popen.wait",
@@ -90,30 +86,6 @@ class Reading:
     state: RankState | WorkerState
     detail: str | None
     frame: Frame | None
-
-
-_PER_STACK = 4096      # frame tuples remembered per function (a node's stacks of a whole watch fit)
-
-
-def per_stack(read: Callable[[tuple[Frame, ...]], T]) -> Callable[[tuple[Frame, ...]], T]:
-    """`read` (a function of a frames tuple alone) remembered per tuple, by identity. A decoded
-    bundle shares one tuple among every process and sample standing at the same place, so a stack
-    is walked once, not once per rank and sample (a 4,000-frame stack named by 2,000 ranks in two
-    samples: over 120 s without, 10 s with). The tuple is held while remembered, so its id is not
-    reused meanwhile."""
-    seen: dict[int, tuple[tuple[Frame, ...], T]] = {}
-
-    @functools.wraps(read)
-    def cached(frames: tuple[Frame, ...]) -> T:
-        hit = seen.get(id(frames))
-        if hit is not None and hit[0] is frames:
-            return hit[1]
-        value = read(frames)
-        if len(seen) >= _PER_STACK:
-            seen.clear()
-        seen[id(frames)] = (frames, value)
-        return value
-    return cached
 
 
 def _is_c10d(frame: Frame) -> bool:
@@ -161,13 +133,6 @@ def _in_dataloader_wait(frames: tuple[Frame, ...]) -> Frame | None:
             if "_MultiProcessingDataLoaderIter" in frame.name or frame.name.endswith(("_get_data", "_try_get_data")):
                 return frame
     return None
-
-
-@per_stack
-def own_frame(frames: tuple[Frame, ...]) -> Frame | None:
-    """The innermost frame of the job's own code (not the standard library's, not torch's, not a
-    debugger's): the user's line a thread stands at."""
-    return next((f for f in frames if f.is_job_code and not any(p in f.filename for p in _DEBUGGER_PACKAGES)), None)
 
 
 def _leading(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
@@ -345,19 +310,6 @@ def _opening(proc) -> str | None:
 
 def main_thread(stack: Stack | None) -> Thread | None:
     return stack.main if stack else None
-
-
-def signature(sample: ProcSample | None) -> tuple:
-    """The main thread's stack as a comparable key: its frames, which compare by name, file and line.
-
-    The frames tuple itself, not a copy: a key is built for every process in every sample
-    (tens of thousands in a merged bundle) and compared only for a few."""
-    main = main_thread(sample.stack) if sample else None
-    if main is None:
-        return ()
-    if sample.stack.probe:       # a native probe's Python frames stand for its stack
-        return tuple(f for f in main.frames if not f.native)
-    return main.frames
 
 
 # A frame of code written inside an expression: it runs on its caller's line.

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from hangdoc.analyze.classify import classify_rank
-from hangdoc.analyze.logs import all_lines, line_rank, rank_exception
+from hangdoc.analyze.logs import all_lines, rank_exception
+from hangdoc.model.logline import line_rank
 from hangdoc.base.parse import to_int
 from hangdoc.base.words import rank_set
 from hangdoc.model import Bundle, ProcessInfo, RankState, TcpSocket

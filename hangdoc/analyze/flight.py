@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from hangdoc.model import Bundle, FlightRecord, FlightSummary, FrEntry, Word
+from hangdoc.model.flight import op_name
 
 DEFAULT_GROUP = "0"
 # Collectives whose tensors must have one shape on every rank; others (all_to_all, gather,
@@ -83,11 +84,6 @@ class GroupFlight:
             if entry is not None:
                 return op_name(entry.op)
         return None
-
-
-def op_name(profiling_name: str) -> str:
-    """"nccl:all_reduce" -> "all_reduce"."""
-    return profiling_name.split(":", 1)[-1]
 
 
 def _progress(records: list[FlightRecord], name: str) -> list[RankProgress]:

@@ -5,11 +5,9 @@ import re
 from dataclasses import dataclass
 
 from hangdoc.model import LogTail
+from hangdoc.model.logline import EXITED_LINE, KILLED_LINE, RANK_PREFIX, killed_in_line, line_rank
 
-_KILLED = re.compile(r"DataLoader worker \(pid (\d+)\) is killed by signal: (.+?)\.?\s*$")
-_EXITED = re.compile(r"DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly")
 _CAUGHT = re.compile(r"Caught (\w+) in DataLoader worker process (\d+)")
-_RANK_PREFIX = re.compile(r"^\[(?:default)?rank(\d+)\]:\s?")   # torchrun's per-rank line prefix
 _ROOT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 _ROOT_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)(?:\s*\(pid:\s*(\d+)\))?")
 _FAILURE = ("ChildFailedError", "Traceback (most recent call last)", "is killed by signal",
@@ -94,23 +92,6 @@ def killed_workers(logs: tuple[LogTail, ...]) -> dict[int, str]:
     return out
 
 
-_WORKER_PID = "DataLoader worker (pid"     # what both lines begin with: most lines are let go at this test
-
-
-def killed_in_line(line: str) -> tuple[tuple[int, str, bool], ...]:
-    """(pid, how, told) for each worker one line says died: told is True for a signal named
-    (`is killed by signal: X`), False for `exited unexpectedly`. A watch asks of the same
-    hundreds of lines every round: the test for the words both lines hold comes first."""
-    if _WORKER_PID not in line:
-        return ()
-    if (m := _KILLED.search(line)):
-        return ((int(m.group(1)), m.group(2), True),)
-    if (m := _EXITED.search(line)):
-        return tuple((int(pid), "exited unexpectedly", False)
-                     for pid in m.group(1).replace(" ", "").split(",") if pid.isdigit())
-    return ()
-
-
 def caught_in_worker(logs: tuple[LogTail, ...]) -> list[tuple[str, int, int]]:
     """(exception, worker index, line number in its tail) for `Caught X in DataLoader worker process N`."""
     found = []
@@ -121,16 +102,10 @@ def caught_in_worker(logs: tuple[LogTail, ...]) -> list[tuple[str, int, int]]:
     return found
 
 
-def line_rank(line: str) -> int | None:
-    """The rank torchrun's `[rankN]:` prefix names, if the line has one."""
-    m = _RANK_PREFIX.match(line)
-    return int(m.group(1)) if m else None
-
-
 def failed_worker_rank(logs: tuple[LogTail, ...]) -> int | None:
     """The rank whose DataLoader worker died or raised, from the prefix of the line that says so."""
     for _, line in all_lines(logs):
-        if _KILLED.search(line) or _EXITED.search(line) or _CAUGHT.search(line):
+        if KILLED_LINE.search(line) or EXITED_LINE.search(line) or _CAUGHT.search(line):
             rank = line_rank(line)
             if rank is not None:
                 return rank
@@ -168,7 +143,7 @@ def rank_exception(logs: tuple[LogTail, ...], rank: int | None) -> RaisedError |
     own: list[str] = []
     bare: list[str] = []
     for _, line in all_lines(logs):
-        prefix = _RANK_PREFIX.match(line)
+        prefix = RANK_PREFIX.match(line)
         if prefix:
             if rank is None or int(prefix.group(1)) == rank:
                 own.append(line[prefix.end():])

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from hangdoc.analyze.classify import per_stack
 from hangdoc.analyze.timeline import Point, Timeline
 from hangdoc.model import Frame, ProcessInfo, ProcSample, RankDigest, RankState
+from hangdoc.model.capture import store_address
 
 # Process-group setup as torch.distributed's Python frames name it.
 SETUP_FUNCTIONS = frozenset({
@@ -99,12 +100,6 @@ def off_store(ranks: Sequence[RankDigest]) -> tuple[int, ...]:
     reached = {r.store for r in ranks if r.joining and r.store_reached}
     return tuple(sorted(r.rank for r in ranks if r.joining and r.store in reached and r.store_reached is False
                         and r.rank is not None))
-
-
-def store_address(info: ProcessInfo) -> str | None:
-    """"localhost:29500": the store the rank's environment points it at (MASTER_ADDR, MASTER_PORT)."""
-    host, port = info.env.get("MASTER_ADDR"), info.env.get("MASTER_PORT")
-    return f"{host}:{port}" if host and port else None
 
 
 def store_fields(info: ProcessInfo, sample: ProcSample | None, in_setup: bool) -> dict:

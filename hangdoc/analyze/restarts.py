@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from hangdoc.analyze.departures import printed_as
 from hangdoc.analyze.logs import all_lines, rank_exception
 from hangdoc.base.parse import to_int
+from hangdoc.base.words import start_name
 from hangdoc.model import Bundle, LogTail, ProcessInfo
 
 
@@ -221,10 +222,6 @@ _SETUP_WHERE = (" in init_process_group", " in _new_process_group_helper", " in 
 _PEER_CONNECT = ("connectFullMesh", "/tcp/pair.cc")
 _ADDRESS = re.compile(r"\[?(\d{1,3}(?:\.\d{1,3}){3})\]?:(\d+)")
 _PAIR = re.compile(r"\((\d{1,3}(?:\.\d{1,3}){3}), (\d+)\)")      # "(127.0.0.1, 9)", as the store's client says
-
-
-def start_name(generation: int) -> str:
-    return "the first start" if generation == 0 else f"restart {generation}"
 
 
 def in_setup(failure: Failure) -> bool:

@@ -16,19 +16,18 @@ every step; a pause does not.
 from __future__ import annotations
 
 import bisect
-import math
 import statistics
 from collections import Counter
 
 from hangdoc.analyze.classify import WORK_WAIT, is_gpu_sync, place
 from hangdoc.analyze.progress import step_times
 from hangdoc.analyze.timeline import Point, Timeline
+from hangdoc.base.stats import interval
 from hangdoc.model import RankState, ShareCounts, TimeShares
 
 WINDOW_SAMPLES = 30      # 60 s at the default interval
 MIN_SAMPLES = 12         # a share from fewer is too uncertain (+-28 points at worst, 95 %)
 WARMUP_STEPS = 3
-Z95 = 1.96
 # The collectives of a training step: waits there are what a straggler costs the others every step.
 # A barrier or a broadcast is a pause (a validation, a checkpoint), not the step's. all_gather is
 # the step's in HF Trainer (accelerate gathers each batch's token count before the forward).
@@ -163,17 +162,6 @@ def total(halves: tuple[ShareCounts, ...]) -> ShareCounts:
     for part in halves:
         out = out + part
     return out
-
-
-def interval(hits: int, n: int) -> tuple[float, float]:
-    """Wilson's 95 % interval of a share of `hits` in `n`."""
-    if n <= 0:
-        return 0.0, 1.0
-    p = hits / n
-    denominator = 1 + Z95 ** 2 / n
-    centre = (p + Z95 ** 2 / (2 * n)) / denominator
-    half = Z95 * math.sqrt(p * (1 - p) / n + Z95 ** 2 / (4 * n * n)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def time_shares(line: Timeline | None, halves: tuple[ShareCounts, ...] | None = None,

@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hangdoc.analyze.past import gone
-from hangdoc.analyze.shares import interval, total
+from hangdoc.analyze.shares import total
+from hangdoc.base.stats import interval
 from hangdoc.model import RankDigest, RankState, ShareCounts, SlowKind
 
 SLOW_WAIT_SHARE = 0.30

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hangdoc.analyze.departures import held_sockets, printed_as
-from hangdoc.analyze.rendezvous import store_address
-from hangdoc.analyze.restarts import start_name
+from hangdoc.model.capture import store_address
+from hangdoc.base.words import start_name
 from hangdoc.model import Bundle, ProcessInfo
 
 _CONNECTING = frozenset({"ESTABLISHED", "SYN_SENT", "SYN_RECV"})

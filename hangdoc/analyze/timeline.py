@@ -14,7 +14,8 @@ from typing import Callable
 
 from hangdoc.analyze.classify import (NESTED_EXPRESSION, SOCKET_READ, WORK_WAIT, Reading, classify_rank, classify_worker,
                                       is_gpu_sync, parked_in, place, signature)
-from hangdoc.analyze.gpu import gpu_activity, judged_by_gpu
+from hangdoc.analyze.gpu import judged_by_gpu
+from hangdoc.model.gpu import gpu_activity
 from hangdoc.model import Bundle, GpuActivity, LoopMark, ProcSample, RankState, Role, Snapshot, ThreadCounters
 
 # Bytes a process may move between samples without it counting as progress (store pings).

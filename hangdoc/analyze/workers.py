@@ -20,7 +20,7 @@ import signal as signals
 from bisect import bisect_left
 from dataclasses import dataclass
 
-from hangdoc.analyze.logs import killed_in_line
+from hangdoc.model.logline import killed_in_line
 from hangdoc.analyze.progress import stepped
 from hangdoc.analyze.timeline import Timeline, timelines
 from hangdoc.model import Bundle, LogTail, ProcessInfo, RankState, Role, Word, WorkerState

@@ -118,3 +118,8 @@ def share_words(shares, words: dict[str, str] = SHARE_WORDS, interval: str = "({
     if shares.runqueue_said is not None:
         text += f" (waiting on a run queue for a CPU {shares.runqueue_said:.0%} of its time, across those)"
     return text
+
+
+def start_name(generation: int) -> str:
+    """"the first start", "restart 2": a start of the job's ranks by its launcher."""
+    return "the first start" if generation == 0 else f"restart {generation}"

@@ -453,3 +453,7 @@ class Bundle:
         return self.samples[-1]
 
 
+def store_address(info: ProcessInfo) -> str | None:
+    """"localhost:29500": the store the rank's environment points it at (MASTER_ADDR, MASTER_PORT)."""
+    host, port = info.env.get("MASTER_ADDR"), info.env.get("MASTER_PORT")
+    return f"{host}:{port}" if host and port else None

@@ -108,3 +108,8 @@ class RasStatus:
     communicators: tuple[RasComm, ...] = ()
     dead_processes: int = 0
     lines: tuple[str, ...] = ()    # the text answer, first lines
+
+
+def op_name(profiling_name: str) -> str:
+    """"nccl:all_reduce" -> "all_reduce": a recorded collective's name without its backend."""
+    return profiling_name.split(":", 1)[-1]

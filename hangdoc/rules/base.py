@@ -1,5 +1,9 @@
 """What a live rule reads: the bundle, its analysis, and the findings of the rules before it.
 
+The Context is the rules' one door to analyze/: a rule reads the diagnosis, the timelines, the facts
+`analyse` worked out (`worked`) and the analysis' readings of one frame, sample or timeline through
+it, and imports no analyze/ helper of its own (tests/unit/test_rules_read_the_analysis.py).
+
 The record (`Rule`) and the one finding builder (`finding`) live on the model floor, shared with
 `check` and `run`; they are re-exported here, where the rules have always taken them from."""
 from __future__ import annotations
@@ -7,12 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from hangdoc.analyze.classify import is_gpu_sync, parked_in
+from hangdoc.analyze.clock import off_cpu_since, since_on_clock
 from hangdoc.analyze.diagnose import Diagnosis, RankView
 from hangdoc.analyze.jobfacts import backend
-from hangdoc.analyze.shares import time_shares
-from hangdoc.analyze.timeline import Timeline, timelines
+from hangdoc.analyze.rendezvous import setup_name
+from hangdoc.analyze.shares import is_step_wait, rank_shares, time_shares, total, window
+from hangdoc.analyze.timeline import Point, Timeline, timelines
 from hangdoc.analyze.worked import WorkedOut, work_out
-from hangdoc.model import Bundle, Cause, Finding, ProcessInfo, RankState, Role, Rule, SlowKind, TimeShares, Verdict, finding
+from hangdoc.model import (Bundle, Cause, Finding, Frame, ProcessInfo, ProcSample, RankState, Role, Rule, ShareCounts,
+                           SlowKind, TimeShares, Verdict, WorkerState, finding)
 
 __all__ = ["Context", "Rule", "finding"]
 
@@ -96,3 +104,49 @@ class Context:
 
     def workers_of(self, rank_pid: int) -> list[ProcessInfo]:
         return [p for p in self.bundle.job.children_of(rank_pid) if p.role is Role.WORKER]
+
+    # The analysis' clock and readings, for the evidence lines.
+
+    def on_clock(self, since: float) -> float:
+        """`since` on the report's one clock (analyze/clock.py): the onset, where the state was held
+        from the first sample and the past dates the stall earlier."""
+        first = self.bundle.samples[0].time if self.bundle.samples else since
+        return since_on_clock(since, self.diagnosis.onset, first)
+
+    def blocked_for(self, pid: int) -> float | None:
+        """How long a worker has been blocked in its system call: from when hangdoc saw it enter the
+        call, or, blocked since its first sample, from when the kernel last ran it before that."""
+        line = self.timelines.get(pid)
+        if line is None or line.last.reading.state != WorkerState.BLOCKED:
+            return None
+        return self.diagnosis.decided_at - off_cpu_since(line.points, line.state_since())
+
+    @staticmethod
+    def is_gpu_sync(detail: object) -> bool:
+        """A reading's detail that names a wait on the rank's own GPU stream."""
+        return is_gpu_sync(detail)
+
+    @staticmethod
+    def parked_in(sample: ProcSample | None) -> str | None:
+        """What a main thread sleeps in between two tries of a poll or retry loop, in words."""
+        return parked_in(sample)
+
+    @staticmethod
+    def setup_call(frame: Frame) -> str:
+        """"init_process_group", "new_group", "TCPStore": the setup call a frame stands in."""
+        return setup_name(frame)
+
+    @staticmethod
+    def is_step_wait(detail: object) -> bool:
+        """A wait in the step's own collectives, or at a sync NCCL hides them behind."""
+        return is_step_wait(detail)
+
+    @staticmethod
+    def window(line: Timeline) -> list[Point]:
+        """The rank's points over its window: the stretch its shares are counted over (analyze/shares.py)."""
+        return window(line)
+
+    @staticmethod
+    def counted(line: Timeline) -> ShareCounts:
+        """Where the rank was found over its window, counted (both halves together)."""
+        return total(rank_shares(line))

@@ -2,33 +2,11 @@
 from __future__ import annotations
 
 from hangdoc.analyze.jobfacts import GLOO, NCCL
-from hangdoc.model import Cause, Finding, Severity, Verdict, Wait
+from hangdoc.model import Finding, Severity, Verdict, Wait
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.clock import on_clock
 from hangdoc.rules.evidence import gpu_lines, rank_line, waiting_line, worker_lines
 from hangdoc.rules.samples import frames_line
-
-
-def explained_by(ctx: Context) -> dict[int, str]:
-    """rank -> the slug of the rule before this one that names what holds that rank in its own
-    code: for such a rank this finding stands back and points at it instead of the generic advice."""
-    return ctx.explained(Cause.OWN_CODE)
-
-
-def held_by_data(ctx: Context) -> dict[int, str]:
-    """rank -> the slug of the rule before this one that names what holds that rank's DataLoader
-    (its workers, its shards): the late rank waits for its data, and that finding's fix is the one."""
-    return {**ctx.explained(Cause.DATA), **ctx.explained(Cause.WORKERS)}
-
-
-def stand_back(ranks, causes: dict[int, str], by: str = "its own code, not by its data or its share of "
-               "the work") -> str:
-    """The fix of a generic finding whose ranks a specific rule explains: that rule's, by name."""
-    slugs = list(dict.fromkeys(causes[r] for r in ranks if r in causes))
-    held = [str(r) for r in ranks if r in causes]
-    who = f"Rank {held[0]} is" if len(held) == 1 else f"Ranks {', '.join(held)} are"
-    return (f"{who} held by {by}: follow the fix "
-            f"of the {' and '.join(slugs)} finding above; the ranks waiting for it need no change.")
+from hangdoc.rules.standing import explained_by, held_by_data, stand_back
 
 
 # How to name the exact collective next time, by the job's backend: NCCL dumps its Flight Recorder
@@ -65,7 +43,7 @@ def _quiet(ctx, waiting) -> str:
     seen = min(v.blocked_since or now for v in waiting)
     if d.onset is not None and ctx.bundle.samples and ctx.bundle.samples[0].time <= d.onset < seen:
         seen = d.onset
-    since = on_clock(ctx, seen)
+    since = ctx.on_clock(seen)
     if since < seen:
         return f"none of them stepped for at least {now - since:.0f} s, since before hangdoc attached"
     return f"none of them stepped for {now - seen:.0f} s"
@@ -98,7 +76,7 @@ def check(ctx: Context) -> list[Finding]:
         if stack:
             evidence.append(f"rank {view.info.rank} stack: {stack}")
         evidence.extend(worker_lines(view, ctx))
-        evidence.extend(gpu_lines(ctx.bundle, waiting, view))
+        evidence.extend(gpu_lines(ctx, waiting, view))
         findings.append(finding(
             RULE, [view.info.rank],
             f"Rank {view.info.rank} is the straggler: the others wait in {collective} while it is in {doing}",

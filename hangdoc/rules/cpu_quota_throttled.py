@@ -4,8 +4,7 @@ from __future__ import annotations
 from hangdoc.base.words import plural
 from hangdoc.model import Finding, Severity, Verdict
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import live_workers
-from hangdoc.rules.gpu_starved import MIN_SAMPLES, STARVED_SHARE, data_shares
+from hangdoc.rules.evidence import MIN_SAMPLES, STARVED_SHARE, data_shares, live_workers
 
 MIN_PERIODS = 10          # scheduler periods (100 ms each by default) the window must span
 THROTTLED_SHARE = 0.25    # the share of periods in which the quota ran out

@@ -5,23 +5,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hangdoc.analyze.classify import is_gpu_sync
 from hangdoc.analyze.diagnose import RankView
-from hangdoc.analyze.gpu import gpu_activity
-from hangdoc.analyze.logs import killed_in_line, killed_workers
 from hangdoc.analyze.timeline import CPU_NOISE_S, WAKEUPS_PER_DUMP
-from hangdoc.analyze.logs import line_rank as log_rank
 from hangdoc.base.words import rank_set
 from hangdoc.model import Bundle, GpuActivity, RankState
-from hangdoc.rules.clock import blocked_for, on_clock
-from hangdoc.rules.logs import strip_rank
+from hangdoc.model.gpu import gpu_activity
+from hangdoc.model.logline import line_rank, strip_rank
 from hangdoc.rules.samples import cpu_use, samples_of, usual_line
 
 
 def rank_line(ctx, view: RankView) -> str:
     frame = view.reading.frame.label if view.reading.frame else "no stack"
     detail = f" in {view.reading.detail}" if view.reading.detail else ""
-    held = ctx.diagnosis.decided_at - on_clock(ctx, view.state_since)
+    held = ctx.diagnosis.decided_at - ctx.on_clock(view.state_since)
     record = ctx.bundle.exit_of(view.info.pid) if view.reading.state is RankState.EXITED else None
     if record is not None and record.told:
         how = f"exited with code {record.code}" if record.signal is None else f"was killed by signal {record.signal}"
@@ -39,7 +35,7 @@ def waiting_line(ctx, view: RankView) -> str | None:
     (_, first), (_, last) = points[0], points[-1]
     loop = last.stack.main.loop if last.stack and last.stack.main else None
     counters = [f"{name}={value}" for frame in (loop.frames if loop else ()) for name, value in frame.counters]
-    quiet = ctx.diagnosis.decided_at - on_clock(ctx, since)
+    quiet = ctx.diagnosis.decided_at - ctx.on_clock(since)
     parts = [f"rank {view.info.rank} has not stepped for {quiet:.0f} s"
              + (f" (its loop stands at {', '.join(counters[:4])})" if counters else "")]
     a = first.proc.main_thread if first.proc else None
@@ -69,7 +65,7 @@ def worker_lines(view: RankView, ctx=None) -> list[str]:
             continue
         where = reading.frame.label if reading.frame else "-"
         index = worker.worker_index if worker.worker_index is not None else "?"
-        held = blocked_for(ctx, worker.pid) if ctx is not None else None
+        held = ctx.blocked_for(worker.pid) if ctx is not None else None
         doing = f"blocked {reading.detail} for {held:.0f} s" if held is not None else reading.state
         lines.append(f"  worker {index} (pid {worker.node_pid}): {doing} at {where}")
     gone = sum(not alive for _, _, alive in view.workers)
@@ -148,27 +144,23 @@ def dead_workers(ctx) -> list[DeadWorker]:
         for w in rank.dead:
             dead[w.pid] = DeadWorker(w.pid, owner.rank if owner else w.info.rank, w.how or "vanished",
                                      strip_rank(w.log) if w.log else None, w.info, None if w.log else w.why)
-    lines = {}
-    for tail in bundle.logs:
-        for line in tail.lines:
-            for pid, _, _ in killed_in_line(line):
-                lines.setdefault(pid, line)
-    for pid, how in killed_workers(bundle.logs).items():
+    lines = ctx.worked.killed_lines
+    for pid, how in ctx.worked.killed_workers.items():
         if pid in dead:
             continue
         info = bundle.job.info(pid)
-        rank = info.rank if info is not None and info.rank is not None else log_rank(lines.get(pid, ""))
+        rank = info.rank if info is not None and info.rank is not None else line_rank(lines.get(pid, ""))
         if rank is None and len(d.culprits) == 1:
             rank = d.culprits[0]
         dead[pid] = DeadWorker(pid, rank, how, strip_rank(lines[pid]) if pid in lines else None, info)
     return sorted(dead.values(), key=lambda w: (w.rank is None, w.rank, w.pid))
 
 
-def gpu_lines(bundle: Bundle, waiting: list[RankView], culprit: RankView) -> list[str]:
+def gpu_lines(ctx, waiting: list[RankView], culprit: RankView) -> list[str]:
     """What the GPUs say of the wait, at the last sample: the waiting ranks' kernels spinning at an
     idle GPU's power (100 % utilisation that is not work), and what the culprit's GPU does."""
-    gpu = bundle.last.gpu
-    synced = [r for v in waiting if is_gpu_sync(v.reading.detail) for r in v.ranks]
+    gpu = ctx.bundle.last.gpu
+    synced = [r for v in waiting if ctx.is_gpu_sync(v.reading.detail) for r in v.ranks]
     if not gpu.available:
         return [f"{rank_set(synced)} wait at a sync on the GPU stream ({waiting[0].reading.detail}); no GPU was "
                 "read, so whether their GPUs work or wait there is unknown: read as a wait"] if synced else []
@@ -187,3 +179,19 @@ def gpu_lines(bundle: Bundle, waiting: list[RankView], culprit: RankView) -> lis
         power = f", {device.power_w:.0f} W" if device.power_w is not None else ""
         lines.append(f"rank {culprit.info.rank}'s GPU {device.index} {doing} ({device.utilization_pct} %{power})")
     return lines
+
+
+MIN_SAMPLES = 6          # fewer samples say too little about a rank's share of waiting on data
+STARVED_SHARE = 0.5      # a rank waiting on data in at least half its samples
+
+
+def data_shares(ctx) -> list[tuple[int, int, int]]:
+    """(rank, samples waiting in DataLoader.__next__, samples alive) for each rank."""
+    out = []
+    for view in ctx.diagnosis.ranks:
+        line = ctx.timelines.get(view.info.pid)
+        if line is None or view.info.rank is None:
+            continue
+        states = [p.reading.state for p in line.points if p.reading.state not in (RankState.EXITED, RankState.UNKNOWN)]
+        out.append((view.info.rank, sum(s == RankState.DATALOADER for s in states), len(states)))
+    return out

@@ -4,8 +4,8 @@ from __future__ import annotations
 from hangdoc.base.words import rank_ranges
 from hangdoc.analyze.flight import GroupFlight
 from hangdoc.rules.flight_words import frames_lines, mismatch_line, progress_lines, stuck_line
-from hangdoc.model import Finding, Severity, Verdict
-from hangdoc.rules.collective_mismatch import RULE as MISMATCH
+from hangdoc.model import Finding, Severity, SplitCause, Verdict
+from hangdoc.rules.split_fixes import FIXES
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.samples import frames_line
 
@@ -72,7 +72,7 @@ def check(ctx: Context) -> list[Finding]:
             evidence += ras_lines(bundle.ras)
         ranks = culprits(group) or group.entered
         mismatch = any(m.seq == group.stuck_seq for m in group.mismatches)
-        fix = MISMATCH.fix if mismatch else RULE.fix
+        fix = FIXES[SplitCause.UNKNOWN] if mismatch else RULE.fix
         findings.append(finding(RULE, ranks, title(group), evidence, fix))
     return findings
 

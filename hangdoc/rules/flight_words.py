@@ -1,7 +1,8 @@
 """The Flight Recorder rule's sentences: what a group's facts (hangdoc/analyze/flight.py) read as."""
 from __future__ import annotations
 
-from hangdoc.analyze.flight import GroupFlight, Mismatch, op_name
+from hangdoc.analyze.flight import GroupFlight, Mismatch
+from hangdoc.model.flight import op_name
 from hangdoc.base.words import rank_ranges
 from hangdoc.model import FrEntry, FrFrame
 

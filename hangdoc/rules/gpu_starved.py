@@ -4,27 +4,13 @@ from __future__ import annotations
 from collections import Counter
 
 from hangdoc.base.words import plural
-from hangdoc.model import Cause, Finding, RankState, Severity, SlowKind, Verdict
+from hangdoc.model import Cause, Finding, Severity, SlowKind, Verdict
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import live_workers, worker_habit
+from hangdoc.rules.evidence import MIN_SAMPLES, STARVED_SHARE, data_shares, live_workers, worker_habit
 
-MIN_SAMPLES = 6          # fewer samples say too little about a share
-STARVED_SHARE = 0.5      # a rank waiting on data in at least half its samples
 BUSY_GPU_PCT = 80        # GPUs this busy on average are not starved, whatever the ranks show
 IDLE_GPU_PCT = 10
 WAITING_WORKER = 0.5     # workers busy less than half a core on average wait (I/O, a remote store)
-
-
-def data_shares(ctx: Context) -> list[tuple[int, int, int]]:
-    """(rank, samples waiting in DataLoader.__next__, samples alive) for each rank."""
-    out = []
-    for view in ctx.diagnosis.ranks:
-        line = ctx.timelines.get(view.info.pid)
-        if line is None or view.info.rank is None:
-            continue
-        states = [p.reading.state for p in line.points if p.reading.state not in (RankState.EXITED, RankState.UNKNOWN)]
-        out.append((view.info.rank, sum(s == RankState.DATALOADER for s in states), len(states)))
-    return out
 
 
 def _gpu_lines(ctx: Context) -> tuple[list[str], float | None]:

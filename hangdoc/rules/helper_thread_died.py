@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hangdoc.analyze.classify import own_frame
-from hangdoc.analyze.logs import line_rank as log_rank
 from hangdoc.model import Cause, Finding, LogTail, Severity, Thread, Wait
+from hangdoc.model.logline import line_rank, strip_rank
+from hangdoc.model.stack import own_frame
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import rank_line
-from hangdoc.rules.logs import strip_rank, traceback_frames
+from hangdoc.rules.logs import traceback_frames
 from hangdoc.rules.samples import chain, latest_frames, samples_of
 from hangdoc.rules.waits import Waiter, at, own_line, waiters, where
 
@@ -87,7 +87,7 @@ def _log_deaths(ctx: Context, waiter: Waiter) -> dict[str, tuple[str | None, tup
             m = _DIED.search(strip_rank(raw))
             if m is None:
                 continue
-            rank = log_rank(raw)
+            rank = line_rank(raw)
             if rank != waiter.rank and not (rank is None and alone):
                 continue
             deaths[m.group(1)] = _exception_after(tail, i)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import statistics
 
-from hangdoc.analyze.shares import window
 from hangdoc.analyze.timeline import Timeline
 from hangdoc.base.words import size
 
@@ -20,24 +19,24 @@ MIN_RATE = 64_000               # bytes a second below which a rank's DataLoader
 NOT_SIZES = ("rank", "world", "seed", "port", "pid", "device", "gpu", "worker")
 
 
-def _window(line: Timeline) -> list:
-    return window(line) or list(line.points)
+def _window(ctx, line: Timeline) -> list:
+    return ctx.window(line) or list(line.points)
 
 
-def _locals(line: Timeline) -> dict[str, list[int]]:
+def _locals(ctx, line: Timeline) -> dict[str, list[int]]:
     """Each integer local of the rank's loop frames over its window, by name."""
     values: dict[str, list[int]] = {}
-    for point in _window(line):
+    for point in _window(ctx, line):
         for frame in point.loop.frames if point.loop is not None else ():
             for name, value in frame.counters:
                 values.setdefault(name, []).append(value)
     return values
 
 
-def bigger_locals(late: list[Timeline], others: list[Timeline]) -> list[str]:
+def bigger_locals(ctx, late: list[Timeline], others: list[Timeline]) -> list[str]:
     """"seq_len 2,300 against 1,000": the integer locals the stragglers' loops hold at BIGGER times
     the others' (medians over their windows), the biggest difference first."""
-    mine, theirs = _pooled(late), _pooled(others)
+    mine, theirs = _pooled(ctx, late), _pooled(ctx, others)
     found = []
     for name in mine.keys() & theirs.keys():
         if any(word in name.lower() for word in NOT_SIZES):
@@ -48,17 +47,17 @@ def bigger_locals(late: list[Timeline], others: list[Timeline]) -> list[str]:
     return [text for _, text in sorted(found, reverse=True)[:3]]
 
 
-def _pooled(lines: list[Timeline]) -> dict[str, list[int]]:
+def _pooled(ctx, lines: list[Timeline]) -> dict[str, list[int]]:
     pooled: dict[str, list[int]] = {}
     for line in lines:
-        for name, values in _locals(line).items():
+        for name, values in _locals(ctx, line).items():
             pooled.setdefault(name, []).extend(values)
     return pooled
 
 
-def bytes_rate(rank: Timeline, workers: list[Timeline]) -> float | None:
+def bytes_rate(ctx, rank: Timeline, workers: list[Timeline]) -> float | None:
     """Bytes a second the rank and its workers read and wrote over the rank's window (None: not read)."""
-    points = _window(rank)
+    points = _window(ctx, rank)
     if len(points) < 2 or points[-1].time <= points[0].time:
         return None
     start, end = points[0].time, points[-1].time
@@ -71,16 +70,16 @@ def bytes_rate(rank: Timeline, workers: list[Timeline]) -> float | None:
     return moved / (end - start) if read else None
 
 
-def bigger_inputs(late: list[tuple[Timeline, list[Timeline]]],
+def bigger_inputs(ctx, late: list[tuple[Timeline, list[Timeline]]],
                   others: list[tuple[Timeline, list[Timeline]]]) -> str | None:
     """What says the stragglers' inputs are bigger than the others', in one line; None when nothing does.
     Each entry is a rank's timeline with its workers'."""
     said = []
-    sizes = bigger_locals([rank for rank, _ in late], [rank for rank, _ in others])
+    sizes = bigger_locals(ctx, [rank for rank, _ in late], [rank for rank, _ in others])
     if sizes:
         said.append(f"its loop's integer locals are bigger ({'; '.join(sizes)}, medians over its samples)")
-    mine = [r for rank, workers in late if (r := bytes_rate(rank, workers)) is not None]
-    theirs = [r for rank, workers in others if (r := bytes_rate(rank, workers)) is not None]
+    mine = [r for rank, workers in late if (r := bytes_rate(ctx, rank, workers)) is not None]
+    theirs = [r for rank, workers in others if (r := bytes_rate(ctx, rank, workers)) is not None]
     if mine and theirs:
         own, base = statistics.mean(mine), statistics.mean(theirs)
         if own >= MIN_RATE and own >= BIGGER * max(base, 1.0):

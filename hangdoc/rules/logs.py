@@ -6,14 +6,7 @@ import functools
 import re
 
 from hangdoc.model import LogTail
-
-
-_PREFIX = re.compile(r"^\[(?:default)?rank\d+\]:\s?")
-
-
-def strip_rank(line: str) -> str:
-    """The line without torchrun's `[rankN]:` prefix."""
-    return _PREFIX.sub("", line, count=1).rstrip()
+from hangdoc.model.logline import strip_rank
 
 
 def find_lines(logs: tuple[LogTail, ...], *needles: str) -> list[tuple[LogTail, int]]:

@@ -7,12 +7,11 @@
 """
 from __future__ import annotations
 
-from hangdoc.analyze.classify import parked_in
 from hangdoc.analyze.diagnose import RankView
-from hangdoc.analyze.rendezvous import setup_name, store_address
 from hangdoc.base.parse import to_int
 from hangdoc.base.words import rank_ranges, rank_set
 from hangdoc.model import Finding, Frame, Job, ProcSample, Severity, Verdict
+from hangdoc.model.capture import store_address
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import worker_lines
 from hangdoc.rules.samples import frames_line, latest_frames, samples_of
@@ -78,7 +77,7 @@ def not_joined(ctx: Context) -> list[Finding]:
     if not joined:
         return []
     now = d.decided_at
-    call = setup_name(joined[0].joining)
+    call = ctx.setup_call(joined[0].joining)
     waiting = sorted(r for v in joined for r in v.ranks)
     world = max([ctx.bundle.job.world_size or 0] + [v.info.world_size or 0 for v in d.ranks]) or None
     severity = Severity.CRITICAL if d.verdict == Verdict.HANG else Severity.WARNING
@@ -121,7 +120,7 @@ def _off_store(ctx: Context, view: RankView, joined: list[RankView], evidence: l
     if store is None or not reached:
         return []
     start = _start_of(view)
-    call = setup_name(view.joining)
+    call = ctx.setup_call(view.joining)
     title = (f"Rank {view.info.rank}{start} never reached the store at {store}: {rank_set(reached)} "
              f"{_wait(reached)} in {call} on it for rank {view.info.rank}, which waits in {call} too, elsewhere")
     lines = evidence + [
@@ -171,11 +170,11 @@ def _doing_line(ctx: Context, view: RankView, where: str, now: float) -> str:
     who = f"rank {view.info.rank} (pid {view.info.node_pid}) is at {where}"
     poll = view.poll
     if poll is not None:
-        wait = parked_in(_last_sample(ctx, view)) or "a wait"
+        wait = ctx.parked_in(_last_sample(ctx, view)) or "a wait"
         return (f"{who}, in a poll or retry loop: asleep in {wait} between tries, its `{poll.counter}` went "
                 f"{poll.tries[0]} -> {poll.tries[1]} in {now - poll.since:.0f} s without it leaving that line")
     doing = view.reading.state + (f" ({view.reading.detail})" if view.reading.detail else "")
-    wait = parked_in(_last_sample(ctx, view))
+    wait = ctx.parked_in(_last_sample(ctx, view))
     return f"{who}: {doing} for {now - view.state_since:.0f} s" + (f", asleep in {wait}" if wait else "")
 
 
@@ -191,7 +190,7 @@ def _fix_for(ctx: Context, view: RankView) -> str:
             view.poll is not None and "lock" in view.poll.counter.lower()):
         return LOCK_FIX
     if (any(any(k in f.filename for k in _NETWORK) or "download" in f.name.lower() for f in frames)
-            or parked_in(_last_sample(ctx, view)) == "a socket read"):
+            or ctx.parked_in(_last_sample(ctx, view)) == "a socket read"):
         return DOWNLOAD_FIX
     if view.poll is not None:
         return POLL_FIX
@@ -236,7 +235,7 @@ def not_captured(ctx: Context) -> list[Finding]:
         evidence.append(f"{d.count(d.waiting)} of {d.count(d.ranks)} captured ranks wait in "
                         f"{d.waiting[0].reading.detail or 'a collective'}: the rank they wait for is not here")
     elif d.verdict == Verdict.HANG and not d.culprits and joined:
-        call = setup_name(joined[0].joining)
+        call = ctx.setup_call(joined[0].joining)
         title += f": every rank here waits in {call}, so the ranks it waits for are on another node"
         evidence.append(f"{d.count(joined)} of {d.count(d.ranks)} captured ranks wait in {call}: "
                         f"the ranks that have not joined are not here")

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from hangdoc.model import Finding, Severity, Verdict
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.collective_straggler import explained_by, stand_back
 from hangdoc.rules.evidence import rank_line, worker_lines
 from hangdoc.rules.samples import frames_line
+from hangdoc.rules.standing import explained_by, stand_back
 
 
 def check(ctx: Context) -> list[Finding]:

@@ -5,11 +5,10 @@ import signal as signals
 from dataclasses import dataclass
 
 from hangdoc.analyze.departures import Departure
-from hangdoc.analyze.logs import all_lines, line_rank, rank_exception, torchrun_root_cause
 from hangdoc.base.words import mb, rank_set
 from hangdoc.model import Bundle, Finding, ProcessExit, Severity, Verdict
+from hangdoc.model.logline import line_rank, strip_rank
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.logs import strip_rank
 from hangdoc.rules.samples import samples_of
 
 _NATIVE = ("terminate called after throwing", "what():", "Fatal Python error", "Segmentation fault", "Bus error",
@@ -50,8 +49,9 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def death_of(bundle: Bundle, rank: int) -> Death | None:
+def death_of(ctx: Context, rank: int) -> Death | None:
     """How `rank` died: its exit record when the watch read one, else torchrun's Root Cause block."""
+    bundle = ctx.bundle
     infos = [p for p in bundle.job.ranks if p.rank == rank]
     records = [(p, r) for p in infos if (r := bundle.exit_of(p.pid)) is not None]
     told = [(p, r) for p, r in records if r.told]
@@ -59,7 +59,7 @@ def death_of(bundle: Bundle, rank: int) -> Death | None:
         info, record = told[-1]
         told_by = f"read from /proc/{info.node_pid}/stat as it died" if record.source == "zombie" else "its exit record"
         return Death(rank, info.node_pid, record.code, record.signal, record.core_dumped, told_by, record)
-    root = torchrun_root_cause(bundle.logs)
+    root = ctx.worked.root_cause
     if root is not None and root.rank == rank and root.exitcode is not None:
         code, sig = (None, -root.exitcode) if root.exitcode < 0 else (root.exitcode, None)
         pid = root.pid if root.pid is not None else (infos[-1].node_pid if infos else None)
@@ -82,7 +82,7 @@ def check(ctx: Context) -> list[Finding]:
     if left is not None and not left.own_error and left.rank in d.culprits and left.rank not in explained:
         return [_left_first(ctx, left)]
     for rank in d.culprits:
-        death = None if rank in explained else death_of(ctx.bundle, rank)
+        death = None if rank in explained else death_of(ctx, rank)
         if death is not None:
             findings.append(_finding(ctx, death))
     return findings
@@ -98,7 +98,7 @@ def _finding(ctx: Context, death: Death) -> Finding:
     native = _native_lines(bundle, death)
     evidence += native
     # A Python exception is quoted once, at the top of the report (analyze/facts.py: crash_story).
-    raised = rank_exception(bundle.logs, death.rank) if death.code not in (None, 0) else None
+    raised = ctx.worked.exception_of(death.rank) if death.code not in (None, 0) else None
     evidence += _where_lines(ctx, death)
     growth = _growth(bundle, death)
     if death.signal == signals.SIGKILL or (death.record is not None and not death.told):
@@ -122,7 +122,7 @@ def _left_first(ctx: Context, left: Departure) -> Finding:
     for rank in left.consequences:
         if rank not in named:
             evidence.append(f"rank {rank} failed after it: a consequence")
-    death = death_of(ctx.bundle, left.rank)
+    death = death_of(ctx, left.rank)
     if death is not None and left.code is None:
         evidence.append(f"rank {left.rank} then {death.how} ({death.told_by})")
     evidence += _where_lines(ctx, death) if death is not None else []
@@ -173,7 +173,7 @@ def _native_lines(bundle: Bundle, death: Death, limit: int = 4) -> list[str]:
     if death.signal is None or death.signal in _TEARDOWN:
         return []
     found = []
-    for _, line in all_lines(bundle.logs):
+    for line in (line for tail in bundle.logs for line in tail.lines):
         owner = line_rank(line)
         text = strip_rank(line).strip()
         if (owner == death.rank or owner is None) and any(marker in text for marker in _NATIVE):

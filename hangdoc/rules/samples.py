@@ -7,7 +7,7 @@ import itertools
 from collections import Counter
 from dataclasses import dataclass
 
-from hangdoc.analyze.classify import own_frame, signature
+from hangdoc.model.stack import own_frame, signature
 from hangdoc.base.syscalls import syscall_name
 from hangdoc.base.words import mb
 from hangdoc.model import Bundle, Frame, ProcSample

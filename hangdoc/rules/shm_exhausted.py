@@ -2,12 +2,11 @@
 loader fails with "No space left on device" for a torch_* shared-memory file."""
 from __future__ import annotations
 
-from hangdoc.analyze.logs import killed_workers
-from hangdoc.analyze.logs import line_rank as log_rank
 from hangdoc.base.words import size
 from hangdoc.model import Finding, Severity
+from hangdoc.model.logline import line_rank, strip_rank
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.logs import find_lines, strip_rank
+from hangdoc.rules.logs import find_lines
 
 # What PyTorch prints when a worker cannot place a batch in shared memory.
 SHM_ERRORS = ("unable to allocate shared memory", "out of shared memory", "unable to write to file </torch_",
@@ -21,7 +20,7 @@ def check(ctx: Context) -> list[Finding]:
         return []
     lines = [(tail, i) for tail, i in find_lines(ctx.bundle.logs, *SHM_ERRORS)
              if "shm" in tail.lines[i] or "shared memory" in tail.lines[i] or "/torch_" in tail.lines[i]]
-    bus = {pid: how for pid, how in killed_workers(ctx.bundle.logs).items() if "Bus error" in how}
+    bus = {pid: how for pid, how in ctx.worked.killed_workers.items() if "Bus error" in how}
     if not lines and not bus:
         return []
     peak = max(readings, key=lambda r: r.used_bytes)
@@ -32,7 +31,7 @@ def check(ctx: Context) -> list[Finding]:
     if len(lines) > SHOWN_LINES:
         evidence.append(f"... and {len(lines) - SHOWN_LINES} more such lines")
     evidence += [f"DataLoader worker (pid {pid}) was killed by signal: {how}" for pid, how in sorted(bus.items())]
-    ranks = sorted({r for tail, i in lines if (r := log_rank(tail.lines[i])) is not None})
+    ranks = sorted({r for tail, i in lines if (r := line_rank(tail.lines[i])) is not None})
     return [finding(
         RULE, ranks,
         f"/dev/shm ({size(last.size_bytes)}) ran out: the DataLoader workers could not hand over their batches",

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hangdoc.analyze.shares import interval, is_step_wait, rank_shares, total, window
 from hangdoc.analyze.slow import CPU_WAIT
+from hangdoc.base.stats import interval
 from hangdoc.base.words import share_words
 from hangdoc.model import RUNQUEUE_SAID, Finding, RankState, Severity, SlowKind, Verdict
 from hangdoc.rules.base import Context, Rule, finding
@@ -21,7 +21,7 @@ def where(ctx: Context, pid: int) -> str | None:
     line = ctx.timelines.get(pid)
     if line is None:
         return None
-    points = [p for p in window(line) if p.reading.state not in (RankState.COLLECTIVE, RankState.EXITED)]
+    points = [p for p in ctx.window(line) if p.reading.state not in (RankState.COLLECTIVE, RankState.EXITED)]
     found = most_common_line([p.sig for p in points])
     return f"{found[0]} ({found[1]} of {len(points)} samples outside the collectives)" if found else None
 
@@ -29,8 +29,8 @@ def where(ctx: Context, pid: int) -> str | None:
 def waited_in(ctx: Context, views) -> str:
     """The step collective the waiting ranks were found in most often over their windows."""
     names = Counter(str(p.reading.detail) for v in views if (line := ctx.timelines.get(v.info.pid)) is not None
-                    for p in window(line)
-                    if p.reading.state == RankState.COLLECTIVE and is_step_wait(p.reading.detail))
+                    for p in ctx.window(line)
+                    if p.reading.state == RankState.COLLECTIVE and ctx.is_step_wait(p.reading.detail))
     return names.most_common(1)[0][0] if names else "the step's collectives"
 
 
@@ -45,9 +45,9 @@ def share_line(rank: int | None, shares) -> str:
     return f"rank {rank}, over {shares.samples} samples: " + share_words(shares, SHARE_WORDS, "(95 %: {low:.0%}-{high:.0%})")
 
 
-def sync_line(rank: int | None, at: str, line) -> list[str]:
+def sync_line(ctx: Context, rank: int | None, at: str, line) -> list[str]:
     """How often the rank stood at the job's sync line over its window."""
-    counts = total(rank_shares(line)) if line is not None else None
+    counts = ctx.counted(line) if line is not None else None
     if counts is None or not counts.n:
         return []
     hits = counts.at(at)
@@ -104,7 +104,7 @@ def _bigger_inputs(ctx: Context, late, others) -> str | None:
     def lines(views):
         return [(line, [w for p in live_workers(ctx, v.info.pid) if (w := ctx.timelines.get(p.pid)) is not None])
                 for v in views if (line := ctx.timelines.get(v.info.pid)) is not None]
-    return bigger_inputs(lines(late), lines(others))
+    return bigger_inputs(ctx, lines(late), lines(others))
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -118,7 +118,7 @@ def check(ctx: Context) -> list[Finding]:
         if shares is not None:
             evidence.append(share_line(view.info.rank, shares))
         if slow.at is not None:
-            evidence.extend(sync_line(view.info.rank, slow.at, ctx.timelines.get(view.info.pid)))
+            evidence.extend(sync_line(ctx, view.info.rank, slow.at, ctx.timelines.get(view.info.pid)))
     late = [v for v in views if v.info.rank in slow.stragglers]
     for view in late:
         at = where(ctx, view.info.pid)

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 from hangdoc.model import Cause, Finding, Severity, Verdict
+from hangdoc.model.logline import line_rank, strip_rank
 from hangdoc.rules.snippets import BYTES_FIRST_SNIPPET
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.analyze.logs import line_rank as log_rank
 from hangdoc.rules.decoding import compression_of_path, is_decoder_library, member_decode, member_decode_frames
 from hangdoc.rules.evidence import worker_name
-from hangdoc.rules.logs import find_lines, strip_rank, traceback_frames
+from hangdoc.rules.logs import find_lines, traceback_frames
 from hangdoc.rules.samples import basename, chain, file_read_line, file_reads
 
 # What decoders say when the member's file object cannot do what they ask of it.
@@ -67,7 +67,7 @@ def _from_logs(ctx: Context) -> list[Finding]:
     for tail, i in find_lines(ctx.bundle.logs, *LOG_ERRORS):
         line = tail.lines[i]
         message = strip_rank(line)
-        rank = log_rank(line)
+        rank = line_rank(line)
         if rank is None and len(ctx.diagnosis.culprits) == 1:
             rank = ctx.diagnosis.culprits[0]
         if (rank, message) in seen:

@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from hangdoc.analyze.classify import Reading, own_frame
+from hangdoc.analyze.classify import Reading
 from hangdoc.analyze.diagnose import RankView
 from hangdoc.model import FILE_LOCK_WCHANS, Frame, ProcSample, ProcStat, ProcessInfo, Verdict, Wait
+from hangdoc.model.stack import own_frame
 from hangdoc.rules.base import Context
 from hangdoc.rules.evidence import worker_name
 from hangdoc.rules.samples import latest_frames, samples_of

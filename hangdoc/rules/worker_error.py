@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import re
 
-from hangdoc.analyze.logs import caught_in_worker
-from hangdoc.analyze.logs import line_rank as log_rank
 from hangdoc.model import Cause, Finding, LogTail, Severity
+from hangdoc.model.logline import line_rank, strip_rank
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.logs import strip_rank, traceback_frames
+from hangdoc.rules.logs import traceback_frames
 
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b:?")
 _KEY = re.compile(r"^KeyError: (.+)$")
@@ -29,8 +28,9 @@ def _final_line(tail: LogTail, caught: int) -> int | None:
 
 def check(ctx: Context) -> list[Finding]:
     findings, seen = [], set()
-    for tail, (exc, index, i) in ((t, c) for t in ctx.bundle.logs for c in caught_in_worker((t,))):
-        rank = log_rank(tail.lines[i])
+    for caught in ctx.worked.worker_errors:
+        tail, exc, index, i = caught.tail, caught.exception, caught.worker, caught.line
+        rank = line_rank(tail.lines[i])
         if rank is None and len(ctx.diagnosis.culprits) == 1:
             rank = ctx.diagnosis.culprits[0]
         end = _final_line(tail, i)

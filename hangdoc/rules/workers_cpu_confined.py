@@ -5,9 +5,8 @@ from __future__ import annotations
 from hangdoc.base.words import plural, rank_ranges
 from hangdoc.model import Finding, Severity, Verdict
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import live_workers, worker_name
+from hangdoc.rules.evidence import MIN_SAMPLES, STARVED_SHARE, data_shares, live_workers, worker_name
 from hangdoc.rules.samples import samples_of
-from hangdoc.rules.gpu_starved import MIN_SAMPLES, STARVED_SHARE, data_shares
 
 # OpenMP runtimes that set a thread's or a process's affinity as they start, and their settings.
 _AFFINITY_ENV = ("KMP_AFFINITY", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY")

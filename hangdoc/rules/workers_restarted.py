@@ -3,10 +3,9 @@ failed, how and why, and which restart of how many this is. The job is judged by
 generation; this says what the earlier ones went through."""
 from __future__ import annotations
 
-from hangdoc.analyze.rendezvous import setup_name
-from hangdoc.analyze.restarts import Failure, Restarts, launcher_made, start_name
-from hangdoc.analyze.startup import RankSetup, setup_of
-from hangdoc.base.words import rank_set
+from hangdoc.analyze.restarts import Failure, Restarts
+from hangdoc.analyze.startup import RankSetup
+from hangdoc.base.words import rank_set, start_name
 from hangdoc.model import Finding, Severity, Verdict
 from hangdoc.rules.base import Context, Rule, finding
 
@@ -50,10 +49,10 @@ def _startup_hang(ctx: Context, restarts: Restarts) -> Finding | None:
     if d.verdict != Verdict.HANG or restarts.pending or not live or any(v.joining is None for v in live):
         return None
     name = start_name(restarts.generation)
-    call = setup_name(live[0].joining)
+    call = ctx.setup_call(live[0].joining)
     since = min((v.joining_since for v in live if v.joining_since is not None), default=d.decided_at)
     waiting = sorted(r for v in live for r in v.ranks)
-    setups = setup_of(ctx.bundle, [v.info for v in live])
+    setups = ctx.worked.setups([v.info for v in live])
     evidence = [f"{name}'s {rank_set(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in {call} for "
                 f"{d.decided_at - since:.0f} s: no rank of it got through its start-up (no step seen in {name})"]
     evidence += [_setup_line(s) for s in setups]
@@ -137,7 +136,7 @@ def _fix(ctx: Context, restarts: Restarts) -> str:
     if restarts.used_up and _same_failure(restarts):
         return (f"{RULE.fix} Here the same failure came back every start: it is no transient error; fix it "
                 "where it was raised (the cause at the top of the report).")
-    if restarts.used_up and restarts.last is not None and launcher_made(ctx.bundle, restarts.last):
+    if restarts.used_up and restarts.last is not None and ctx.worked.launcher_made(restarts.last):
         return (f"{RULE.fix} Here the restart failed otherwise than the first start, in process-group setup, "
                 "of the launcher's making: the first start's failure is the one to fix; for the restarts to "
                 "work, use the c10d rendezvous (`--rdzv-backend=c10d --rdzv-endpoint=HOST:PORT`) and give "

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hangdoc.analyze.gpu import gpu_activity
+from hangdoc.model.gpu import gpu_activity
 from hangdoc.bundle.files import load_bundle
 from hangdoc.model import GpuActivity, GpuDevice
 from hangdoc.report import judge

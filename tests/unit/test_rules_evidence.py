@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from hangdoc.model import (BUNDLE_SCHEMA, Bundle, Frame, GpuState, Host, IoCounters, Job, LogTail, OpenFile,
                            ProcessInfo, ProcSample, ProcStat, Role, Snapshot)
-from hangdoc.analyze.logs import line_rank as log_rank
+from hangdoc.model.logline import line_rank as log_rank
 from hangdoc.rules.decoding import compression_of_frames, compression_of_path, member_decode
 from hangdoc.rules.logs import strip_rank, traceback_frames
 from hangdoc.rules.samples import file_read_line, file_reads

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from hangdoc.analyze.diagnose import JobFacts, decide
-from hangdoc.analyze.shares import interval
+from hangdoc.base.stats import interval
 from hangdoc.analyze.slow import slow_call
 from hangdoc.model import RankDigest, ShareCounts, StepSummary
 from hangdoc.model import Ending

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from factories import node_bundle
-from hangdoc.analyze.logs import killed_in_line, killed_workers
+from hangdoc.analyze.logs import killed_workers
+from hangdoc.model.logline import killed_in_line
 from hangdoc.model import LogTail
 from hangdoc.rules.logs import find_lines
 
