@@ -21,10 +21,11 @@ from typing import TypeVar
 
 from hangdoc.analyze.classify import classify_rank
 from hangdoc.analyze.logs import all_lines, rank_exception
-from hangdoc.model.logline import line_rank
+from hangdoc.base.kept import per_last
 from hangdoc.base.parse import to_int
 from hangdoc.base.words import rank_set
 from hangdoc.model import Bundle, ProcessInfo, RankState, TcpSocket
+from hangdoc.model.logline import line_rank
 
 T = TypeVar("T")
 
@@ -133,6 +134,7 @@ def peer_errors(bundle: Bundle, owners: dict[str, int]) -> list[PeerError]:
     return list(found.values())
 
 
+@per_last
 def departure_of(bundle: Bundle) -> Departure | None:
     """The rank that left first, where a rank's failure followed its leaving; None otherwise (no
     rank failed, the first to go failed on its own, a restarted job: `analyze/restarts.py`)."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from hangdoc.analyze.departures import printed_as
 from hangdoc.analyze.logs import all_lines, rank_exception
+from hangdoc.base.kept import per_last
 from hangdoc.base.parse import to_int
 from hangdoc.base.words import start_name
 from hangdoc.model import Bundle, LogTail, ProcessInfo
@@ -87,6 +88,7 @@ class Restarts:
         return self.failures[-1] if self.generation_failed else None
 
 
+@per_last
 def restarts_of(bundle: Bundle) -> Restarts | None:
     """The job's restarts, or None for a job whose launcher may not restart it (no elastic agent
     said a maximum) and that was never restarted."""
