@@ -1,9 +1,10 @@
 """How soon a proven hang is named: for each proof, the seconds from the fault to the verdict under
 `watch` from the start (the launcher's pid) and under `run`, and the verdict on the same job showing
 the proof's look-alike and going on (a rank stopped for 1 s, a lock taken and released, a pdb
-prompt answered, a producer thread that stalls 3 s).
+prompt answered, a producer thread that stalls 3 s, two processes taking one file lock in turn).
 
-    python -m benchmarks.bench_proofs [--proofs stopped,fork-lock,pdb-prompt,dead-producer]
+    python -m benchmarks.bench_proofs [--proofs stopped,fork-lock,lock-cycle,pdb-prompt,
+                                                  dead-producer]
                                       [--modes watch,run] [--out DIR]
 
 The jobs are tests/jobs/proof_job.py (2 ranks on gloo); the fault's time is the job's own marker
@@ -45,6 +46,7 @@ class ProofCase:
 CASES = (
     ProofCase("stopped", "train", "train", stop=True),
     ProofCase("fork-lock", "fork-lock", "lock-free"),
+    ProofCase("lock-cycle", "lock-cycle", "lock-turns"),
     ProofCase("pdb-prompt", "pdb", "pdb-answered"),
     ProofCase("dead-producer", "producer-died", "producer-slow"),
 )

@@ -5,6 +5,9 @@
   adds stray members, `compression` packs it as .tar.bz2 / .tar.gz / .tar.xz.
 - A node's bundle with real stack shapes (`node_bundle`): 8 ranks in all_reduce but one
   waiting on its DataLoader while its workers decompress bz2, sampled on the node's own clock.
+- `wait_until`: what a test of real processes polls for, with a deadline.
+- Two ranks and two file locks (`lock_cycle_bundle`): rank 0 and rank 1's worker 2 each asleep
+  on the lock the other holds, or taking one lock in turn and going on.
 """
 from __future__ import annotations
 
@@ -12,12 +15,13 @@ import io
 import json
 import random
 import tarfile
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from hangdoc.model import (
     BUNDLE_SCHEMA, Bundle, Frame, GpuDevice, GpuProcess, GpuState, Host, IoCounters, Job, OpenFile,
-    Options, ProcessInfo, ProcSample, ProcStat, Role, Snapshot, Stack, Thread,
+    FileLock, Options, ProcessInfo, ProcSample, ProcStat, Role, Snapshot, Stack, Thread,
 )
 
 MODES = {"none": "w", "bz2": "w:bz2", "gzip": "w:gz", "xz": "w:xz"}
@@ -208,6 +212,80 @@ def save_node(bundle: Bundle, path: str | Path) -> Path:
     from hangdoc.bundle.files import save_bundle
 
     return save_bundle(bundle, path, node_digest(bundle) if bundle.samples else None)
+
+
+def wait_until(check, timeout: float = 5.0) -> bool:
+    """Poll `check` until it holds (True) or `timeout` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+# --- a wait-for cycle on file locks --------------------------------------------------------------
+
+CACHE_LOCK, DOWNLOAD_LOCK = "/data/cache.lock", "/data/dl.lock"
+LOCK_RANK0, LOCK_RANK1, LOCK_WORKER = 300, 400, 403
+_FETCH = (("fetch_shard", "/work/data.py", 31), ("train", "/work/train.py", 198), ("main", "/work/train.py", 251),
+          ("<module>", "/work/train.py", 262))
+_CACHED = (("CachedShards.__getitem__", "/work/data.py", 52),
+           ("_MapDatasetFetcher.fetch", _SITE + "torch/utils/data/_utils/fetch.py", 54), *_WORKER_BASE)
+
+
+def _lock_stat(cpu: float, lock: FileLock | None) -> ProcStat:
+    """Asleep on `lock` (the kernel's flock wait, /proc/locks naming it), or running (None)."""
+    return ProcStat(state="S" if lock else "R", wchan="locks_lock_inode_wait" if lock else None,
+                    syscall="73" if lock else "running", utime_s=cpu, stime_s=cpu / 10, rss_bytes=1 << 30,
+                    num_threads=4, io=IoCounters(1 << 20, 1 << 19, 0, 0, 100, 50), locks=(lock,) if lock else ())
+
+
+def _flock(path: str, inode: int, holder: int) -> FileLock:
+    return FileLock("FLOCK", "WRITE", f"fe:00:{inode}", path, holder, ("/opt/venv/bin/python", "-u", "train.py"))
+
+
+def lock_cycle_bundle(cycle: bool = True, samples: int = 8, interval_s: float = INTERVAL_S, t0: float = 1.7e9) -> Bundle:
+    """Rank 0 fetching a shard and rank 1 (its DataLoader worker 2) reading the cache, each taking
+    cache.lock and dl.lock in the other order. `cycle`: from the third sample on, rank 0 sleeps on
+    cache.lock held by the worker while the worker sleeps on dl.lock held by rank 0, their CPU flat.
+    Otherwise they contend for cache.lock in turn: at each sample one sleeps on it while the other
+    holds it and works, and the next sample the other way round."""
+    env = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "locks", "MASTER_PORT": "29500"}
+    cmd = ("/opt/venv/bin/python", "-u", "train.py")
+    launcher = LOCK_RANK0 - 1
+    rank0 = ProcessInfo(LOCK_RANK0, launcher, Role.RANK, cmd, "/usr/bin/python3.11", t0 - 30,
+                        dict(env, RANK="0", LOCAL_RANK="0"), 0, 0, 0, 2, LOCK_RANK0)
+    rank1 = ProcessInfo(LOCK_RANK1, launcher, Role.RANK, cmd, "/usr/bin/python3.11", t0 - 30,
+                        dict(env, RANK="1", LOCAL_RANK="1"), 1, 1, 0, 2, LOCK_RANK1)
+    workers = [ProcessInfo(LOCK_RANK1 + 1 + w, LOCK_RANK1, Role.WORKER, cmd, "/usr/bin/python3.11", t0 - 20,
+                           rank1.env, 1, 1, 0, 2, LOCK_RANK1, w, 3, "fork") for w in range(3)]
+    procs = (ProcessInfo(launcher, 1, Role.LAUNCHER, ("/opt/venv/bin/python", "-m", "torch.distributed.run",
+                                                      "--nproc_per_node=2", "train.py"), "/usr/bin/python3.11", t0 - 31),
+             rank0, rank1, *workers)
+    snapshots = []
+    for k in range(samples):
+        stuck = cycle and k >= 2
+        cpu0, cpuw = (10.0 + 0.3 * min(k, 2), 5.0 + 0.3 * min(k, 2)) if cycle else (10.0 + 0.3 * k, 5.0 + 0.3 * k)
+        if stuck:
+            wait0, waitw = _flock(CACHE_LOCK, 11, LOCK_WORKER), _flock(DOWNLOAD_LOCK, 12, LOCK_RANK0)
+        elif cycle:
+            wait0 = waitw = None
+        else:
+            wait0, waitw = (_flock(CACHE_LOCK, 11, LOCK_WORKER), None) if k % 2 else (None, _flock(CACHE_LOCK, 11, LOCK_RANK0))
+        rows = [ProcSample(LOCK_RANK0, True, _lock_stat(cpu0, wait0), _stack(_frames(*_FETCH), LOCK_RANK0, not wait0, True)),
+                ProcSample(LOCK_RANK1, True, _stat(20.0, 1 << 20), _stack(DATALOADER_WAIT, LOCK_RANK1, False, True)),
+                ProcSample(launcher, True, _stat(3.0, 1 << 20), None)]
+        for w in workers:
+            if w.pid == LOCK_WORKER:
+                rows.append(ProcSample(w.pid, True, _lock_stat(cpuw, waitw), _stack(_frames(*_CACHED), w.pid, not waitw, False)))
+            else:
+                rows.append(ProcSample(w.pid, True, _stat(4.0, 1 << 20), _stack(WORKER_IDLE, w.pid, False, False)))
+        snapshots.append(Snapshot(t0 + k * interval_s, 0.1, tuple(rows), GpuState("unavailable", "GPU sampling was not requested")))
+    job = Job("locks", "localhost", 29500, 2, launcher, procs)
+    host = Host("node0", "x86_64", "5.15.0", 8, "3.11", "2.3.0")
+    return Bundle(BUNDLE_SCHEMA, "0.1.0", t0 + samples * interval_s, host, job, tuple(snapshots),
+                  options=Options(interval_s=interval_s))
 
 
 # --- crafted but legal bundles that once cost minutes or gigabytes (issue 35, item 9) ----------------

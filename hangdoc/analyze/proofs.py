@@ -3,8 +3,9 @@ of progress. Pure.
 
 The threshold (`progress.rhythm`) names a hang from quiet alone, so it waits out the job's slowest
 step. Some hangs show themselves: a process stopped (state T), a forked DataLoader worker asleep
-on a lock that no thread of its own can release, a pdb prompt reading stdin, a wait on a queue or
-event whose feeding thread is gone. Each is a `Proof` once two samples at least PROOF_SPAN_S apart
+on a lock that no thread of its own can release, processes of the job each asleep on a file lock
+the next one holds (a wait-for cycle, /proc/locks), a pdb prompt reading stdin, a wait on a queue
+or event whose feeding thread is gone. Each is a `Proof` once two samples at least PROOF_SPAN_S apart
 agree on it with the process's CPU flat between them (a process stopped for an instant, a lock
 taken and released, a prompt answered at once never agree for that long); `decide` names the hang
 then, if no rank stepped since the proof began.
@@ -15,10 +16,13 @@ from collections.abc import Callable, Sequence
 
 from hangdoc.analyze.classify import Reading, classify_rank, own_frame, signature
 from hangdoc.analyze.timeline import CPU_NOISE_S
-from hangdoc.model import Bundle, ProcessInfo, ProcSample, Proof, ProofKind, RankState, Role, Thread, Wait
+from hangdoc.model import (
+    Bundle, FileLock, ProcessInfo, ProcSample, Proof, ProofKind, RankState, Role, Thread, Wait,
+)
 
 PROOF_SPAN_S = 1.5     # seconds two agreeing samples must span: the default interval's second sample
 RUN_LIMIT = 64         # samples looked back through for the first that showed a fact
+CYCLE_LIMIT = 16       # processes followed from waiter to holder before a chain is given up
 
 # holds(sample) -> True: the fact holds at this sample; False: it does not; None: this sample
 # cannot tell (no stack read this round, a light /proc read).
@@ -32,6 +36,8 @@ def proof_of(bundle: Bundle, rank: ProcessInfo, reading: Reading) -> Proof | Non
     finders = [_stopped]
     if reading.state == RankState.DATALOADER:
         finders.append(_fork_lock)
+    if reading.state == RankState.DATALOADER or reading.detail == Wait.FILE_LOCK:
+        finders.append(_lock_cycle)
     if reading.detail == Wait.DEBUGGER:
         finders.append(_pdb_prompt)
     if reading.detail == Wait.THREAD:
@@ -162,6 +168,92 @@ def _holders(bundle: Bundle, rank: ProcessInfo) -> str:
         return ""
     named = ", ".join(f"{t.name!r} ({t.tid:#x})" for t in threads[:3])
     return f" (rank {rank.rank}'s own thread{'s' if len(threads) > 1 else ''}: {named})"
+
+
+def _lock_cycle(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], state: str) -> Proof | None:
+    """The rank, or a worker of a rank waiting on its data, asleep on a file lock whose holder is
+    asleep on a file lock ... whose holder is the first: /proc/locks names each holder, the kernel
+    (wchan) each sleep, the same at every sample, their CPU flat. None of them can take its lock
+    until another lets go, and none runs to let go (flock and OFD locks have no deadlock check)."""
+    for subject in [rank] + (workers if state == RankState.DATALOADER else []):
+        cycle = _cycle_from(bundle, subject)
+        if cycle is None:
+            continue
+        runs = [agreeing(bundle, proc.pid, _waits_for(lock)) for proc, lock in cycle]
+        if not all(runs):
+            continue
+        since = max(run[0][0] for run in runs)
+        runs = [[(t, s) for t, s in run if t >= since] for run in runs]
+        if not all(_proven(run) for run in runs):
+            continue
+        at = min(run[-1][0] for run in runs)
+        said = f"{_who(bundle, subject)}{_at(runs[0])}"
+        for n, (_, lock) in enumerate(cycle):
+            holder = cycle[(n + 1) % len(cycle)][0]
+            held_by = _who(bundle, holder, short=True) if holder is subject else _who(bundle, holder) + _at(runs[n + 1])
+            said += f"{', which' if n else ''} waits for {lock.path or 'inode ' + lock.inode} held by {held_by}"
+        return Proof(ProofKind.LOCK_CYCLE.value, since, at,
+                     f"{said}: a wait-for cycle on file locks, each asleep in the kernel's lock wait at every sample "
+                     f"for {at - since:.1f} s ({max(_cpu(run) for run in runs):.2f} s CPU at most); none can take "
+                     "its lock until another lets go, and none runs to let go", subject.node_pid)
+    return None
+
+
+def _waited(bundle: Bundle, proc: ProcessInfo) -> FileLock | None:
+    """The file lock `proc` sleeps on at the last sample, where /proc/locks names its holder."""
+    sample = bundle.last.sample_of(proc.pid)
+    stat = sample.proc if sample is not None and sample.alive else None
+    if stat is None or not stat.full or not stat.in_file_lock:
+        return None
+    return next((lock for lock in stat.locks if lock.holder_pid), None)
+
+
+def _cycle_from(bundle: Bundle, first: ProcessInfo) -> list[tuple[ProcessInfo, FileLock]] | None:
+    """From `first`, each process of the job with the file lock it waits for, following each lock
+    to its holder, until the chain comes back to `first`; None where it ends or loops elsewhere."""
+    chain: list[tuple[ProcessInfo, FileLock]] = []
+    proc: ProcessInfo | None = first
+    while proc is not None and len(chain) < CYCLE_LIMIT:
+        lock = _waited(bundle, proc)
+        if lock is None or any(p.pid == proc.pid for p, _ in chain):
+            return None
+        chain.append((proc, lock))
+        # /proc/locks names the holder by its pid on the node; a merge may have renumbered the job's pids.
+        proc = bundle.job.info(proc.pid - proc.node_pid + lock.holder_pid)
+        if proc is not None and proc.pid == first.pid:
+            return chain
+    return None
+
+
+def _waits_for(lock: FileLock) -> Fact:
+    """Asleep on a file lock (wchan), /proc/locks showing the same lock with the same holder."""
+    def holds(sample: ProcSample) -> bool | None:
+        proc = sample.proc
+        if proc is None or not proc.full:
+            return None
+        if proc.in_file_lock and not proc.locks:
+            return None             # /proc/locks unread, or the wait ended between the kernel's two answers
+        return proc.in_file_lock and any(seen.inode == lock.inode and seen.holder_pid == lock.holder_pid
+                                         for seen in proc.locks)
+    return holds
+
+
+def _who(bundle: Bundle, proc: ProcessInfo, short: bool = False) -> str:
+    """A process of the job in the proof's words: "rank 0 (pid 10)", "rank 1's DataLoader worker 2
+    (pid 21)"; `short`: without the pid, once the process was named with it."""
+    owner = bundle.job.info(proc.rank_pid) if proc.rank_pid not in (None, proc.pid) else None
+    if proc.role is Role.RANK or (proc.role is Role.WORKER and owner is not None):
+        said = _name(proc) if proc.role is Role.RANK else _name(owner, proc)
+        return said.split(" (pid ")[0] if short else said
+    whose = f"rank {owner.rank}'s " if owner is not None and owner.rank is not None else ""
+    return f"{whose}{'child process' if proc.role is Role.CHILD else proc.role.value} (pid {proc.node_pid})"
+
+
+def _at(run: list[tuple[float, ProcSample]]) -> str:
+    """" at" the job's own line it waits at, from its latest stack read; empty where none showed one."""
+    sample = next((s for _, s in reversed(run) if s.stack is not None), None)
+    frame = own_frame(signature(sample)) if sample is not None else None
+    return f" at {frame.label}" if frame is not None else ""
 
 
 def _pdb_prompt(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], state: str) -> Proof | None:

@@ -8,11 +8,14 @@ Sampling is gentle: a rank that stepped at the last sample (and its workers) is 
 `py-spy --nonblocking`, which does not pause its threads; a rank that looks stuck, and every
 process at the first round, is read blocking, for a consistent stack. A rank spinning or dwelling
 at one line is probed natively until a wait is found there (SPIN_PROBES times at most), a worker
-asleep in a futex beside a rank waiting on its data once per stack.
+asleep in a futex beside a rank waiting on its data once per stack. A worker last seen asleep on
+a file lock, or holding one a process of the job waits for, gets the full /proc read every round:
+the kernel's wait and /proc/locks' holder are what prove a wait-for cycle.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import islice
 
 from hangdoc.analyze.classify import signature
 from hangdoc.analyze.progress import dwells, place, spins
@@ -23,6 +26,7 @@ from hangdoc.model import RankState, Role
 DWELL_SAMPLES = 3   # a stepping rank caught computing at one line this many samples in a row is probed
 DWELL_PROBES = 2    # at most this many times a watch (about 0.2 s of CPU each, a 0.3-0.5 s pause)
 SPIN_PROBES = 3     # a place a rank spins at is probed at most this many times while no wait is found there
+FILE_LOCK_LOOKBACK = 8   # samples looked back through for a worker's last full /proc read
 
 
 @dataclass(frozen=True)
@@ -45,9 +49,12 @@ class Sampling:
         """This round's reading (`all_workers`: a full round)."""
         waiting_on_data = self._ranks_waiting_on_data()
         wanted = self._stack_pids(all_workers, waiting_on_data)
-        # Workers nobody looks at this round get the cheap /proc read (no open files, no kernel wait).
+        # Workers nobody looks at this round get the cheap /proc read (no open files, no kernel wait),
+        # but one seen asleep on a file lock or holding one a process waits for: /proc/locks, read
+        # with the kernel wait, names each holder (a wait-for cycle's proof, analyze/proofs.py).
+        holders = self._lock_holders()
         light = {p.pid for p in self.job.processes if p.role is Role.WORKER and p.pid not in wanted
-                 and p.rank_pid not in waiting_on_data}
+                 and p.rank_pid not in waiting_on_data and p.pid not in holders and not self._on_file_lock(p.pid)}
         blocked = self._blocked_workers(waiting_on_data)
         wanted |= blocked
         probe = (self._spinning() | blocked) & wanted   # read paused, with native frames, this once
@@ -185,6 +192,21 @@ class Sampling:
             workers.sort(key=lambda w: (w.worker_index is None, w.worker_index or 0, w.pid))
             chosen.add(workers[turn % len(workers)].pid)
         return chosen
+
+    def _lock_holders(self) -> set[int]:
+        """The pids /proc/locks named, at the last sample, as holding a lock a process of the job waits for."""
+        if not self.samples:
+            return set()
+        return {lock.holder_pid for s in self.samples[-1].processes if s.proc is not None
+                for lock in s.proc.locks if lock.holder_pid}
+
+    def _on_file_lock(self, pid: int) -> bool:
+        """Its last full /proc read, among the last few samples, showed it asleep on a file lock."""
+        for snapshot in islice(reversed(self.samples), FILE_LOCK_LOOKBACK):
+            sample = snapshot.sample_of(pid)
+            if sample is not None and sample.proc is not None and sample.proc.full:
+                return sample.proc.in_file_lock
+        return False
 
     def _parked(self, pid: int) -> bool:
         """The process's main thread has not run since its stack was last read: no CPU, no

@@ -74,7 +74,7 @@ class Proof(msgspec.Struct, frozen=True, gc=False):
     """A positive fact that a rank can never step again (`analyze/proofs.py`), seen alike at two
     samples at least a proof's span apart: not an absence of progress, which only the threshold judges."""
 
-    kind: str                      # a ProofKind's value: "stopped", "fork-lock", "pdb-prompt", "dead-producer"
+    kind: str                      # a ProofKind's value: "stopped", "fork-lock", "lock-cycle", ...
     since: float                   # the first sample that showed it
     at: float                      # the latest sample that agreed
     said: str                      # the proof in the report's words

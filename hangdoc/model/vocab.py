@@ -131,6 +131,7 @@ class ProofKind(Word):
 
     STOPPED = "stopped"              # state T: the rank or a worker it waits on runs no code at all
     FORK_LOCK = "fork-lock"          # a forked worker waits on a lock no thread of its own can release
+    LOCK_CYCLE = "lock-cycle"        # processes of the job each wait for a file lock the next one holds, round to the first
     PDB_PROMPT = "pdb-prompt"        # pdb's prompt reads stdin, the same line at every sample
     DEAD_PRODUCER = "dead-producer"  # a wait on a queue or event whose feeding thread is gone
 

@@ -1,7 +1,7 @@
 """file-lock-wait: a rank or its DataLoader worker sleeps on a file lock another process holds."""
 from __future__ import annotations
 
-from hangdoc.model import Cause, FileLock, Finding, ProcessInfo, Role, Severity, Wait
+from hangdoc.model import PID_STRIDE, Cause, FileLock, Finding, ProcessInfo, ProofKind, Role, Severity, Wait
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import rank_line
 from hangdoc.rules.samples import chain, kernel_wait, latest_frames, samples_of
@@ -13,7 +13,12 @@ _KINDS = {"FLOCK": "an flock", "POSIX": "a POSIX (fcntl/lockf)", "OFDLCK": "an o
 
 def check(ctx: Context) -> list[Finding]:
     findings = []
-    for waiter in waiters(ctx, Wait.FILE_LOCK):
+    found = list(waiters(ctx, Wait.FILE_LOCK))
+    # The analysis proved the waits a cycle (analyze/proofs.py): no holder will let go by itself.
+    # /proc/locks names holders by their pid on the node, which a merge may have renumbered.
+    proof = ctx.diagnosis.proof
+    cycle = {w.pid % PID_STRIDE for w in found} if proof is not None and proof.kind == ProofKind.LOCK_CYCLE else set()
+    for waiter in found:
         line = own_line(ctx, waiter)
         sample = last_full(ctx, waiter.pid, lambda proc: proc.in_file_lock)
         lock = sample.proc.locks[0] if sample is not None and sample.proc.locks else None
@@ -30,7 +35,7 @@ def check(ctx: Context) -> list[Finding]:
         findings.append(finding(
             RULE, [waiter.rank],
             f"{waiter.subject} waits{where(line)} for a lock on {path}{holder}",
-            evidence, _fix(lock),
+            evidence, _fix(lock, lock is not None and lock.holder_pid in cycle),
         ))
     return findings
 
@@ -81,8 +86,12 @@ def _place(proc: ProcessInfo) -> str:
     return f"{what} of rank {proc.rank}" if proc.rank is not None else f"{what} of this job"
 
 
-def _fix(lock: FileLock | None) -> str:
-    if lock is not None and lock.holder_pid:
+def _fix(lock: FileLock | None, in_cycle: bool = False) -> str:
+    if lock is not None and in_cycle:
+        first = (f"pid {lock.holder_pid} waits in turn for a lock this process holds (the cycle the Proof line "
+                 "names), so neither lets go: take the lock files in one order everywhere (sorted by path), or "
+                 "one lock around both, and end one of the two to free the job now.")
+    elif lock is not None and lock.holder_pid:
         holder = f"pid {lock.holder_pid} ({command(None, lock.holder_cmdline, 50)})"
         first = (f"Find out why {holder} keeps {lock.path or 'the file'} locked and let it finish or end it; "
                  "delete a stale lock file only once no process holds it.")
@@ -101,7 +110,8 @@ RULE = Rule(
     summary="Fires on a hang when a culprit rank's main thread, or one of its DataLoader workers, sleeps on "
             "a file lock (wchan locks_lock_inode_wait / fcntl_setlk, or flock/lockf frames with --native). "
             "Names the locked path, the holder's pid and command line from /proc/locks, and the job's line "
-            "that asked for the lock.",
+            "that asked for the lock. Where the analysis proved the waits a cycle (the holder waits for a lock "
+            "the waiter holds: proof lock-cycle), the fix is one lock order.",
     fix="Find and end (or fix) the process that holds the lock; remove stale lock files only when no process "
         "holds them; take locks with a timeout (LOCK_NB in a retry loop, filelock.FileLock(path, timeout=...)).",
     snippet="import fcntl, time\n\n"

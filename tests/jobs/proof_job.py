@@ -10,12 +10,18 @@ and goes on: the jobs of the proofs' latency bench (benchmarks/bench_proofs.py).
 --mode fork-lock     rank 1's DataLoader workers are forked while a thread of rank 1 holds a
                      threading.Lock they take at --fault-step: they wait on it for ever
 --mode lock-free     the same workers take and release their own copy of the lock, held by no one
+--mode lock-cycle    at --fault-step rank 0 takes WORKDIR/cache.lock then dl.lock (flock), and rank 1's
+                     DataLoader worker dl.lock then cache.lock, each once the other holds its first:
+                     a wait-for cycle, both asleep in flock for ever
+--mode lock-turns    from --fault-step rank 0 and rank 1's worker take cache.lock in turn, each holding
+                     it 0.02 s: the other waits, then goes on
 Rank r writes WORKDIR/ready.r (its pid) after its first step; the fault, or the look-alike's start,
 writes WORKDIR/fault ("<time> what") once, as it happens.
 """
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import queue
 import threading
@@ -28,7 +34,8 @@ from torch.utils.data import DataLoader, IterableDataset
 
 RANK = int(os.environ.get("RANK", "0"))
 LOCK = threading.Lock()
-MODES = ("train", "pdb", "pdb-answered", "producer-died", "producer-slow", "fork-lock", "lock-free")
+MODES = ("train", "pdb", "pdb-answered", "producer-died", "producer-slow", "fork-lock", "lock-free", "lock-cycle",
+         "lock-turns")
 
 
 def mark_fault(workdir: Path, what: str, at: float | None = None) -> None:
@@ -36,6 +43,26 @@ def mark_fault(workdir: Path, what: str, at: float | None = None) -> None:
     if not path.exists():
         path.write_text(f"{time.time() if at is None else at} rank {RANK} pid {os.getpid()}: {what}\n")
     print(f"[rank {RANK}] fault: {what}", flush=True)
+
+
+def take_locks(workdir: Path, mode: str, first: str, second: str, mine: str, theirs: str) -> None:
+    """lock-cycle: flock `first`, wait until the other side holds its own first, flock `second` (for
+    ever: the other holds it). lock-turns: flock cache.lock for 0.02 s and let go."""
+    if mode == "lock-turns":
+        fd = os.open(workdir / "cache.lock", os.O_RDWR | os.O_CREAT)
+        mark_fault(workdir, "rank 0 and rank 1's worker take cache.lock in turn")
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        time.sleep(0.02)
+        os.close(fd)
+        return
+    held, other = workdir / mine, workdir / theirs
+    fds = [os.open(workdir / name, os.O_RDWR | os.O_CREAT) for name in (first, second)]
+    fcntl.flock(fds[0], fcntl.LOCK_EX)
+    held.write_text(str(os.getpid()))
+    while not other.exists():
+        time.sleep(0.01)
+    mark_fault(workdir, f"pid {os.getpid()} holds {first} and takes {second}: a wait-for cycle")
+    fcntl.flock(fds[1], fcntl.LOCK_EX)
 
 
 class Samples(IterableDataset):
@@ -53,6 +80,9 @@ class Samples(IterableDataset):
                                              f"{LOCK.locked()})")
                 with LOCK:
                     pass
+            if self.mode in ("lock-cycle", "lock-turns") and RANK == 1 and n >= self.fault_step:
+                if self.mode == "lock-turns" or n == self.fault_step:
+                    take_locks(self.workdir, self.mode, "dl.lock", "cache.lock", "held.worker", "held.rank0")
             yield torch.full((4,), float(n))
             n += 1
 
@@ -101,10 +131,13 @@ def main() -> None:
             threading.Thread(target=hold_lock_forever, name="metrics", daemon=True).start()
             while not LOCK.locked():
                 time.sleep(0.01)
-        workers = 1 if mode in ("fork-lock", "lock-free") else 0
+        workers = 1 if mode in ("fork-lock", "lock-free", "lock-cycle", "lock-turns") else 0
         batches = iter(DataLoader(Samples(mode, workdir, args.fault_step), batch_size=1, num_workers=workers))
     for step in range(args.steps):
         optimizer.zero_grad()
+        if mode in ("lock-cycle", "lock-turns") and RANK == 0 and step >= args.fault_step:
+            if mode == "lock-turns" or step == args.fault_step:
+                take_locks(workdir, mode, "cache.lock", "dl.lock", "held.rank0", "held.worker")
         model(next(batches).reshape(-1, 4)).sum().backward()
         for grad in [p.grad for p in model.parameters()]:
             dist.all_reduce(grad)

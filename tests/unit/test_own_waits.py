@@ -8,13 +8,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from factories import ALL_REDUCE, DATALOADER_WAIT, frame
+from factories import ALL_REDUCE, DATALOADER_WAIT, frame, wait_until
 from hangdoc.analyze.classify import classify_rank, classify_worker, own_frame
 from hangdoc.analyze.progress import WAIT_STATES
 from hangdoc.base.serde import to_json
@@ -248,15 +247,6 @@ def test_fd_links_name_pipes_fifos_and_devices_but_not_regular_files(tmp_path):
     assert procfs.fd_links(7, (0,)) == (FdLink(0, "pipe:[11]", "pipe"),)
 
 
-def _wait_until(check, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def test_a_capture_of_real_processes_names_the_flock_holder_and_what_a_child_waits_on(tmp_path):
     # GIVEN a process holding an flock, a "rank" blocked on it, and a child of the job blocked opening a FIFO
     lock, held, fifo = tmp_path / "shard.lock", tmp_path / "held", tmp_path / "never.fifo"
@@ -267,14 +257,14 @@ def test_a_capture_of_real_processes_names_the_flock_holder_and_what_a_child_wai
     try:
         holder = subprocess.Popen([sys.executable, "-c", holder_code, str(lock), str(held)])
         started.append(holder)
-        assert _wait_until(held.exists)
+        assert wait_until(held.exists)
         waiter = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys\n"
                                    "fcntl.flock(os.open(sys.argv[1], os.O_RDWR), fcntl.LOCK_EX)", str(lock)])
         started.append(waiter)
         cat = subprocess.Popen(["cat", str(fifo)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         started.append(cat)
         procfs = ProcFS()
-        if not _wait_until(lambda: procfs.proc_stat(waiter.pid).in_file_lock):
+        if not wait_until(lambda: procfs.proc_stat(waiter.pid).in_file_lock):
             pytest.skip(f"this kernel does not name the lock wait (wchan {procfs.proc_stat(waiter.pid).wchan!r})")
         infos = (info(waiter.pid, Role.RANK, 0), info(cat.pid, Role.CHILD, None, ("cat", str(fifo)), rank_pid=waiter.pid))
         # as discovery finds them: each with its start time (a pid that started otherwise is another process)

@@ -1,8 +1,13 @@
 """A proven hang is named at the second sample that agrees on its proof, not at the threshold; a job
-that still moves proves nothing. Each proof over a recorded golden bundle, with its look-alike."""
+that still moves proves nothing. Each proof over a recorded golden bundle (or a built one), with its
+look-alike; the wait-for cycle on file locks also over two real processes that deadlock."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import msgspec
@@ -11,9 +16,15 @@ import pytest
 from hangdoc.analyze.diagnose import JobFacts, decide
 from hangdoc.analyze.proofs import PROOF_SPAN_S
 from hangdoc.bundle.files import load_bundle
-from hangdoc.model import Proof, ProofKind, RankDigest, StepSummary, Thread, Verdict
+from hangdoc.collect.procfs import ProcFS
+from hangdoc.collect.snapshot import Probes, capture
+from hangdoc.model import (
+    BUNDLE_SCHEMA, Bundle, Host, Job, Options, ProcessInfo, Proof, ProofKind, RankDigest, Role, StepSummary, Thread,
+    Verdict,
+)
 from hangdoc.render.words import proof_line
 from hangdoc.report.judge import judge
+from tests.factories import CACHE_LOCK, DOWNLOAD_LOCK, LOCK_RANK0, LOCK_WORKER, lock_cycle_bundle, wait_until
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 LEARNED = 60.0      # a threshold far beyond the bundles' span: only a proof names the hang inside it
@@ -137,6 +148,50 @@ def test_a_stopped_rank_is_named_at_the_second_agreeing_sample():
     assert "rank 1 (pid" in diagnosis.proof.said and "is stopped (state T" in diagnosis.proof.said
 
 
+def test_a_wait_for_cycle_on_file_locks_is_named_at_the_second_agreeing_sample():
+    # GIVEN rank 0 asleep on cache.lock held by rank 1's worker 2, asleep on dl.lock held by rank 0
+    bundle = lock_cycle_bundle()
+    # WHEN the watch judges each round
+    at, diagnosis = first_hang(bundle)
+    # THEN the hang is named at the second sample showing the cycle, both ranks the culprits
+    times = [s.time for s in bundle.samples]
+    assert at is not None and diagnosis.proof.kind == ProofKind.LOCK_CYCLE
+    assert diagnosis.proof.since == times[2] and at == 3 and times[at] - times[2] >= PROOF_SPAN_S
+    assert diagnosis.culprits == (0, 1)
+    # and the report states the cycle: both processes, both files, who holds which
+    report = judge(dataclasses.replace(bundle, samples=bundle.samples[:at + 1]), hang_after=LEARNED).report
+    assert (f"rank 0 (pid {LOCK_RANK0}) at fetch_shard (data.py:31) waits for {CACHE_LOCK} held by rank 1's "
+            f"DataLoader worker 2 (pid {LOCK_WORKER}) at CachedShards.__getitem__ (data.py:52), which waits for "
+            f"{DOWNLOAD_LOCK} held by rank 0: a wait-for cycle on file locks") in proof_line(report)
+    # and file-lock-wait names each wait, its fix the lock order, not a holder to wait out
+    waits = [f for f in report.findings if f.rule == "file-lock-wait"]
+    assert len(waits) == 2 and all("take the lock files in one order everywhere" in f.fix for f in waits)
+
+
+def test_a_cycle_through_a_renumbered_merge_still_closes():
+    # GIVEN the cycle's bundle as a merge numbers it: every pid of the node moved up by PID_STRIDE
+    from hangdoc.analyze.proofs import proof_of
+    from hangdoc.analyze.classify import classify_rank
+    from hangdoc.model import PID_STRIDE
+
+    def moved(pid: int) -> int:
+        return pid + PID_STRIDE
+
+    bundle = lock_cycle_bundle(samples=4)
+    job = dataclasses.replace(bundle.job, processes=tuple(
+        dataclasses.replace(p, pid=moved(p.pid), ppid=moved(p.ppid), rank_pid=p.rank_pid and moved(p.rank_pid))
+        for p in bundle.job.processes))
+    samples = tuple(dataclasses.replace(s, processes=tuple(dataclasses.replace(p, pid=moved(p.pid)) for p in s.processes))
+                    for s in bundle.samples)
+    bundle = dataclasses.replace(bundle, job=job, samples=samples)
+    rank = bundle.job.info(moved(LOCK_RANK0))
+    # WHEN rank 0's proof is looked for (/proc/locks still names the holders by their pids on the node)
+    proof = proof_of(bundle, rank, classify_rank(bundle.last.sample_of(rank.pid)))
+    # THEN the cycle closes, said in the node's pids
+    assert proof is not None and proof.kind == ProofKind.LOCK_CYCLE and proof.pid == LOCK_RANK0
+    assert f"worker 2 (pid {LOCK_WORKER})" in proof.said
+
+
 # --- must not fire: the look-alikes, on a job that still moves -----------------------------------
 
 
@@ -225,6 +280,92 @@ def test_a_queue_whose_producer_is_alive_but_slow_proves_nothing():
     at, diagnosis = first_hang(slow)
     # THEN no proof names it
     assert at is None, diagnosis.proof
+
+
+def test_two_processes_taking_one_file_lock_in_turn_prove_nothing():
+    # GIVEN rank 0 and rank 1's worker 2 contending for cache.lock: at each sample one sleeps on it
+    # while the other holds it and works, the next sample the other way round
+    bundle = lock_cycle_bundle(cycle=False)
+    # WHEN judged round by round
+    at, diagnosis = first_hang(bundle)
+    # THEN no round names a hang: a wait for a lock whose holder works is no cycle
+    assert at is None, diagnosis.proof
+
+
+def test_a_chain_of_lock_waits_that_leaves_the_job_proves_nothing():
+    # GIVEN the cycle's bundle, but the worker's dl.lock held by a process outside the job (pid 999)
+    bundle = lock_cycle_bundle()
+
+    def elsewhere(sample, i):
+        locks = tuple(dataclasses.replace(lock, holder_pid=999) for lock in sample.proc.locks)
+        return with_proc(sample, locks=locks)
+
+    bundle = edit(bundle, LOCK_WORKER, elsewhere)
+    # WHEN judged round by round
+    at, diagnosis = first_hang(bundle)
+    # THEN no lock-cycle proof: rank 0 waits on a chain that ends outside the job, which only the threshold judges
+    assert at is None or diagnosis.proof is None or diagnosis.proof.kind != ProofKind.LOCK_CYCLE
+
+
+def test_a_cycle_seen_at_one_sample_proves_nothing():
+    # GIVEN the cycle shown at one sample only (the reads of the two waits straddled a release),
+    # both running again at the next
+    bundle = lock_cycle_bundle()
+    running = lock_cycle_bundle(cycle=False)
+    samples = bundle.samples[:3] + running.samples[3:]
+    # WHEN judged round by round
+    at, diagnosis = first_hang(dataclasses.replace(bundle, samples=samples))
+    # THEN no proof
+    assert at is None, diagnosis.proof
+
+
+# --- a real deadlock --------------------------------------------------------------------------------
+
+TAKE_TWO = ("import fcntl, os, sys, time\n"
+            "first, second = (os.open(p, os.O_RDWR | os.O_CREAT) for p in sys.argv[1:3])\n"
+            "fcntl.flock(first, fcntl.LOCK_EX)\n"
+            "open(sys.argv[3], 'w').close()\n"
+            "while not os.path.exists(sys.argv[4]):\n    time.sleep(0.01)\n"
+            "fcntl.flock(second, fcntl.LOCK_EX)\n")
+
+
+def test_two_real_processes_deadlocked_on_flock_are_proven_a_cycle(tmp_path):
+    # GIVEN two processes taking cache.lock and dl.lock with flock in opposite order: each holds one
+    cache, download = tmp_path / "cache.lock", tmp_path / "dl.lock"
+    started: list[subprocess.Popen] = []
+    try:
+        for first, second, mine, theirs in ((cache, download, "held.0", "held.1"), (download, cache, "held.1", "held.0")):
+            started.append(subprocess.Popen([sys.executable, "-c", TAKE_TWO, str(first), str(second),
+                                             str(tmp_path / mine), str(tmp_path / theirs)]))
+        procfs = ProcFS()
+        if not wait_until(lambda: all(procfs.proc_stat(p.pid).in_file_lock for p in started), timeout=10.0):
+            pytest.skip("this kernel does not name the lock wait: "
+                        f"{[procfs.proc_stat(p.pid).wchan for p in started]}")
+        # as discovery finds them: two ranks, each with its start time
+        infos = tuple(ProcessInfo(p.pid, os.getpid(), Role.RANK, (sys.executable, "-c", "..."), sys.executable,
+                                  procfs.stat(p.pid).start_time, {}, n, n, 0, 2, p.pid)
+                      for n, p in enumerate(started))
+        job = Job(None, None, None, 2, None, infos)
+        # WHEN hangdoc's collect reads them twice, PROOF_SPAN_S apart, and judges what it read
+        first, _ = capture(job, Probes(pyspy=None))
+        time.sleep(PROOF_SPAN_S + 0.1)
+        second, _ = capture(job, Probes(pyspy=None))
+        bundle = Bundle(BUNDLE_SCHEMA, "0.1.0", second.time, Host("node0", "x86_64", "6.1", 2, "3.11", "2.3.0"), job,
+                        (first, second), options=Options(interval_s=PROOF_SPAN_S))
+        diagnosis = judge(bundle, hang_after=LEARNED, lanes=False).diagnosis
+        # THEN a proven hang: the cycle, both processes and both files by name
+        assert diagnosis.verdict == Verdict.HANG and diagnosis.proof is not None
+        assert diagnosis.proof.kind == ProofKind.LOCK_CYCLE and diagnosis.culprits == (0, 1)
+        one, other = started
+        said = diagnosis.proof.said
+        assert (f"waits for {download} held by rank 1 (pid {other.pid}), which waits for {cache} held by rank 0"
+                in said or f"waits for {cache} held by rank 0 (pid {one.pid}), which waits for {download} held by "
+                "rank 1" in said), said
+        assert "a wait-for cycle on file locks" in said
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait(5)
 
 
 def digest(n: int, state: str, detail: str | None, last_step: float, proof: Proof | None = None) -> RankDigest:

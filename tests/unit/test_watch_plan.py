@@ -251,3 +251,40 @@ def test_a_hang_named_before_a_blocked_workers_probe_waits_one_round_for_it_once
     watcher.probed.clear()
     watcher.judge_round(bundle)
     assert not watcher.probe_due
+
+
+def test_a_worker_last_seen_asleep_on_a_file_lock_keeps_its_full_proc_read():
+    # GIVEN rank 0 in all_reduce (not waiting on data), its worker 0 asleep on a file lock at its last
+    # full read, worker 1 asleep in a futex
+    import dataclasses as dc
+
+    watcher, workers = watcher_after(-1, -1)
+    locked, idle = sorted(workers[0])
+    last = watcher.samples[-1]
+    procs = tuple(dc.replace(s, proc=dc.replace(s.proc, wchan="locks_lock_inode_wait", syscall="73"))
+                  if s.pid == locked else s for s in last.processes)
+    watcher.samples[-1] = dc.replace(last, processes=procs)
+    # WHEN the next (not full) round is planned
+    planned = watcher.plan(False)
+    # THEN worker 0 gets the full /proc read (kernel wait, /proc/locks), worker 1 the cheap one
+    assert locked not in planned.light and idle in planned.light
+
+
+def test_a_worker_holding_a_file_lock_a_rank_waits_for_gets_the_full_proc_read():
+    # GIVEN rank 0 asleep on a file lock /proc/locks says worker 0 of rank 0 holds
+    import dataclasses as dc
+
+    from hangdoc.model import FileLock
+
+    watcher, workers = watcher_after(-1, -1)
+    holder, idle = sorted(workers[0])
+    rank0 = next(p.pid for p in watcher.job.ranks if p.rank == 0)
+    lock = FileLock("FLOCK", "WRITE", "fe:00:11", "/data/cache.lock", holder)
+    last = watcher.samples[-1]
+    procs = tuple(dc.replace(s, proc=dc.replace(s.proc, wchan="locks_lock_inode_wait", syscall="73", locks=(lock,)))
+                  if s.pid == rank0 else s for s in last.processes)
+    watcher.samples[-1] = dc.replace(last, processes=procs)
+    # WHEN the next (not full) round is planned
+    planned = watcher.plan(False)
+    # THEN the holder gets the full read (is it asleep on a lock the rank holds?), its sibling the cheap one
+    assert holder not in planned.light and idle in planned.light
