@@ -2,19 +2,24 @@
 
     .venv/bin/python tests/golden_record.py                  # record every case
     .venv/bin/python tests/golden_record.py bz2-shards ...   # record these cases
-    .venv/bin/python tests/golden_record.py --markdown-only  # rewrite expected.md and expected.txt from the stored bundles
-    .venv/bin/python tests/golden_record.py --expected-only  # rewrite expected.json from CASES (fire, look_alikes)
+    .venv/bin/python tests/golden_record.py --markdown-only  # rewrite expected.md (and expected.txt where kept) from the stored bundles
+    .venv/bin/python tests/golden_record.py --expected-only  # rewrite expected.json in its normal form
     .venv/bin/python tests/golden_record.py --docs           # rewrite the examples in hangdoc/rules/pages/*.md
     .venv/bin/python tests/golden_record.py --list
     .venv/bin/python tests/golden_record.py --replay [CASE...]  # record the watch of each real case for the replay tier
 
-Each case starts a real 2-rank gloo job (a scenario of hangdoc/scenarios/, a mode of
-tests/jobs/stall_job.py or of tests/jobs/rules_job.py), waits for its markers, runs
+A case is its folder, tests/golden/<case>/: its expected.json says what it shows (the verdict, the
+culprits, the rules that must fire, its look-alikes and its rules' near misses) and how its job
+starts ("job": one of JOBS below, with its args and options: a scenario of hangdoc/scenarios/ or a
+mode of a job in tests/jobs/). A new case is a folder with an expected.json; recording it writes
+bundle.json and expected.md beside it (expected.txt, the text report, with --text). Each case
+starts its real 2-rank gloo job, waits for its markers, runs
 `python -m hangdoc watch LAUNCHER_PID --interval 0.5 --hang-after 4 --no-live --no-gpu
 --format json --out ...` (healthy jobs: the same Watcher in-process, since watch saves no
-bundle when nothing is found), always stops the job, trims the bundle to its last samples
-and writes tests/golden/<case>/{bundle.json, expected.json, expected.md}. A derived case
-edits another case's bundle where this machine cannot produce the real thing (see its README).
+bundle when nothing is found), always stops the job and trims the bundle to its last samples.
+A derived case ("derive": [source case, edit]) edits another case's bundle where this machine
+cannot produce the real thing (its README says how); a case with neither was recorded by hand
+(its README.md says how).
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -57,22 +63,74 @@ WATCH = ("--interval", "0.5", "--hang-after", "4", "--no-live", "--no-gpu", "--f
 
 @dataclass(frozen=True)
 class Case:
+    """A golden case, as its tests/golden/<name>/expected.json says it (`Case.of`)."""
+
     name: str
     about: str
     verdict: str
     culprits: tuple[int, ...]
     fire: tuple[str, ...]
-    start: Callable[[Path], tuple[list[str], list[Path]]] | None = None   # workdir -> (cmd, markers)
+    job: dict | None = None              # {"start": a JOBS name, "args": [...], "options": {...}}
     timeout_s: float | None = None       # healthy jobs: how long to watch
-    derive: tuple[str, Callable[[Bundle], Bundle]] | None = None   # (source case, edit)
+    derive: tuple[str, str] | None = None   # (source case, the name of an EDITS edit)
     readme: str = ""
     device: bool = False                 # recorded on a GPU machine by tests/gpu/device_check.py, not here
     hang_after_s: float = 4.0            # the watch's --hang-after (a restarted job's new ranks start up longer)
     # The rules this case is a near miss for, which must stay quiet: those a naive reading would fire
     # (a healthy pause: slow-rank; a roomy /dev/shm: shm-exhausted), not every other rule.
     look_alikes: tuple[str, ...] = ()
+    # rule -> the cases it must stay quiet on: a case's own rules' near misses, named where the rule's
+    # case is, so a new rule's near miss among the existing cases touches none of their files.
+    near_misses: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    # What the recorder does to the job once it is ready, as an operator, a debugger or the kernel does
+    # from outside: {"signal": "SIGSTOP", "rank": 1} (the rank's pid is what its ready marker holds).
+    then: dict | None = None
+
+    @property
+    def start(self) -> Callable[[Path], tuple[list[str], list[Path]]] | None:
+        """workdir -> (the job's command, the markers it writes when ready)."""
+        if self.job is None:
+            return None
+        return JOBS[self.job["start"]](*self.job.get("args", ()), **self.job.get("options", {}))
+
+    @classmethod
+    def of(cls, folder: Path) -> "Case":
+        said = json.loads((folder / "expected.json").read_text())
+        readme = folder / "README"
+        return cls(folder.name, said["about"], said["verdict"], tuple(said["culprit_ranks"]), tuple(said["fire"]),
+                   job=said.get("job"), timeout_s=said.get("timeout_s"),
+                   derive=tuple(said["derive"]) if "derive" in said else None,
+                   readme=readme.read_text().strip() if readme.is_file() and "derive" in said else "",
+                   device=said.get("device", False), hang_after_s=said.get("hang_after_s", 4.0),
+                   look_alikes=tuple(said.get("look_alikes", said.get("not_fire", ()))),
+                   near_misses={rule: tuple(cases) for rule, cases in said.get("near_misses", {}).items()},
+                   then=said.get("then"))
+
+    def expected(self) -> dict:
+        """expected.json: what the case shows and how its job starts (Case.of reads it back)."""
+        said = {"about": self.about, "verdict": self.verdict, "culprit_ranks": list(self.culprits),
+                "fire": list(self.fire), "look_alikes": list(self.look_alikes)}
+        if self.near_misses:
+            said["near_misses"] = {rule: list(cases) for rule, cases in self.near_misses.items()}
+        for key, value, default in (("job", self.job, None), ("timeout_s", self.timeout_s, None),
+                                    ("derive", list(self.derive) if self.derive else None, None),
+                                    ("device", self.device, False), ("hang_after_s", self.hang_after_s, 4.0),
+                                    ("then", self.then, None)):
+            if value != default:
+                said[key] = value
+        return said
 
 
+JOBS: dict[str, Callable] = {}   # a case's job in its expected.json: {"start": one of these, "args", "options"}
+
+
+def job_kind(factory: Callable) -> Callable:
+    """A way to start a case's job, named in expected.json: `factory(*args, **options)` gives its start."""
+    JOBS[factory.__name__] = factory
+    return factory
+
+
+@job_kind
 def scenario(name: str, *, fault: bool = True, max_steps: int | None = None):
     def start(workdir: Path):
         s = SCENARIOS[name]
@@ -82,6 +140,7 @@ def scenario(name: str, *, fault: bool = True, max_steps: int | None = None):
     return start
 
 
+@job_kind
 def stall_job(mode: str):
     def start(workdir: Path):
         cmd = torchrun_cmd(JOBS / "stall_job.py", "--workdir", str(workdir), "--mode", mode)
@@ -89,6 +148,7 @@ def stall_job(mode: str):
     return start
 
 
+@job_kind
 def diverge_job(mode: str, nproc: int = 2):
     """A mode of tests/jobs/diverge_job.py: ranks that part ways in their own code."""
     def start(workdir: Path):
@@ -97,6 +157,7 @@ def diverge_job(mode: str, nproc: int = 2):
     return start
 
 
+@job_kind
 def rules_job(mode: str, layout: str = "plain", *, fault: bool = True, fault_after: float = 6.0):
     """A mode of tests/jobs/rules_job.py; crash modes wait only for ready, so watch sees the fault."""
     def start(workdir: Path):
@@ -115,6 +176,7 @@ def rules_job(mode: str, layout: str = "plain", *, fault: bool = True, fault_aft
     return start
 
 
+@job_kind
 def exit_job(mode: str, *extra: str):
     """A mode of tests/jobs/exit_job.py: how a rank ends (crash modes wait only for ready, so watch sees it)."""
     def start(workdir: Path):
@@ -123,6 +185,7 @@ def exit_job(mode: str, *extra: str):
     return start
 
 
+@job_kind
 def restarting_job(mode: str, *extra: str):
     """A mode of tests/jobs/exit_job.py under torchrun --max-restarts=1 (the elastic agent restarts
     the ranks once after a failure)."""
@@ -133,6 +196,7 @@ def restarting_job(mode: str, *extra: str):
     return start
 
 
+@job_kind
 def own_waits_job(mode: str):
     """A mode of tests/jobs/own_waits_job.py: a hang in the job's own code (pdb, flock, a child, a thread)."""
     def start(workdir: Path):
@@ -141,6 +205,7 @@ def own_waits_job(mode: str):
     return start
 
 
+@job_kind
 def pipeline_job(mode: str, *extra: str, fault: bool = True, env: tuple[str, ...] = (), shm_mb: int | None = None,
                  cpus: float | None = None):
     """A mode of tests/jobs/pipeline_job.py: a native pool used before fork, workers' CPUs, threads,
@@ -192,163 +257,8 @@ def on_aarch64(bundle: Bundle) -> Bundle:
     return dataclasses.replace(bundle, host=host, job=job)
 
 
-CASES = [
-    Case("bz2-shards", "rank 1's workers decompress .tar.bz2 shards by random access; rank 0 waits",
-         "hang", (1,), ("slow-decompression", "collective-straggler"), scenario("bz2-shards"),
-         look_alikes=("dataloader-stall", "tar-member-decode")),
-    Case("tar-stream-decode", "rank 1 decodes per-channel audio straight from bz2 tar member files",
-         "hang", (1,), ("tar-member-decode", "collective-straggler"), scenario("tar-stream-decode"),
-         look_alikes=("slow-decompression", "dataloader-stall")),
-    Case("tar-stream-error", "a rank-1 worker decodes from a streamed tar member: '_Stream' has no seekable",
-         "crash", (1,), ("tar-member-decode", "worker-error"), rules_job("tar-stream", fault=False, fault_after=10),
-         look_alikes=("worker-died", "slow-decompression")),
-    Case("uneven-shards", "5 shards over 2 ranks x 2 workers: rank 1 reaches the epoch barrier first",
-         "hang", (1,), ("uneven-shards", "collective-mismatch"), scenario("uneven-shards"),
-         look_alikes=("collective-straggler",)),
-    Case("barrier-mismatch", "stall_job: rank 1 calls barrier() mid-epoch while rank 0 is in all_reduce",
-         "hang", (1,), ("collective-mismatch",), stall_job("mismatch"),
-         look_alikes=("uneven-shards", "collective-straggler")),
-    Case("diverge-swallowed", "diverge_job: rank 1's metrics gather raises inside `try/except: continue`; it "
-         "skips the gather and goes on to the next step's all-reduce", "hang", (1,), ("collective-mismatch",),
-         diverge_job("swallow"), look_alikes=("collective-straggler",)),
-    Case("diverge-early-stop", "diverge_job: early stopping on each rank's own validation loss; rank 2 stops",
-         "hang", (2,), ("collective-mismatch",), diverge_job("earlystop", 3),
-         look_alikes=("uneven-shards", "collective-straggler")),
-    Case("diverge-handler", "diverge_job: rank 2's bad batch reaches an `except` that broadcasts a checkpoint name",
-         "hang", (2,), ("collective-mismatch",), diverge_job("handler", 3), look_alikes=("collective-straggler",)),
-    Case("diverge-ddp-validation", "diverge_job: rank 0 validates alone through the DDP wrapper (buffer broadcast)",
-         "hang", (0,), ("collective-mismatch",), diverge_job("ddpval", 3), look_alikes=("collective-straggler",)),
-    Case("diverge-clock", "diverge_job: a checkpoint every 2 s by each rank's own clock; rank 0's comes due first",
-         "hang", (0,), ("collective-mismatch",), diverge_job("clock"),
-         look_alikes=("collective-straggler", "uneven-shards")),
-    Case("diverge-rank0-gather", "diverge_job: `if rank == 0: dist.all_gather_object(...)`",
-         "hang", (0,), ("collective-mismatch",), diverge_job("rank0gather"), look_alikes=("collective-straggler",)),
-    Case("diverge-early-return", "diverge_job: a metrics helper returns early on rank 1, which has no metrics",
-         "hang", (1,), ("collective-mismatch",), diverge_job("earlyreturn"), look_alikes=("collective-straggler",)),
-    Case("worker-segfault", "a rank-1 worker segfaults (x86_64): the job crashes",
-         "crash", (1,), ("worker-died",), scenario("worker-segfault", fault=False),
-         look_alikes=("fork-unsafe-arm", "rank-died")),
-    Case("worker-segfault-aarch64", "the worker-segfault bundle as an aarch64 host with OpenMP/ACL shows it",
-         "crash", (1,), ("worker-died", "fork-unsafe-arm"),
-         derive=("worker-segfault", on_aarch64),
-         readme="Hand-derived from ../worker-segfault/bundle.json (a real x86_64 segfault): "
-                "host.arch set to aarch64, hostname suffixed -kunpeng, libarm_compute added to the "
-                "ranks' and workers' libs (torch's libgomp is mapped already). No aarch64 machine was available.",
-         look_alikes=("rank-died",)),
-    Case("gpu-gloo-cuda", "2 ranks on one real H200, gloo carrying CUDA tensors: rank 1's workers never return "
-         "a sample, rank 0 waits in all_reduce (watched with --native)",
-         "hang", (1,), ("dataloader-stall", "collective-straggler"), device=True,
-         look_alikes=("worker-deadlock", "gpu-starved")),
-    Case("worker-oom", "a rank-1 worker is SIGKILLed, as the OOM killer does",
-         "crash", (1,), ("worker-died",), rules_job("worker-oom", fault=False, fault_after=10),
-         look_alikes=("rank-died", "shm-exhausted")),
-    Case("worker-keyerror", "a rank-1 worker raises KeyError: 'sample_rate' (decode sets it in one branch)",
-         "crash", (1,), ("worker-error",), rules_job("worker-keyerror", fault=False, fault_after=10),
-         look_alikes=("worker-died", "tar-member-decode")),
-    Case("worker-deadlock", "rank 1's workers take a lock that was held when they were forked",
-         "hang", (1,), ("worker-deadlock", "collective-straggler"), scenario("worker-deadlock"),
-         look_alikes=("worker-native-lock", "dataloader-stall", "file-lock-wait")),
-    Case("gomp-fork", "rank 1 runs an OpenMP region (libgomp) before its DataLoader forks; its worker 0 runs one "
-         "after the fork and waits for ever for the pool's threads",
-         "hang", (1,), ("worker-native-lock", "collective-straggler"), pipeline_job("gomp-fork"),
-         look_alikes=("worker-deadlock", "dataloader-stall", "fork-unsafe-arm")),
-    Case("workers-pinned", "every DataLoader worker pins itself to the first CPU in worker_init_fn (as llvm-openmp 16 "
-         "does to a forked worker): 4 workers share one core, both ranks wait on their data",
-         "slow", (), ("workers-cpu-confined", "gpu-starved"), pipeline_job("pinned", fault=False), timeout_s=20,
-         look_alikes=("cpu-quota-throttled", "threads-oversubscribed", "slow-rank")),
-    Case("workers-unpinned", "the workers-pinned job with the workers' CPUs left alone: 4 workers on 2 shared cores, "
-         "the ranks wait on their data (rank 0 most: the straggler here), the workers are not confined",
-         "slow", (0,), ("slow-rank",), pipeline_job("plain", fault=False), timeout_s=20,
-         look_alikes=("workers-cpu-confined", "gpu-starved")),
-    Case("omp-oversubscribed", "OMP_NUM_THREADS=8 for 2 ranks that multiply matrices every step, on a 2-core node",
-         "healthy", (), ("threads-oversubscribed",),
-         pipeline_job("compute", "--workers", "1", fault=False, env=("OMP_NUM_THREADS=8",)), timeout_s=14,
-         look_alikes=("cpu-quota-throttled", "slow-rank")),
-    Case("omp-one-thread", "the omp-oversubscribed job with OMP_NUM_THREADS=1 (torchrun's default): one thread a CPU",
-         "healthy", (), (), pipeline_job("compute", "--workers", "1", fault=False, env=("OMP_NUM_THREADS=1",)),
-         timeout_s=14, look_alikes=("threads-oversubscribed",)),
-    Case("shm-small", "a 16 MB /dev/shm of the job's own; after 6 s the workers hand over 8 MB batches: "
-         "'unable to allocate shared memory', the job crashes (the rank that fails first, 1 here, is the culprit)",
-         "crash", (1,), ("shm-exhausted", "worker-error"),
-         pipeline_job("big-batches", "--sample-mb", "2", "--fault-after", "6", fault=False, shm_mb=16),
-         look_alikes=("worker-died", "rank-died")),
-    Case("shm-roomy", "the shm-small job with the machine's /dev/shm: the 8 MB batches fit, the job runs on",
-         "healthy", (), (), pipeline_job("big-batches", "--sample-mb", "2", "--fault-after", "6", fault=False),
-         timeout_s=14, look_alikes=("shm-exhausted",)),
-    Case("cpu-quota", "a cgroup CPU quota of 0.2 CPUs over 2 ranks x 2 workers of CPU-heavy loading: throttled most "
-         "periods, every rank waits on its data",
-         "slow", (), ("cpu-quota-throttled", "gpu-starved"), pipeline_job("plain", fault=False, cpus=0.2),
-         timeout_s=20, look_alikes=("workers-cpu-confined", "threads-oversubscribed", "slow-rank")),
-    Case("cpu-quota-roomy", "the cpu-quota job under a quota of 4 CPUs, more than the node has: never throttled",
-         "slow", (), ("gpu-starved",), pipeline_job("plain", fault=False, cpus=4), timeout_s=20,
-         look_alikes=("cpu-quota-throttled", "workers-cpu-confined")),
-    Case("tokenizers-fork", "rank 1 tokenizes a batch (Hugging Face tokenizers, TOKENIZERS_PARALLELISM=true) before its "
-         "DataLoader forks; its worker 0 tokenizes after the fork and waits for ever for the rayon pool",
-         "hang", (1,), ("worker-native-lock", "collective-straggler"),
-         pipeline_job("tokenizers-fork", env=("TOKENIZERS_PARALLELISM=true",)),
-         look_alikes=("worker-deadlock", "dataloader-stall", "threads-oversubscribed")),
-    Case("stuck-fetch", "a rank-1 worker sleeps in recv() on a store that never answers",
-         "hang", (1,), ("dataloader-stall", "collective-straggler"), rules_job("stuck-fetch"),
-         look_alikes=("worker-deadlock", "worker-native-lock", "helper-thread-died")),
-    Case("compute-straggler", "rank 1 loops in heavy_compute(); its workers idle on their index queues",
-         "hang", (1,), ("collective-straggler",), scenario("compute-straggler"),
-         look_alikes=("dataloader-stall", "worker-deadlock", "flight-recorder", "slow-rank")),
-    Case("fr-straggler", "compute-straggler with TORCH_FR_BUFFER_SIZE: both ranks dump their Flight Recorder",
-         "hang", (1,), ("flight-recorder", "collective-straggler"), scenario("fr-straggler"),
-         look_alikes=("collective-mismatch", "dataloader-stall")),
-    Case("bz2-bystander", "rank 0 reads .tar.bz2 shards and waits; rank 1 loops in heavy_compute()",
-         "hang", (1,), ("collective-straggler",), rules_job("bz2-bystander", "bz2-rank0"),
-         look_alikes=("slow-decompression", "worker-deadlock", "dataloader-stall")),
-    Case("slow-data", "one worker per rank, CPU-heavy augmentation: ranks mostly wait for data",
-         "healthy", (), ("gpu-starved",), scenario("slow-data", fault=False, max_steps=400), timeout_s=12,
-         look_alikes=("collective-straggler", "dataloader-stall", "slow-rank")),
-    Case("compute-2x", "rank 1 computes 1.0 s a step, rank 0 0.5 s: rank 0 waits in the gradient all_reduce half of each step",
-         "slow", (1,), ("slow-rank",), scenario("compute-2x", fault=False, max_steps=400), timeout_s=30,
-         look_alikes=("collective-straggler",)),
-    Case("longer-samples", "a token corpus sorted by length cut into contiguous chunks: rank 1's samples are 2.3x "
-         "longer; slow, and the report says its inputs are bigger",
-         "slow", (1,), ("slow-rank",), scenario("longer-samples", fault=False, max_steps=300), timeout_s=30,
-         look_alikes=("uneven-shards", "collective-straggler")),
-    Case("bz2-straggler", "rank 1 reads .tar.bz2 shards of 30 s clips in order: late every step, never stalled",
-         "slow", (1,), ("slow-decompression", "slow-rank"), scenario("bz2-straggler", fault=False, max_steps=400),
-         timeout_s=30, look_alikes=("collective-straggler", "dataloader-stall", "gpu-starved")),
-    Case("tiny-files", "a file per clip, 25 ms an open, DataLoader defaults: both ranks wait on their workers",
-         "slow", (), ("gpu-starved",), scenario("tiny-files", fault=False, max_steps=2000), timeout_s=25,
-         look_alikes=("slow-rank", "dataloader-stall", "workers-cpu-confined")),
-    Case("healthy-finished", "fast steps; the job finishes while watched",
-         "healthy", (), (), scenario("healthy", fault=False, max_steps=600), timeout_s=40,
-         look_alikes=("worker-died", "gpu-starved", "rank-died", "no-progress")),
-    Case("checkpoint-pause", "rank 0 writes a checkpoint for 3.5 s every 10 steps; rank 1 waits in a barrier",
-         "healthy", (), (), scenario("checkpoint-pause", fault=False, max_steps=400), timeout_s=12,
-         look_alikes=("collective-straggler", "slow-rank", "uneven-shards", "no-progress")),
-    Case("pdb-breakpoint", "rank 0 stops at a breakpoint() left in at step 5; its stdin is a pipe nobody writes",
-         "hang", (0,), ("debugger-prompt", "collective-straggler"), own_waits_job("breakpoint"),
-         look_alikes=("no-progress", "child-process-wait")),
-    Case("flock-worker", "a rank-1 DataLoader worker asks for an flock that a child of rank 0 holds",
-         "hang", (1,), ("file-lock-wait", "collective-straggler"), own_waits_job("flock"),
-         look_alikes=("worker-deadlock", "dataloader-stall", "child-process-wait")),
-    Case("subprocess-fifo", "rank 1 runs subprocess.run(['cat', fifo]) with no timeout; nobody opens the FIFO to write",
-         "hang", (1,), ("child-process-wait", "collective-straggler"), own_waits_job("subprocess"),
-         look_alikes=("debugger-prompt", "no-progress")),
-    Case("prefetch-thread-died", "rank 1's prefetch thread raises 4 s in and dies; rank 1 waits in Queue.get",
-         "hang", (1,), ("helper-thread-died", "collective-straggler"), own_waits_job("thread-died"),
-         look_alikes=("dataloader-stall", "worker-died", "worker-error")),
-    Case("rank-sigkill", "rank 1 grows by 200 MB and is SIGKILLed, as the OOM killer does; read as it dies",
-         "crash", (1,), ("rank-died",), exit_job("kill9", "--fault-after", "4"),
-         look_alikes=("worker-died", "missing-ranks", "workers-restarted")),
-    Case("rank-abort", "rank 1 all_reduces a tensor of another size: gloo aborts rank 0 (SIGABRT)",
-         "crash", (0,), ("rank-died",), exit_job("mismatch", "--fault-after", "4"),
-         look_alikes=("collective-mismatch", "worker-died", "workers-restarted")),
-    Case("restart-recovered", "torchrun --max-restarts=1: rank 1 raises once; the restarted ranks run to the end, exit 0",
-         "healthy", (), ("workers-restarted",), restarting_job("transient", "--steps", "90", "--fault-after", "3"),
-         timeout_s=60, hang_after_s=20, look_alikes=("rank-died",)),
-    Case("restart-exhausted", "torchrun --max-restarts=1: rank 1 raises in every start; the restarts are used up",
-         "crash", (1,), ("rank-died", "workers-restarted"), restarting_job("raise", "--steps", "90", "--fault-after", "3"),
-         timeout_s=90, hang_after_s=20, look_alikes=("worker-died", "missing-ranks")),
-    Case("ragged-exit", "a silent job whose rank 1 leaves 6 s after rank 0; both exit 0",
-         "healthy", (), (), exit_job("ragged", "--steps", "60", "--linger", "6"), timeout_s=40,
-         look_alikes=("rank-died", "missing-ranks", "no-progress")),
-]
+EDITS = {"on_aarch64": on_aarch64}   # a derived case's edit of its source case's bundle, by name
+CASES = [Case.of(folder) for folder in sorted(GOLDEN.iterdir()) if (folder / "expected.json").is_file()]
 BY_NAME = {c.name: c for c in CASES}
 
 
@@ -411,10 +321,21 @@ def record(case: Case, attempts: int = 3) -> Bundle:
     raise AssertionError("unreachable")
 
 
+def act(case: Case, workdir: Path) -> None:
+    """Do to the ready job what the case's `then` says: a signal to a rank, by the pid its marker holds."""
+    if case.then is None:
+        return
+    marker = workdir / f"ready.{case.then['rank']}"
+    pid = marker.read_text().split()[0] if marker.is_file() else ""
+    if not pid.isdigit():
+        raise RuntimeError(f"{case.name}: {marker.name} holds no pid to send {case.then['signal']} to")
+    os.kill(int(pid), getattr(signal, case.then["signal"]))
+
+
 def record_once(case: Case) -> Bundle:
     if case.derive is not None:
         source, edit = case.derive
-        return edit(load_bundle(GOLDEN / source / "bundle.json"))
+        return EDITS[edit](load_bundle(GOLDEN / source / "bundle.json"))
     workdir = Path(tempfile.mkdtemp(prefix=f"hangdoc-golden-{case.name}-"))
     cmd, markers = case.start(workdir)
     job: RunningJob = start_job(cmd, cwd=workdir, log_path=workdir / "job.log")
@@ -422,6 +343,7 @@ def record_once(case: Case) -> Bundle:
         if not wait_for(markers, job, timeout=90):
             tail = (workdir / "job.log").read_text(errors="replace")[-3000:]
             raise RuntimeError(f"{case.name}: the job did not reach its markers; log tail:\n{tail}")
+        act(case, workdir)
         out = workdir / "bundle.json"
         if case.verdict == "healthy":
             watch_healthy(job.pid, out, case.timeout_s or 12, case.hang_after_s)
@@ -446,6 +368,7 @@ def record_replay(case: Case) -> tuple[bool, str]:
     try:
         if not wait_for(markers, job, timeout=90):
             return False, "the job did not reach its markers"
+        act(case, workdir)
         out = workdir / "bundle.json"
         if case.verdict == "healthy":
             watch_healthy(job.pid, out, case.timeout_s or 12, case.hang_after_s, record=recording)
@@ -477,22 +400,21 @@ def write_case(case: Case, bundle: Bundle) -> None:
 
 def write_expected(case: Case) -> None:
     """expected.json from the case: what it shows, the verdict, the culprits, the rules that must fire
-    and its look-alikes, the rules it is a near miss for (a new rule's near miss joins the cases it
-    concerns, written without recording them again; write_markdown then says whether the stored
-    bundle agrees)."""
-    expected = {"about": case.about, "verdict": case.verdict, "culprit_ranks": list(case.culprits),
-                "fire": list(case.fire), "look_alikes": list(case.look_alikes)}
-    (GOLDEN / case.name / "expected.json").write_text(json.dumps(expected, indent=2) + "\n")
+    and its look-alikes, its rules' near misses, and how its job starts (write_markdown then says
+    whether the stored bundle agrees)."""
+    (GOLDEN / case.name / "expected.json").write_text(json.dumps(case.expected(), indent=2) + "\n")
 
 
-def write_markdown(case: Case) -> str:
+def write_markdown(case: Case, text: bool = False) -> str:
+    """expected.md from the stored bundle, and expected.txt where the case keeps one (`text`: start one)."""
     bundle = load_bundle(GOLDEN / case.name / "bundle.json")
     report = judge(bundle).report
     text = report_markdown(report) + "\n"
     (GOLDEN / case.name / "expected.md").write_text(text)
-    out = io.StringIO()
-    render_text(report, out, width=TEXT_WIDTH, terminal=True)
-    (GOLDEN / case.name / "expected.txt").write_text(out.getvalue())
+    if (GOLDEN / case.name / "expected.txt").exists() or text:
+        out = io.StringIO()
+        render_text(report, out, width=TEXT_WIDTH, terminal=True)
+        (GOLDEN / case.name / "expected.txt").write_text(out.getvalue())
     fired = sorted({f.rule for f in report.findings})
     problems = []
     if (report.verdict, report.culprit_ranks) != (case.verdict, case.culprits):
@@ -536,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--expected-only", action="store_true",
                         help="rewrite the stored cases' expected.json from CASES (then their reports)")
     parser.add_argument("--docs", action="store_true", help="rewrite the examples in hangdoc/rules/pages/*.md")
+    parser.add_argument("--text", action="store_true",
+                        help="write expected.txt too (the text report), where the case keeps none yet")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--replay", action="store_true",
                         help="record each real case's watch (--record) into tests/replay/golden-<case>/")
@@ -555,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.list:
         for case in CASES:
-            kind = "derived" if case.derive else "real"
+            kind = "derived" if case.derive else "device" if case.device else "real" if case.job else "by hand"
             print(f"{case.name:24} {kind:8} {case.verdict:8} fire={','.join(case.fire) or '-'}")
         return 0
     for case in chosen:
@@ -567,11 +491,13 @@ def main(argv: list[str] | None = None) -> int:
             write_expected(case)
         elif case.device and not args.markdown_only:
             print(f"{case.name}: recorded on a GPU machine (tests/gpu/device_check.py); its reports rewritten")
+        elif case.start is None and case.derive is None and not args.markdown_only:
+            print(f"{case.name}: recorded by hand (its README.md says how); its reports rewritten")
         elif not args.markdown_only:
             started = time.monotonic()
             write_case(case, record(case))
             print(f"{case.name}: recorded in {time.monotonic() - started:.0f} s", flush=True)
-        print(write_markdown(case), flush=True)
+        print(write_markdown(case, args.text), flush=True)
     return 0
 
 

@@ -20,6 +20,7 @@ class Cause(Word):
     WORKERS = "workers"      # what holds a rank's DataLoader workers (dataloader-stall stands back)
     OWN_CODE = "own-code"    # what holds a rank in its own code (the collective findings stand back)
     DATA = "data"            # the data pipeline as a whole: its shards, its loader, the GPU it starves
+    PROCESS = "process"      # what holds a rank's process itself, whatever its code: a stop (SIGSTOP, a tracer)
 
 
 @dataclass(frozen=True)

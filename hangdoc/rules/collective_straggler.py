@@ -6,7 +6,7 @@ from hangdoc.model import Finding, Severity, Verdict, Wait
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import gpu_lines, rank_line, waiting_line, worker_lines
 from hangdoc.rules.samples import frames_line
-from hangdoc.rules.standing import explained_by, held_by_data, stand_back
+from hangdoc.rules.standing import held
 
 
 # How to name the exact collective next time, by the job's backend: NCCL dumps its Flight Recorder
@@ -66,7 +66,6 @@ def check(ctx: Context) -> list[Finding]:
                 f"{d.count(waiting)} burn CPU at {where} with their loop counters still: NCCL's shape of a "
                 "wait (the collective sits on the GPU stream and the host spins at the next sync, as .item() does)")
     findings = []
-    causes, data = explained_by(ctx), held_by_data(ctx)
     for view in ctx.culprit_views():
         doing = view.reading.state + (f" ({view.reading.detail})" if view.reading.detail else "")
         evidence = [f"{d.count(waiting)} of {d.count(d.ranks)} ranks wait in {collective} ({_quiet(ctx, waiting)})",
@@ -80,17 +79,9 @@ def check(ctx: Context) -> list[Finding]:
         findings.append(finding(
             RULE, [view.info.rank],
             f"Rank {view.info.rank} is the straggler: the others wait in {collective} while it is in {doing}",
-            evidence, _fix(ctx, view.ranks, causes, data),
+            evidence, held(ctx, view.ranks) or fix_for(ctx),
         ))
     return findings
-
-
-def _fix(ctx: Context, ranks, causes: dict[int, str], data: dict[int, str]) -> str:
-    if causes.keys() & set(ranks):
-        return stand_back(ranks, causes)
-    if data.keys() & set(ranks):
-        return stand_back(ranks, data, by="its DataLoader, not by its share of the work")
-    return fix_for(ctx)
 
 
 GENERIC = "Look at what the late rank is doing and balance its data or work."

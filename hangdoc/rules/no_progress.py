@@ -1,11 +1,11 @@
 """no-progress: every process of the job is frozen: same frames, no CPU, no bytes moved."""
 from __future__ import annotations
 
-from hangdoc.model import Finding, Severity, Verdict
+from hangdoc.model import Cause, Finding, Severity, Verdict
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import rank_line, worker_lines
 from hangdoc.rules.samples import frames_line
-from hangdoc.rules.standing import explained_by, stand_back
+from hangdoc.rules.standing import held
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -22,12 +22,10 @@ def check(ctx: Context) -> list[Finding]:
         evidence.extend(worker_lines(view, ctx))
     who = "The process" if d.count(d.ranks) == 1 else "Every rank"
     ranks = [r for v in d.ranks for r in v.ranks]
-    causes = explained_by(ctx)
-    fix = None
-    if causes.keys() & set(ranks):
-        fix = stand_back(ranks, causes)
-        if not set(ranks) <= causes.keys():
-            fix += " For the others: " + RULE.fix
+    kinds = (Cause.PROCESS, Cause.OWN_CODE)
+    fix = held(ctx, ranks, kinds)
+    if fix is not None and not set(ranks) <= {r for k in kinds for r in ctx.explained(k)}:
+        fix += " For the others: " + RULE.fix
     return [finding(RULE, ranks, f"{who} is frozen outside any collective (a deadlock or an endless wait)",
                     evidence, fix)]
 
