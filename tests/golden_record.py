@@ -10,7 +10,7 @@
 
 A case is its folder, tests/golden/<case>/: its expected.json says what it shows (the verdict, the
 culprits, the rules that must fire, its look-alikes and its rules' near misses) and how its job
-starts ("job": one of JOBS below, with its args and options: a scenario of hangdoc/scenarios/ or a
+starts ("job": one of STARTS below, with its args and options: a scenario of hangdoc/scenarios/ or a
 mode of a job in tests/jobs/). A new case is a folder with an expected.json; recording it writes
 bundle.json and expected.md beside it (expected.txt, the text report, with --text). Each case
 starts its real 2-rank gloo job, waits for its markers, runs
@@ -52,6 +52,7 @@ from hangdoc.scenarios import SCENARIOS  # noqa: E402
 from hangdoc.scenarios.data import make_shards, synth_wav, write_list  # noqa: E402
 from hangdoc.scenarios.launch import RunningJob, start_job, stop_job, torchrun_cmd, wait_for  # noqa: E402
 from hangdoc.base.serde import to_dict  # noqa: E402
+from replay_record import CHECKOUT  # noqa: E402
 
 GOLDEN = ROOT / "tests" / "golden"
 JOBS = ROOT / "tests" / "jobs"
@@ -70,7 +71,7 @@ class Case:
     verdict: str
     culprits: tuple[int, ...]
     fire: tuple[str, ...]
-    job: dict | None = None              # {"start": a JOBS name, "args": [...], "options": {...}}
+    job: dict | None = None              # {"start": a STARTS name, "args": [...], "options": {...}}
     timeout_s: float | None = None       # healthy jobs: how long to watch
     derive: tuple[str, str] | None = None   # (source case, the name of an EDITS edit)
     readme: str = ""
@@ -91,7 +92,7 @@ class Case:
         """workdir -> (the job's command, the markers it writes when ready)."""
         if self.job is None:
             return None
-        return JOBS[self.job["start"]](*self.job.get("args", ()), **self.job.get("options", {}))
+        return STARTS[self.job["start"]](*self.job.get("args", ()), **self.job.get("options", {}))
 
     @classmethod
     def of(cls, folder: Path) -> "Case":
@@ -121,12 +122,12 @@ class Case:
         return said
 
 
-JOBS: dict[str, Callable] = {}   # a case's job in its expected.json: {"start": one of these, "args", "options"}
+STARTS: dict[str, Callable] = {}   # a case's job in its expected.json: {"start": one of these, "args", "options"}
 
 
 def job_kind(factory: Callable) -> Callable:
     """A way to start a case's job, named in expected.json: `factory(*args, **options)` gives its start."""
-    JOBS[factory.__name__] = factory
+    STARTS[factory.__name__] = factory
     return factory
 
 
@@ -392,7 +393,9 @@ def record_replay(case: Case) -> tuple[bool, str]:
 def write_case(case: Case, bundle: Bundle) -> None:
     folder = GOLDEN / case.name
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "bundle.json").write_text(json.dumps(to_dict(bundle), separators=(",", ":")) + "\n")
+    text = json.dumps(to_dict(bundle), separators=(",", ":")) + "\n"
+    # The checkout's path on the recording machine, as the replay tier's recordings name it too.
+    (folder / "bundle.json").write_text(text.replace(json.dumps(str(ROOT))[1:-1], CHECKOUT))
     write_expected(case)
     if case.readme:
         (folder / "README").write_text(case.readme + "\n")
@@ -405,13 +408,13 @@ def write_expected(case: Case) -> None:
     (GOLDEN / case.name / "expected.json").write_text(json.dumps(case.expected(), indent=2) + "\n")
 
 
-def write_markdown(case: Case, text: bool = False) -> str:
-    """expected.md from the stored bundle, and expected.txt where the case keeps one (`text`: start one)."""
+def write_markdown(case: Case, with_text: bool = False) -> str:
+    """expected.md from the stored bundle, and expected.txt where the case keeps one (`with_text`: start one)."""
     bundle = load_bundle(GOLDEN / case.name / "bundle.json")
     report = judge(bundle).report
     text = report_markdown(report) + "\n"
     (GOLDEN / case.name / "expected.md").write_text(text)
-    if (GOLDEN / case.name / "expected.txt").exists() or text:
+    if (GOLDEN / case.name / "expected.txt").exists() or with_text:
         out = io.StringIO()
         render_text(report, out, width=TEXT_WIDTH, terminal=True)
         (GOLDEN / case.name / "expected.txt").write_text(out.getvalue())

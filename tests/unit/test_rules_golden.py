@@ -108,13 +108,26 @@ def test_a_case_says_how_its_bundle_was_made(name):
     # machine or by hand, and says how
     _, _, expected = golden(name)
     if "job" in expected:
-        assert expected["job"]["start"] in RECORDER.JOBS, expected["job"]
+        assert expected["job"]["start"] in RECORDER.STARTS, expected["job"]
         assert RECORDER.Case.of(GOLDEN / name).start is not None
     elif "derive" in expected:
         source, edit = expected["derive"]
         assert source in CASES and edit in RECORDER.EDITS
     else:
         assert (GOLDEN / name / "README.md").is_file() or (GOLDEN / name / "README").is_file()
+
+
+@pytest.mark.parametrize("name", [c for c in CASES if golden(c)[2].get("job", {}).get("start") in
+                                  ("stall_job", "diverge_job", "exit_job", "restarting_job", "own_waits_job")])
+def test_a_case_of_a_test_job_starts_that_job(name, tmp_path):
+    # GIVEN a case whose job is a mode of a script in tests/jobs/ (those that prepare no data)
+    case = RECORDER.Case.of(GOLDEN / name)
+    # WHEN the recorder builds its command
+    cmd, markers = case.start(tmp_path)
+    # THEN it runs that script, in that mode, and waits for markers in the job's directory
+    script = next(Path(word) for word in cmd if word.endswith(".py") and "/tests/jobs/" in word)
+    assert script.is_file() and case.job["args"][0] in cmd
+    assert markers and all(m.parent == tmp_path for m in markers)
 
 
 @pytest.mark.parametrize("name", CASES)
