@@ -11,7 +11,7 @@ from hangdoc.model import Cause, Finding
 from hangdoc.rules import (
     child_process_wait, collective_mismatch, collective_straggler, cpu_quota_throttled, dataloader_stall,
     debugger_prompt, file_lock_wait, flight_recorder, fork_unsafe_arm, gpu_starved, helper_thread_died,
-    missing_ranks, no_progress, rank_died, shm_exhausted, slow_decompression, slow_rank, tar_member_decode,
+    missing_ranks, no_progress, rank_died, rank_stopped, shm_exhausted, slow_decompression, slow_rank, tar_member_decode,
     threads_oversubscribed, uneven_shards, worker_deadlock, worker_died, worker_error, worker_native_lock,
     workers_cpu_confined, workers_restarted,
 )
@@ -21,6 +21,7 @@ from hangdoc.rules.base import Context, Rule
 # the findings of those before it (a rule stands back where an earlier one named the cause: see
 # `Rule.causes` and `Context.explained`).
 RULES: tuple[Rule, ...] = (
+    rank_stopped.RULE,
     debugger_prompt.RULE,
     file_lock_wait.RULE,
     child_process_wait.RULE,
