@@ -23,6 +23,7 @@ from hangdoc.model import Bundle, Ending, Job, Progress, Snapshot, StopReason, V
 from hangdoc.report.judge import RUNNING, End, Judgement, judge
 
 LAUNCHER_EXIT_WAIT_S = 10.0   # ranks gone with their statuses unread: how long the launcher's exit is awaited
+HURRY_ROUNDS = 8              # rounds taken soon in one quiet at most: then the interval again
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class State:
     held_for_probe: bool = False
     rounds: int = 0
     live: LiveTimelines = field(default_factory=LiveTimelines, compare=False, repr=False)
+    hurried: tuple[float, int] | None = None   # (the quiet's start, rounds taken soon in it)
 
     @property
     def stuck(self) -> bool:
@@ -100,6 +102,7 @@ class Decision:
     stop: StopReason | None
     flight_due: bool = False
     probe_due: bool = False
+    soon: bool = False       # a quiet older than the job's longest step: the next round comes sooner
 
     @property
     def at_once(self) -> bool:
@@ -123,8 +126,27 @@ def watch_step(state: State, seen: Seen, policy: Policy) -> tuple[State, Judgeme
         reason = StopReason.ENDED
     if reason is None and policy.timeout_s is not None and seen.at_s >= policy.timeout_s:
         reason = StopReason.TIMEOUT
-    after = State(judgement, state.held_for_probe or probe_due, state.rounds + 1, state.live)
-    return after, judgement, Decision(reason, flight_due, probe_due)
+    hurried = overdue(judgement, bundle.last.time, state.hurried) if reason is None else None
+    soon = hurried is not None and hurried != state.hurried
+    after = State(judgement, state.held_for_probe or probe_due, state.rounds + 1, state.live, hurried)
+    return after, judgement, Decision(reason, flight_due, probe_due, soon)
+
+
+def overdue(judgement: Judgement, now: float, hurried: tuple[float, int] | None) -> tuple[float, int] | None:
+    """A quiet older than the job's longest step and not yet a verdict: the next round comes sooner
+    (HURRY_ROUNDS at most a quiet), so that what may prove a hang (a process stopped, a worker on a
+    lock, a prompt) is read again, and agrees, seconds earlier than at the interval. (The quiet's
+    start, the rounds taken soon in it, this one counted); None: no such quiet, or its rounds spent."""
+    diagnosis = judgement.diagnosis
+    rhythm = diagnosis.rhythm if diagnosis is not None else None
+    if rhythm is None or judgement.report.verdict.failed:
+        return None
+    usual = rhythm.longest_step_s if rhythm.longest_step_s else rhythm.threshold_s / 3
+    quiet = now - rhythm.quiet_since
+    if not usual < quiet < rhythm.threshold_s:
+        return None
+    taken = hurried[1] if hurried is not None and hurried[0] == rhythm.quiet_since else 0
+    return (rhythm.quiet_since, taken + 1) if taken < HURRY_ROUNDS else hurried
 
 
 def watch_ending(reason: StopReason, policy: Policy) -> End:

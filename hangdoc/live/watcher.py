@@ -41,6 +41,9 @@ from hangdoc.report.judge import End, Judgement, judge
 
 MAX_SAMPLES = 600   # about 20 minutes at the default interval; older samples are dropped
 JITTER = 0.15       # each wait between rounds is the interval +-15 %
+# A round taken soon, in a quiet past the job's longest step (live/step.py: overdue): two of them
+# span more than a proof's span (analyze/proofs.py: PROOF_SPAN_S, 1.5 s), so a proof agrees at once.
+HURRY_S = 0.8
 REDISCOVER_EVERY = 5   # at least every this many rounds the job is discovered again, new pids or not
 
 
@@ -153,6 +156,8 @@ class Watcher(Sampling):
                     # The timeline lanes are drawn once, for the report the watch ends with.
                     return Outcome(self.judge(bundle, watch_ending(reason, policy)), bundle, reason)
                 delay = 0.0 if decision.at_once else self._next_delay(bundle)
+                if decision.soon:     # a quiet past the longest step: what may prove a hang, read again sooner
+                    delay = min(delay, HURRY_S)
                 if self.options.timeout_s is not None:    # never wait past the timeout
                     delay = min(delay, max(0.0, began + self.options.timeout_s - time.monotonic()))
                 self._wait(delay)

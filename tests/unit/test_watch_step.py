@@ -5,7 +5,7 @@ import dataclasses
 from pathlib import Path
 
 from hangdoc.bundle.files import load_bundle
-from hangdoc.live.step import Policy, Seen, State, watch_step
+from hangdoc.live.step import HURRY_ROUNDS, Policy, Seen, State, watch_step
 from hangdoc.model import StopReason
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -65,3 +65,39 @@ def test_the_step_is_the_same_for_the_same_rounds():
             seen.append((judgement.report.verdict, judgement.report.culprit_ranks, decision.stop))
         runs.append(seen)
     assert runs[0] == runs[1]
+
+
+def rounds(bundle, policy):
+    """The step over the bundle's rounds as a watch takes them: (verdict, decision) per round."""
+    state, out = State(), []
+    for n in range(2, len(bundle.samples) + 1):
+        part = dataclasses.replace(bundle, samples=bundle.samples[:n])
+        state, judgement, decision = watch_step(state, Seen(part, part.last.time - bundle.samples[0].time), policy)
+        out.append((judgement.report.verdict, decision))
+    return out
+
+
+def test_a_quiet_past_the_longest_step_takes_the_next_rounds_sooner():
+    # GIVEN a job whose rank 1 stopped stepping (compute-straggler), judged round by round
+    stalled = rounds(bundle_of("compute-straggler"), Policy())
+    # THEN the rounds of its quiet before the hang is named come sooner, the named hang's do not
+    assert [d.soon for v, d in stalled if v == "suspect"] and all(d.soon for v, d in stalled if v == "suspect")
+    assert not any(d.soon for v, d in stalled if d.stop is not None)
+
+
+def test_a_job_stepping_in_its_rhythm_keeps_the_interval():
+    # GIVEN a slow job whose ranks step every 1.2 s at the longest (compute-2x) WHEN judged round by round
+    # THEN no round is taken sooner
+    assert not any(d.soon for _, d in rounds(bundle_of("compute-2x"), Policy()))
+
+
+def test_one_quiet_hurries_a_few_rounds_at_most():
+    # GIVEN one round of a quiet past the job's longest step, seen again and again (a quiet that lasts)
+    stalled = bundle_of("compute-straggler")
+    part = dataclasses.replace(stalled, samples=stalled.samples[:4])
+    state, hurried = State(), []
+    for i in range(HURRY_ROUNDS + 4):
+        state, _, decision = watch_step(state, Seen(part, 5.0), Policy())
+        hurried.append(decision.soon)
+    # THEN HURRY_ROUNDS of them come sooner, and the rest at the interval
+    assert hurried == [True] * HURRY_ROUNDS + [False] * 4
