@@ -259,7 +259,7 @@ def threshold_line(report: Report) -> str | None:
             outlasts = ", and nothing new since: past the threshold too"
         quiet += f", but {what} {t.moving_s:.0f} s ago" + (outlasts or " (moving is progress: slow, not hung)")
     elif t.source == "given" and any(w.name == "workers" and w.moved for w in t.witnesses):
-        quiet += (" (the DataLoader workers still read, see the witnesses; a step longer than the bound you gave "
+        quiet += (" (the DataLoader workers still work, see the witnesses; a step longer than the bound you gave "
                   "is a hang by it)")
     return f"Progress: {rule}; {quiet}.{signal}"
 
