@@ -248,7 +248,9 @@ def bundle_files(paths) -> list[Path]:
     files: list[Path] = []
     for path in map(Path, paths):
         if path.is_dir():
-            found = sorted(p for pattern in BUNDLE_GLOBS for p in path.glob(pattern))
+            # By their parts, as paths compare, but each path's parts built once: a job's 131,072
+            # node bundles took two million comparisons of Path objects, 1.9 s.
+            found = sorted((p for pattern in BUNDLE_GLOBS for p in path.glob(pattern)), key=lambda p: p.parts)
             if not found:
                 raise BadBundle(f"no bundle ({', '.join(BUNDLE_GLOBS)}) in directory {path}")
             files.extend(found)
