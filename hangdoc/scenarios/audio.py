@@ -95,13 +95,13 @@ def read_checked(path: str, index: dict[str, int], on_retry=None):
     file's start to it again, for ever."""
     with tarfile.open(path, "r:*") as tar:
         for key, parts in group_members(tar).items():
-            text = tar.extractfile(parts["txt"]).read().decode()
             while True:
                 data = tar.extractfile(parts["wav"]).read()
                 if zlib.crc32(data) == index.get(key, zlib.crc32(data)):
                     break
                 if on_retry is not None:
                     on_retry(key)
+            text = tar.extractfile(parts["txt"]).read().decode()
             yield {"key": key, "txt": text, "wav": decode_wav(data)}
 
 
