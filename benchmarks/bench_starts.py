@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -52,7 +51,7 @@ from hangdoc.scenarios.launch import torchrun_cmd
 JOBS = Path(__file__).resolve().parents[1] / "tests" / "jobs"
 RESTARTS = ("--standalone", "--max-restarts=2")
 STRANGER = "import time; time.sleep(600)  # a stranger"
-HEADER = ["shape", "mode", "run", "verdict", "culprits", "rules", "s to verdict", "expected", "said"]
+HEADER = ["shape", "mode", "run", "verdict", "culprits (stragglers)", "rules", "s to verdict", "expected", "said"]
 
 
 @dataclass(frozen=True)
@@ -201,10 +200,11 @@ def _read(cell_dir: Path, bundle: Path) -> dict:
         return {"verdict": "no report", "culprits": [], "rules": [], "said": ""}
     findings = report.get("findings", [])
     said = (report.get("cause") or [f.get("title", "") for f in findings] or [""])[0]
-    waited = [int(w) for w in re.findall(r"waited (\d+) s on one batch", text)]
-    cell = {"verdict": report.get("verdict"), "culprits": report.get("culprit_ranks", []),
+    slow = report.get("slow") or {}
+    culprits = slow.get("stragglers", []) if report.get("verdict") == "slow" else report.get("culprit_ranks", [])
+    cell = {"verdict": report.get("verdict"), "culprits": culprits, "next_batch_s": slow.get("next_batch_s"),
             "rules": [f["rule"] for f in findings], "said": said, "cause": report.get("cause", []),
-            "estimate": "next batch in about" in text, "batch_waited_s": max(waited) if waited else None,
+            "estimate": slow.get("next_batch_s") is not None, "batch_waited_s": slow.get("waited_s"),
             "wrapped": sorted(r["rank"] for r in report.get("ranks", ()) if r.get("wrappers")),
             "stranger_in_report": "a stranger" in text}
     if bundle.is_file():
