@@ -7,10 +7,11 @@ new member each time: the samples of its next batch); one that rewinds for ever 
 same place again and again (a retry of one record, a loop that never gets past it): no new data,
 however many bytes it decompresses. Reading forward is the data moving (`reading_on`) unless the
 file's last passes all ended at one place, within what one sample's reading spans; new ground
-(past the furthest offset reached) always is. How many passes: REPEATS where that span is a small
-part of the file; where it is much of it (a fast worker, a small file), random places over the file
-(a shuffled batch's members) fall within it often, and it takes as many passes as they would
-seldom give; where it spans the file, the samples cannot tell a rewind from random access.
+(past the furthest offset reached) always is. How many passes: REPEATS where their ends fall within
+a small part of the file; where they spread over much of it (a fast worker, a small file, sampled
+ends anywhere in the last sample's reading), random places over the file (a shuffled batch's
+members) fall so close often, and it takes as many passes as they would seldom give; where they
+spread over the file, the samples cannot tell a rewind from random access.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from hangdoc.analyze.timeline import IO_NOISE_BYTES, Timeline
 
 REPEATS = 4     # passes in a row ending at one place: a worker that rewinds for ever
-CHANCE = 0.01   # how seldom random places over a file may end that many passes within one span
+CHANCE = 0.001  # how seldom random places over a file may end that many passes within one span
 MOST = 32       # more passes than this are never asked: the span is too much of the file to tell
 
 
@@ -50,8 +51,8 @@ class FileReads:
     @property
     def repeating(self) -> bool:
         """Its last passes ended at one place (within their largest step), as many as random places
-        would seldom give (`passes_needed`): it rewinds for ever."""
-        needed = passes_needed(self.alike_step + IO_NOISE_BYTES, self.furthest)
+        would seldom give as close together (`passes_needed`): it rewinds for ever."""
+        needed = passes_needed(self.ends[1] - self.ends[0] + IO_NOISE_BYTES, self.furthest)
         return needed is not None and self.alike >= needed
 
     @property
