@@ -211,7 +211,11 @@ def _read(cell_dir: Path, bundle: Path) -> dict:
         from hangdoc.bundle.files import load_bundle
         from hangdoc.report.judge import judge
 
-        cell["decided_at"] = judge(load_bundle(bundle), lanes=False).diagnosis.decided_at
+        judged = judge(load_bundle(bundle), lanes=False)
+        cell["decided_at"] = judged.diagnosis.decided_at
+        # The verdict on the evidence of the last round: where the bench's --timeout ended a run
+        # (a timed-out run is a hang by definition), what the rounds before it said.
+        cell["on_evidence"] = str(judged.report.verdict)
     return cell
 
 
@@ -224,6 +228,11 @@ def job_failed(shape: Shape, cell: dict) -> bool:
 
 
 def expected(shape: Shape, cell: dict) -> bool:
+    """The cell's verdict is the shape's, named by hangdoc's own reading: a run that the bench's --timeout
+    ended is a hang by its definition, so there the verdict on the last round's evidence counts, and
+    a hang shape is not met."""
+    if "run-timeout" in cell.get("rules", ()):
+        return shape.verdict != "hang" and cell.get("on_evidence") == shape.verdict
     right = cell.get("verdict") == shape.verdict and tuple(cell.get("culprits") or ()) == shape.culprits
     if shape.name == "bz2-seeks":
         return right and cell.get("estimate", False)
@@ -321,8 +330,14 @@ def _mark(cell: dict) -> str:
     return "yes" if cell["expected"] else "job failed" if cell.get("job_failed") else "NO"
 
 
+def _verdict(cell: dict) -> str:
+    if "run-timeout" in cell.get("rules", ()):
+        return f"timeout ({cell.get('on_evidence')} on the evidence)"
+    return str(cell["verdict"])
+
+
 def print_starts(results: dict, out=print) -> None:
-    rows = [[c["shape"], c["mode"], c["run"], c["verdict"], c["culprits"], ",".join(c.get("rules", ()))[:60],
+    rows = [[c["shape"], c["mode"], c["run"], _verdict(c), c["culprits"], ",".join(c.get("rules", ()))[:60],
              c.get("seconds"), _mark(c), (c.get("said") or "")[:80]]
             for c in results["cells"]]
     out(table(f"Starts and ends under watch and run, no flag ({results['machine']})", HEADER, rows))
