@@ -1,6 +1,6 @@
 """`make bench`: the speed, overhead and accuracy figures, as tables and as JSON.
 
-    python -m benchmarks.bench [--only headline,snapshot,latency,engines,watch-cost,overhead,zoo,check,merge,million,matrix,loops,late,slow,fuzz,diverge,proofs] [--out DIR]
+    python -m benchmarks.bench [--only headline,snapshot,latency,engines,watch-cost,overhead,zoo,check,merge,million,matrix,loops,late,slow,fuzz,diverge,proofs,starts] [--out DIR]
 
 `headline` measures the figures benchmarks/baseline.json holds (report DIR at 65,536 and 131,072
 ranks, the default watch's share of a core, `watch --once` CPU, a steady watch round) and compares them as ratios: one
@@ -14,6 +14,9 @@ healthy runs a style): python -m benchmarks.bench_loops.
 `slow` scores the slow verdict (stragglers, speed-up estimated against measured, 0 on balanced jobs).
 `proofs` times each proven hang from its fault to the verdict under `watch` from the start and under
 `run`, beside the verdict on its look-alike (benchmarks/bench_proofs.py).
+`starts` runs each shape of benchmarks/bench_starts.py (restarts that recover or hang, bz2 seeks and
+rewinds, wrapped ranks, a reused pid) once under watch and once under run; the whole of it (three runs
+of each): python -m benchmarks.bench_starts.
 `watch-cost` is the default watch of a 2 x 4 job over a steady minute (% of a core, user and system
 time apart) and where a round's CPU goes (benchmarks/bench_watch_cost.py); `million` is `report DIR`
 at 131,072 and 1,048,576 ranks against its read floor, the heads decoded from memory, and memory.
@@ -39,7 +42,7 @@ from hangdoc.scenarios import SCENARIOS
 from hangdoc.scenarios.launch import start_job, stop_job, wait_for
 
 SECTIONS = ("headline", "snapshot", "locals", "latency", "engines", "watch-cost", "analysis", "overhead", "false-alarms",
-            "detection", "zoo", "check", "merge", "million", "matrix", "loops", "late", "slow", "fuzz", "diverge", "proofs")
+            "detection", "zoo", "check", "merge", "million", "matrix", "loops", "late", "slow", "fuzz", "diverge", "proofs", "starts")
 
 
 def _median_capture(pid: int, parallel: int | None, runs: int) -> tuple[float, int]:
@@ -317,6 +320,10 @@ def main(argv=None) -> int:
         from benchmarks.bench_proofs import bench_proofs, print_proofs
 
         print_proofs(results.setdefault("proofs", bench_proofs()))
+    if "starts" in wanted:
+        from benchmarks.bench_starts import SHAPES, bench_starts, print_starts
+
+        print_starts(results.setdefault("starts", bench_starts(list(SHAPES), ["watch", "run"], 1, Path(args.out))))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "bench.json"

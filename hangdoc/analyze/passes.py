@@ -6,8 +6,12 @@ a *pass*, from one rewind to the next. A worker that moves on ends its passes at
 new member each time: the samples of its next batch); one that rewinds for ever ends them at the
 same place again and again (a retry of one record, a loop that never gets past it): no new data,
 however many bytes it decompresses. Reading forward is the data moving (`reading_on`) unless the
-file's last REPEATS passes all ended at one place, within what one sample's reading spans; new
-ground (past the furthest offset reached) always is.
+file's last passes all ended at one place, within what one sample's reading spans; new ground
+(past the furthest offset reached) always is. How many passes: REPEATS where their ends fall within
+a small part of the file; where they spread over much of it (a fast worker, a small file, sampled
+ends anywhere in the last sample's reading), random places over the file (a shuffled batch's
+members) fall so close often, and it takes as many passes as they would seldom give; where they
+spread over the file, the samples cannot tell a rewind from random access.
 """
 from __future__ import annotations
 
@@ -17,6 +21,8 @@ from dataclasses import dataclass
 from hangdoc.analyze.timeline import IO_NOISE_BYTES, Timeline
 
 REPEATS = 4     # passes in a row ending at one place: a worker that rewinds for ever
+CHANCE = 0.001  # how seldom random places over a file may end that many passes within one span
+MOST = 32       # more passes than this are never asked: the span is too much of the file to tell
 
 
 @dataclass(frozen=True)
@@ -44,8 +50,10 @@ class FileReads:
 
     @property
     def repeating(self) -> bool:
-        """Its last REPEATS passes or more ended at one place (within their largest step): it rewinds for ever."""
-        return self.alike >= REPEATS
+        """Its last passes ended at one place (within their largest step), as many as random places
+        would seldom give as close together (`passes_needed`): it rewinds for ever."""
+        needed = passes_needed(self.ends[1] - self.ends[0] + IO_NOISE_BYTES, self.furthest)
+        return needed is not None and self.alike >= needed
 
     @property
     def moved_on(self) -> float | None:
@@ -59,6 +67,15 @@ class FileReads:
     def rate(self) -> float | None:
         """Bytes read forward a second, over the time it was read."""
         return self.forward_bytes / self.reading_s if self.reading_s > 0 else None
+
+
+def passes_needed(span: int, reached: int) -> int | None:
+    """How many passes in a row ending within `span` bytes of each other make a rewind for ever, on a
+    file read as far as `reached`: the fewest, from REPEATS on, that k places drawn at random over the
+    file would give under CHANCE (about k * share ** (k - 1), share the span's part of the file);
+    None where no count up to MOST would."""
+    share = min(1.0, span / reached) if reached > 0 else 1.0
+    return next((k for k in range(REPEATS, MOST + 1) if k * share ** (k - 1) <= CHANCE), None)
 
 
 def file_reads(line: Timeline) -> tuple[dict[tuple[int, str], FileReads], float | None]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import random
 import tarfile
+import zlib
 import wave
 
 import torch
@@ -85,6 +86,23 @@ def read_shuffled(path: str, seed: int):
             text = tar.extractfile(groups[key]["txt"]).read().decode()
             audio = decode_wav(tar.extractfile(groups[key]["wav"]).read())
             yield {"key": key, "txt": text, "wav": audio}
+
+
+def read_checked(path: str, index: dict[str, int], on_retry=None):
+    """Read every utterance, checking its audio against the shard's index of CRCs, and read an
+    utterance again until it matches (a flaky mount's torn read). With a stale index one never
+    matches: on a .tar.bz2 each retry seeks back to the same member, decompressing from the
+    file's start to it again, for ever."""
+    with tarfile.open(path, "r:*") as tar:
+        for key, parts in group_members(tar).items():
+            while True:
+                data = tar.extractfile(parts["wav"]).read()
+                if zlib.crc32(data) == index.get(key, zlib.crc32(data)):
+                    break
+                if on_retry is not None:
+                    on_retry(key)
+            text = tar.extractfile(parts["txt"]).read().decode()
+            yield {"key": key, "txt": text, "wav": decode_wav(data)}
 
 
 def read_from_member_files(path: str):

@@ -32,7 +32,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from audio import FEATURES, features, read_from_member_files, read_sequential, read_shuffled   # beside this file
+from audio import (FEATURES, features, read_checked, read_from_member_files, read_sequential,   # beside this file
+                   read_shuffled)
 
 CLASSES = 8
 RANK = int(os.environ.get("RANK", "0"))
@@ -156,6 +157,24 @@ class Bz2Straggler(Healthy):
 
     pace_s = 0.1
     resampled = True
+
+
+class Bz2Rewind(Healthy):
+    """Every utterance checked against an index of CRCs made before the corpus was re-encoded:
+    one utterance of a .tar.bz2 shard never matches, and its worker reads it
+    again for ever, each retry a backward seek (bz2 decompresses from the file's start to it)."""
+
+    pace_s = 0.3
+
+    def read_shard(self, path):
+        if not path.endswith(".bz2"):
+            return read_sequential(path)
+        stale = {f"{Path(path).name.split('.')[0]}_utt00120": 0}    # its CRC before the re-encode
+
+        def retried(key):
+            mark_fault(f"worker {worker_id()} of rank {RANK} reads {key} of {Path(path).name} again: "
+                       "its CRC is not the index's")
+        return read_checked(path, stale, on_retry=retried)
 
 
 class TarStreamDecode(Healthy):
@@ -334,6 +353,7 @@ BEHAVIOURS = {
     "healthy": Healthy,
     "bz2-shards": Bz2Shards,
     "bz2-straggler": Bz2Straggler,
+    "bz2-rewind": Bz2Rewind,
     "tar-stream-decode": TarStreamDecode,
     "uneven-shards": UnevenShards,
     "worker-segfault": WorkerSegfault,

@@ -51,14 +51,14 @@ def proc(pid: int, frames: list[dict], cpu: float, files=(), active=True) -> Pro
 
 
 def bz2_straggler(stalled: int, worker_reads: bool, rewinds_every: int = 0, targets: tuple[int, ...] = (),
-                  stepping: int = 10) -> Bundle:
+                  stepping: int = 10, offsets: tuple[float, ...] = ()) -> Bundle:
     """Two ranks stepping every sample for `stepping` samples, then for `stalled` samples waiting for
     rank 1's next batch: its worker decompresses the shard, reading it forward at 2.5 MB/s
     (`worker_reads`), or stands (blocked, no CPU, its offset still). `rewinds_every`: from the stall
     on, it goes back to the file's start every that many samples (random access into the bz2
     stream), never further than it had read before. `targets` (MB): from the stall on, it goes back
     to the start and reads forward to each target in turn (the members of a shuffled batch), then
-    starts over with them."""
+    starts over with them. `offsets` (MB): from the stall on, the worker's offset at each sample, in turn."""
     ranks = tuple(ProcessInfo(pid=100 + r, ppid=1, role=Role.RANK, cmdline=("python", "train.py"), exe=None,
                               start_time=0.0, rank=r, world_size=2, rank_pid=100 + r) for r in range(2))
     worker = ProcessInfo(pid=201, ppid=101, role=Role.WORKER, cmdline=("python", "train.py"), exe=None,
@@ -73,6 +73,8 @@ def bz2_straggler(stalled: int, worker_reads: bool, rewinds_every: int = 0, targ
             offset = 5_000_000
         if waiting and targets and offset > targets[turn % len(targets)] * 1_000_000:
             offset, turn = 0, turn + 1
+        if waiting and offsets:
+            offset = int(offsets[(i - stepping) % len(offsets)] * 1_000_000)
         cpu += 1.8 if moving else 0.0
         rows = (proc(100, rank_frames(0, step, waiting), 1.0 + step, active=not waiting),
                 proc(101, rank_frames(1, step, waiting), 1.0 + step, active=not waiting),
@@ -136,6 +138,23 @@ def test_a_first_batch_past_the_default_threshold_read_by_backward_seeks_that_mo
     headline = headline_of(report)
     assert "rank 1 has waited" in headline and "at 2.5 MB/s" in headline, headline
     assert "backward seeks" in headline and "its next batch in about" in headline, headline
+
+
+# A worker of the zoo's bz2-shards as `hangdoc run` sampled it (MB, every 2 s): each backward seek a
+# shuffled member's, and one sample's reading (up to 30 MB) more than half of what it had reached.
+SHUFFLED_FAST = (23.7, 7.4, 37.2, 7.2, 0.4, 27.4, 0.7, 25.7, 3.6, 29.0, 1.5, 28.3, 24.0, 5.2, 29.7, 9.4, 11.2)
+
+
+def test_a_fast_worker_whose_random_access_ends_passes_far_apart_is_slow_not_a_rewind_for_ever():
+    # GIVEN a job stepping every 2 s (threshold learned: 10 s), then 34 s on one batch of rank 1's while
+    # its worker reads its bz2 shard by random access so fast that one sample's reading spans more
+    # than half of the 50 MB it had reached, its passes ending at 24, 37, 7, 27, 26, 29 MB...
+    bundle = bz2_straggler(stalled=len(SHUFFLED_FAST), worker_reads=True, offsets=SHUFFLED_FAST)
+    # WHEN judged
+    report = judge(bundle).report
+    # THEN slow, rank 1 the straggler: passes that far apart are not one place, however many
+    assert report.verdict == "slow" and report.culprit_ranks == (1,), report.verdict
+    assert "its next batch in about" in headline_of(report), headline_of(report)
 
 
 def test_a_worker_that_rewinds_to_the_same_offsets_for_ever_is_the_hang_even_with_a_first_batch():
