@@ -45,6 +45,8 @@ class Sampling:
     """The policy, over the watcher's state: its job, samples, options, probes, the ranks that
     stepped, the last judgement's timelines and what was probed already."""
 
+    overdue: bool = False   # the last round's decision: a quiet past the job's longest step (live/step.py)
+
     def plan(self, all_workers: bool) -> Plan:
         """This round's reading (`all_workers`: a full round)."""
         waiting_on_data = self._ranks_waiting_on_data()
@@ -231,7 +233,9 @@ class Sampling:
     def _ranks_waiting_on_data(self) -> set[int]:
         """Ranks caught waiting on their DataLoader in the last two samples running. One sample is
         not enough: a healthy rank is caught between batches now and then (on a busy 8 x 8 node a
-        rank in ten, every round), and its workers' stacks would be read for nothing."""
+        rank in ten, every round), and its workers' stacks would be read for nothing; but it is in a
+        quiet past the job's longest step (`overdue`, the watch's last decision), when the workers
+        may hold what proves a hang and a round sooner counts."""
         from hangdoc.analyze.classify import classify_rank
 
         if len(self.samples) < 2:
@@ -242,4 +246,4 @@ class Sampling:
             return sample is not None and classify_rank(sample).state == RankState.DATALOADER
 
         return {r.pid for r in self.job.by_role(Role.RANK)
-                if waits(last.sample_of(r.pid)) and waits(before.sample_of(r.pid))}
+                if waits(last.sample_of(r.pid)) and (self.overdue or waits(before.sample_of(r.pid)))}

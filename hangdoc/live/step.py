@@ -19,11 +19,16 @@ from typing import Callable
 
 from hangdoc.analyze.restarts import restarts_of
 from hangdoc.analyze.timeline import LiveTimelines
+from hangdoc.base.defaults import INTERVAL_S
 from hangdoc.model import Bundle, Ending, Job, Progress, Snapshot, StopReason, Verdict
 from hangdoc.report.judge import RUNNING, End, Judgement, judge
 
 LAUNCHER_EXIT_WAIT_S = 10.0   # ranks gone with their statuses unread: how long the launcher's exit is awaited
 HURRY_ROUNDS = 8              # rounds taken soon in one quiet at most: then the interval again
+# A quiet this share of the longest step seen is overdue: a job that steps between every two samples
+# shows steps an interval apart (its longest about the interval and its jitter), and the first
+# sample after it stopped already finds it quiet for about an interval.
+OVERDUE = 0.75
 
 
 @dataclass(frozen=True)
@@ -133,7 +138,8 @@ def watch_step(state: State, seen: Seen, policy: Policy) -> tuple[State, Judgeme
 
 
 def overdue(judgement: Judgement, now: float, hurried: tuple[float, int] | None) -> tuple[float, int] | None:
-    """A quiet older than the job's longest step and not yet a verdict: the next round comes sooner
+    """A quiet older than most of the job's longest step (OVERDUE; with no step seen, the default
+    interval) and not yet a verdict: the next round comes sooner
     (HURRY_ROUNDS at most a quiet), so that what may prove a hang (a process stopped, a worker on a
     lock, a prompt) is read again, and agrees, seconds earlier than at the interval. (The quiet's
     start, the rounds taken soon in it, this one counted); None: no such quiet, or its rounds spent."""
@@ -141,7 +147,7 @@ def overdue(judgement: Judgement, now: float, hurried: tuple[float, int] | None)
     rhythm = diagnosis.rhythm if diagnosis is not None else None
     if rhythm is None or judgement.report.verdict.failed:
         return None
-    usual = rhythm.longest_step_s if rhythm.longest_step_s else rhythm.threshold_s / 3
+    usual = OVERDUE * rhythm.longest_step_s if rhythm.longest_step_s else min(rhythm.threshold_s / 3, INTERVAL_S)
     quiet = now - rhythm.quiet_since
     if not usual < quiet < rhythm.threshold_s:
         return None

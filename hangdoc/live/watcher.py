@@ -156,7 +156,8 @@ class Watcher(Sampling):
                     # The timeline lanes are drawn once, for the report the watch ends with.
                     return Outcome(self.judge(bundle, watch_ending(reason, policy)), bundle, reason)
                 delay = 0.0 if decision.at_once else self._next_delay(bundle)
-                if decision.soon:     # a quiet past the longest step: what may prove a hang, read again sooner
+                self.overdue = decision.soon    # a quiet past the longest step: read sooner, and closer
+                if decision.soon:
                     delay = min(delay, HURRY_S)
                 if self.options.timeout_s is not None:    # never wait past the timeout
                     delay = min(delay, max(0.0, began + self.options.timeout_s - time.monotonic()))
