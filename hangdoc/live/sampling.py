@@ -45,7 +45,7 @@ class Sampling:
     """The policy, over the watcher's state: its job, samples, options, probes, the ranks that
     stepped, the last judgement's timelines and what was probed already."""
 
-    overdue: bool = False   # the last round's decision: a quiet past the job's longest step (live/step.py)
+    overdue: bool = False   # the last round's decision: a quiet past most of the job's longest step (live/step.py)
 
     def plan(self, all_workers: bool) -> Plan:
         """This round's reading (`all_workers`: a full round)."""
@@ -234,7 +234,7 @@ class Sampling:
         """Ranks caught waiting on their DataLoader in the last two samples running. One sample is
         not enough: a healthy rank is caught between batches now and then (on a busy 8 x 8 node a
         rank in ten, every round), and its workers' stacks would be read for nothing; but it is in a
-        quiet past the job's longest step (`overdue`, the watch's last decision), when the workers
+        quiet past most of the job's longest step (`overdue`, the watch's last decision), when the workers
         may hold what proves a hang and a round sooner counts."""
         from hangdoc.analyze.classify import classify_rank
 

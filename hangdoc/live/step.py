@@ -107,7 +107,7 @@ class Decision:
     stop: StopReason | None
     flight_due: bool = False
     probe_due: bool = False
-    soon: bool = False       # a quiet older than the job's longest step: the next round comes sooner
+    soon: bool = False       # a quiet past most of the job's longest step (`overdue`): the next round comes sooner
 
     @property
     def at_once(self) -> bool:
@@ -139,10 +139,10 @@ def watch_step(state: State, seen: Seen, policy: Policy) -> tuple[State, Judgeme
 
 def overdue(judgement: Judgement, now: float, hurried: tuple[float, int] | None) -> tuple[float, int] | None:
     """A quiet older than most of the job's longest step (OVERDUE; with no step seen, the default
-    interval) and not yet a verdict: the next round comes sooner
-    (HURRY_ROUNDS at most a quiet), so that what may prove a hang (a process stopped, a worker on a
-    lock, a prompt) is read again, and agrees, seconds earlier than at the interval. (The quiet's
-    start, the rounds taken soon in it, this one counted); None: no such quiet, or its rounds spent."""
+    interval) and not yet a verdict: the next round comes sooner (HURRY_ROUNDS at most a quiet), so
+    that what may prove a hang (a process stopped, a worker on a lock, a prompt) is read again, and
+    agrees, seconds earlier than at the interval. (The quiet's start, the rounds taken soon in it,
+    this one counted); None: no such quiet, or its rounds spent."""
     diagnosis = judgement.diagnosis
     rhythm = diagnosis.rhythm if diagnosis is not None else None
     if rhythm is None or judgement.report.verdict.failed:

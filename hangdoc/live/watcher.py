@@ -41,7 +41,7 @@ from hangdoc.report.judge import End, Judgement, judge
 
 MAX_SAMPLES = 600   # about 20 minutes at the default interval; older samples are dropped
 JITTER = 0.15       # each wait between rounds is the interval +-15 %
-# A round taken soon, in a quiet past the job's longest step (live/step.py: overdue): two of them
+# A round taken soon, in a quiet past most of the job's longest step (live/step.py: overdue): two of them
 # span more than a proof's span (analyze/proofs.py: PROOF_SPAN_S, 1.5 s), so a proof agrees at once.
 HURRY_S = 0.8
 REDISCOVER_EVERY = 5   # at least every this many rounds the job is discovered again, new pids or not
@@ -156,7 +156,7 @@ class Watcher(Sampling):
                     # The timeline lanes are drawn once, for the report the watch ends with.
                     return Outcome(self.judge(bundle, watch_ending(reason, policy)), bundle, reason)
                 delay = 0.0 if decision.at_once else self._next_delay(bundle)
-                self.overdue = decision.soon    # a quiet past the longest step: read sooner, and closer
+                self.overdue = decision.soon    # a quiet past most of the longest step: read sooner, and closer
                 if decision.soon:
                     delay = min(delay, HURRY_S)
                 if self.options.timeout_s is not None:    # never wait past the timeout

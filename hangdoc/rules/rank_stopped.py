@@ -29,14 +29,17 @@ def _stopped_run(ctx: Context, pid: int) -> list:
 def check(ctx: Context) -> list[Finding]:
     if ctx.diagnosis.verdict != Verdict.HANG:
         return []
-    findings = []
-    for view in ctx.culprit_views():
-        stopped = [(view.info, None, run)] if (run := _stopped_run(ctx, view.info.pid)) else []
-        if not stopped and view.reading.state == RankState.DATALOADER:
-            stopped = [(w, view, run) for w in live_workers(ctx, view.info.pid) if (run := _stopped_run(ctx, w.pid))]
-        for proc, waiting, run in stopped[:1]:
-            findings.append(_finding(ctx, view, proc, waiting is not None, run))
-    return findings
+    return [_finding(ctx, view, *held) for view in ctx.culprit_views() if (held := _held(ctx, view)) is not None]
+
+
+def _held(ctx: Context, view) -> tuple | None:
+    """(the stopped process, whether it is a worker, its run of stopped samples): the rank itself, else
+    the first of its live workers stopped while it waits on its data; None: neither is."""
+    if run := _stopped_run(ctx, view.info.pid):
+        return view.info, False, run
+    if view.reading.state != RankState.DATALOADER:
+        return None
+    return next(((w, True, run) for w in live_workers(ctx, view.info.pid) if (run := _stopped_run(ctx, w.pid))), None)
 
 
 def _finding(ctx: Context, view, proc, is_worker: bool, run) -> Finding:
