@@ -140,7 +140,7 @@ def slowness(call, bundle: Bundle | None = None, lines: dict[int, Timeline] | No
 
 def data_pace(bundle: Bundle, lines: dict[int, Timeline], ranks: tuple[int, ...]) -> DataPace | None:
     """The pace of the file the stragglers' live workers read forward most (`analyze/passes.py`)."""
-    best = None
+    best, converging = None, False
     for info in bundle.job.ranks:
         if info.rank not in ranks:
             continue
@@ -149,6 +149,7 @@ def data_pace(bundle: Bundle, lines: dict[int, Timeline], ranks: tuple[int, ...]
             if worker.role is not Role.WORKER or line is None:
                 continue
             for (fd, path), read in file_reads(line)[0].items():
+                converging = converging or read.converging
                 if read.forward_bytes and (best is None or read.forward_bytes > best[2].forward_bytes):
                     best = (info, worker, read)
     if best is None:
@@ -158,4 +159,4 @@ def data_pace(bundle: Bundle, lines: dict[int, Timeline], ranks: tuple[int, ...]
     opened = sample.proc.open_files if sample is not None and sample.proc is not None else ()
     size = next((f.size for f in opened if f.fd == read.fd and f.path == read.path), None)
     return DataPace(info.rank, worker.worker_index, worker.node_pid, read.path, read.rate, read.rewinds,
-                    read.furthest, size)
+                    read.furthest, size, converging)

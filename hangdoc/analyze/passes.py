@@ -12,10 +12,19 @@ a small part of the file; where they spread over much of it (a fast worker, a sm
 ends anywhere in the last sample's reading), random places over the file (a shuffled batch's
 members) fall so close often, and it takes as many passes as they would seldom give; where they
 spread over the file, the samples cannot tell a rewind from random access.
+
+The bytes tell it sooner (`laps`): between two points the process read (rchar) the bytes its offset
+moved, plus, for each rewind between them, the pass that ended there, so its excess is the sum of the
+ends of the passes the samples missed. A worker that rewinds for ever reads the same lap again and
+again: every excess a whole number of one lap, to the byte, where random access gives sums of ends
+anywhere. LAPS passes at least (a sample's members end in one compressed block, a few passes alike),
+over as many points as random sums would seldom fit, short of the file's end (a file read whole
+again and again is a reader starting over, not one stuck in it).
 """
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from dataclasses import dataclass
 
 from hangdoc.analyze.timeline import IO_NOISE_BYTES, Timeline
@@ -23,6 +32,11 @@ from hangdoc.analyze.timeline import IO_NOISE_BYTES, Timeline
 REPEATS = 4     # passes in a row ending at one place: a worker that rewinds for ever
 CHANCE = 0.001  # how seldom random places over a file may end that many passes within one span
 MOST = 32       # more passes than this are never asked: the span is too much of the file to tell
+# Bytes an excess may be off a whole number of laps: rchar and the offset are read a moment apart, so
+# a read of up to this much may fall between them at either point (and the index queue's pickles).
+LAP_NOISE = 16 * IO_NOISE_BYTES
+LAP_MIN = 2 * LAP_NOISE         # an excess of bytes read below this is no pass
+LAPS = 16       # passes of one lap at least: more than a sample's members ending in one compressed block
 
 
 @dataclass(frozen=True)
@@ -47,18 +61,56 @@ class FileReads:
     ends: tuple[int, int] = (0, 0)
     alike_step: int = 0
     alike_began: float | None = None
+    # The bytes: the process's rchar at the file's last point, the file's size, the excesses in a row
+    # (newest last) that are each a whole number of one lap, and the point before the first of them.
+    rchar: int | None = None
+    size: int | None = None
+    laps: tuple[int, ...] = ()
+    laps_began: float | None = None
+
+    @property
+    def lap(self) -> int | None:
+        """The bytes of one pass of its repeated laps (`lap_of`)."""
+        return lap_of(self.laps)
+
+    @property
+    def lapping(self) -> tuple[int, int | None]:
+        """The passes its run of laps holds, and how many points of them random ends would seldom
+        fit as well (None: the lap reaches the file's end, or too much of it to tell)."""
+        lap = self.lap
+        if lap is None or (self.size is not None and lap >= self.size - LAP_NOISE):
+            return 0, None
+        passes = sum(round(x / lap) for x in self.laps)
+        share = min(1.0, 2 * LAP_NOISE / lap)
+        points = next((k for k in range(3, MOST + 1) if k * share ** (k - 1) <= CHANCE), None)
+        return passes, points
+
+    @property
+    def looping(self) -> bool:
+        """It reads one lap of the file again and again, by its bytes: a rewind for ever."""
+        passes, points = self.lapping
+        return points is not None and passes >= LAPS and len(self.laps) >= points
+
+    @property
+    def converging(self) -> bool:
+        """Its bytes fit one lap over several points, not yet enough passes to call it a rewind for
+        ever: whether its data moves on is not told yet."""
+        passes, points = self.lapping
+        return points is not None and len(self.laps) >= 3 and not self.looping
 
     @property
     def repeating(self) -> bool:
         """Its last passes ended at one place (within their largest step), as many as random places
         would seldom give as close together (`passes_needed`): it rewinds for ever."""
         needed = passes_needed(self.ends[1] - self.ends[0] + IO_NOISE_BYTES, self.furthest)
-        return needed is not None and self.alike >= needed
+        return (needed is not None and self.alike >= needed) or self.looping
 
     @property
     def moved_on(self) -> float | None:
         """The last point at which its data moved on: new ground, or a forward read, unless it rewinds
         for ever (then its last forward read before the first of the repeated passes began)."""
+        if self.looping:      # ground it seemed to gain since is its samples catching the lap's end closer
+            return self.laps_began
         forward = self.alike_began if self.repeating else self.forward_at
         known = [t for t in (forward, self.ground_at) if t is not None]
         return max(known) if known else None
@@ -97,10 +149,17 @@ def file_reads(line: Timeline) -> tuple[dict[tuple[int, str], FileReads], float 
     for point in points[i:]:
         if point.reads is not None:
             span = point.time - before if before is not None else 0.0
-            for fd, path, pos in point.reads:
+            moved = [key for fd, path, pos in point.reads
+                     if (was := files.get(key := (fd, path))) is None or abs(pos - was.pos) > IO_NOISE_BYTES]
+            sizes = point.sizes or (None,) * len(point.reads)
+            for (fd, path, pos), size in zip(point.reads, sizes):
                 was = files.get((fd, path))
-                files[fd, path] = (FileReads(fd, path, pos, pos, top=pos) if was is None
-                                   else _read(was, pos, span, point.time))
+                if was is None:
+                    files[fd, path] = FileReads(fd, path, pos, pos, top=pos, rchar=point.rchar, size=size)
+                    continue
+                read = _read(was, pos, span, point.time)
+                alone = moved == [(fd, path)] or not moved
+                files[fd, path] = _lapped(read, was, point.rchar if alone else None, size, before)
             before = point.time
         point.memo["passes"] = (files, before)
     signs = [t for f in files.values() if (t := f.moved_on) is not None]
@@ -126,6 +185,36 @@ def _read(was: FileReads, pos: int, span: float, now: float) -> FileReads:
         return dataclasses.replace(was, pos=pos, rewinds=was.rewinds + 1, top=pos, step=0, began=was.forward_at,
                                    **alike)
     return dataclasses.replace(was, pos=pos)
+
+
+def _lapped(read: FileReads, was: FileReads, rchar: int | None, size: int | None,
+            before: float | None) -> FileReads:
+    """`read` with its run of laps after one more point: the bytes the process read since `was` beyond
+    the file's own move are the ends of the passes between (`rchar`: None where another file moved
+    too, or it was not read, and the bytes cannot be laid on this one)."""
+    if rchar is None or was.rchar is None:
+        return dataclasses.replace(read, rchar=rchar, size=size, laps=(), laps_began=None)
+    excess = (rchar - was.rchar) - (read.pos - was.pos)
+    if excess < -LAP_NOISE:         # its offset moved further than it read: the counter tells nothing of it
+        return dataclasses.replace(read, rchar=rchar, size=size, laps=(), laps_began=None)
+    if excess < LAP_MIN:
+        return dataclasses.replace(read, rchar=rchar, size=size)      # no pass ended between: nothing told
+    laps = read.laps + (excess,)
+    lap = lap_of(laps)
+    if all(abs(x - round(x / lap) * lap) <= LAP_NOISE for x in laps):
+        return dataclasses.replace(read, rchar=rchar, size=size, laps=laps[-4 * MOST:],
+                                   laps_began=read.laps_began if read.laps else before)
+    return dataclasses.replace(read, rchar=rchar, size=size, laps=(excess,), laps_began=before)
+
+
+def lap_of(laps: tuple[int, ...]) -> int | None:
+    """One lap's bytes from excesses that are whole numbers of it: the median of each over its
+    number of laps (counted against the smallest), so that the noise of one reading (LAP_NOISE)
+    is not multiplied by the laps of the others."""
+    if not laps:
+        return None
+    least = min(laps)
+    return round(statistics.median(x / max(1, round(x / least)) for x in laps))
 
 
 def reading_on(line: Timeline) -> float | None:

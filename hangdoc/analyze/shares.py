@@ -73,10 +73,27 @@ def job_pauses(line: Timeline) -> list[tuple[float, float]]:
     meanwhile, and its evaluation is no share of a step)."""
     peers = line.peers
     if peers is None:
-        return _rank_pauses(line)
+        return [s for s in _rank_pauses(line) if not _data_stall(s, [line])]
     if "pauses" not in peers.memo:
-        peers.memo["pauses"] = _merged(stretch for rank in peers.lines for stretch in _rank_pauses(rank))
+        merged = _merged(stretch for rank in peers.lines for stretch in _rank_pauses(rank))
+        peers.memo["pauses"] = [s for s in merged if not _data_stall(s, peers.lines)]
     return peers.memo["pauses"]
+
+
+DATA_STALL_SHARE = 0.5   # a stretch in which a rank waited on its DataLoader this share of its samples
+
+
+def _data_stall(stretch: tuple[float, float], lines) -> bool:
+    """A rank waited on its DataLoader through most of the stretch: the data kept the job, as it
+    keeps each step a straggler's workers are late for (their prefetched batches come in bursts, the
+    waits between them long); no pause to leave out, but the straggler's cost."""
+    start, end = stretch
+    for line in lines:
+        inside = [p for p in line.points if p.fresh and start < p.time <= end]
+        if len(inside) >= 2 and sum(p.reading.state == RankState.DATALOADER for p in inside) \
+                >= DATA_STALL_SHARE * len(inside):
+            return True
+    return False
 
 
 def _merged(stretches) -> list[tuple[float, float]]:

@@ -40,6 +40,10 @@ class Point:
     # (fd, path, offset) of each file it holds open for reading; None where the round's read of
     # the process was a light one (no descriptors read).
     reads: tuple[tuple[int, str, int], ...] | None = None
+    # The sizes of those files, in their order, and the bytes the process had read in all (rchar: every
+    # read, a file's bytes read again after a rewind included); None where not read.
+    sizes: tuple[int | None, ...] | None = None
+    rchar: int | None = None
     gpu: GpuActivity | None = None         # what its GPU did at this sample (a rank's, where read)
     # Its loop mark holds a counter of the loop: an integer seen to move, often enough (a rank's
     # `_CounterWatch`); standing still, such counters are the loop's word that it did not step.
@@ -61,9 +65,12 @@ def _point(time: float, sample: ProcSample | None, worker: bool, reading: Readin
     proc = sample.proc if sample else None
     io = proc.io.rchar + proc.io.wchar if proc and proc.io else None
     main = sample.stack.main if sample and sample.stack else None
+    reads = _reads(proc)
     return Point(time, reading, signature(sample) if sig is None else sig, proc.cpu_s if proc else None, io,
-                 main.loop if main else None, proc.main_thread if proc else None, reads=_reads(proc), gpu=gpu,
-                 socket_read=parked_in(sample) == SOCKET_READ)
+                 main.loop if main else None, proc.main_thread if proc else None, reads=reads, gpu=gpu,
+                 socket_read=parked_in(sample) == SOCKET_READ,
+                 sizes=tuple(f.size for f in proc.open_files if f.mode == "r") if reads is not None else None,
+                 rchar=proc.io.rchar if proc is not None and proc.io is not None else None)
 
 
 def _reads(proc) -> tuple[tuple[int, str, int], ...] | None:

@@ -140,6 +140,9 @@ class DataPace:
     rewinds: int                   # backward seeks seen: each one decompresses again from the file's start
     furthest: int                  # the furthest offset it reached
     size: int | None               # the file's size
+    # A file of the stragglers' workers reads the same lap again at several points, not yet often
+    # enough to call it a rewind for ever (analyze/passes.py): the slow verdict waits to settle.
+    converging: bool = False
 
 
 @dataclass(frozen=True)

@@ -93,8 +93,13 @@ class Judgement:
     @property
     def settled_slow(self) -> bool:
         """Slow the same way for SLOW_SETTLED_ROUNDS rounds spanning the hang threshold (at least
-        SLOW_SETTLED_S): what ends a `watch` of a slow job, as a hang ends it at once."""
+        SLOW_SETTLED_S): what ends a `watch` of a slow job, as a hang ends it at once. Not while the
+        data a long batch waits on ends its passes at one place, not yet often enough to tell a
+        rewind for ever (DataPace.converging): the next passes tell slow from hung."""
         if self.slow_streak is None:
+            return False
+        pace = self.report.slow.pace if self.report.slow is not None else None
+        if pace is not None and pace.converging:
             return False
         since, until, rounds = self.slow_streak
         threshold = self.report.threshold.hang_after_s if self.report.threshold is not None else 0.0

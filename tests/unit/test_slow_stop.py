@@ -60,3 +60,17 @@ def test_judging_the_same_round_again_does_not_count_twice():
     again = dataclasses.replace(last, slow_streak=_slow_streak(last.report, last.slow_streak[1], last))
     # THEN the streak stands as it was
     assert again.slow_streak == last.slow_streak
+
+
+def test_a_long_batch_whose_data_reads_one_lap_again_does_not_settle_until_told():
+    # GIVEN a long batch read slow, data-bound, for enough rounds and seconds, while a file of its
+    # workers reads whole laps of one pass at several samples, too few passes yet to call it a loop
+    from hangdoc.model import DataPace
+    pace = DataPace(1, 0, 201, "/data/libri000.tar.bz2", 2.0e6, 9, 20_856_832, 55_130_241, converging=True)
+    base = _report()
+    held = dataclasses.replace(base, slow=dataclasses.replace(base.slow, kind=SlowKind.DATA_BOUND, waited_s=70.0,
+                                                              next_batch_s=70.0, pace=pace))
+    told = dataclasses.replace(held, slow=dataclasses.replace(held.slow, pace=dataclasses.replace(pace, converging=False)))
+    # WHEN the stop rule reads it THEN it waits for the next passes; once they tell, it settles
+    assert not _rounds([held] * SLOW_SETTLED_ROUNDS, every_s=8.0).settled_slow
+    assert _rounds([held] * (SLOW_SETTLED_ROUNDS - 1) + [told], every_s=8.0).settled_slow
