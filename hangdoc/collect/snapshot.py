@@ -39,7 +39,7 @@ class Probes:
 def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
             native: bool | set[int] = False, nonblocking: bool | set[int] = False,
             loop_locals: bool = True, light: set[int] = frozenset(),
-            steady: set[int] = frozenset()) -> tuple[Snapshot, Job]:
+            steady: set[int] = frozenset(), gpu: bool = True) -> tuple[Snapshot, Job]:
     """Sample every process of `job`; stacks only for `stack_pids` (all when None).
 
     `nonblocking` is a flag for every process or the set of pids to read without pausing.
@@ -47,6 +47,7 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
     With `loop_locals` the ranks' dumps read locals for their LoopMark (see loopmark.py).
     `light`: pids whose /proc read leaves out the kernel wait and the open files (ProcStat.full).
     `steady`: ranks that stepped at the last sample: their sockets' reading may be kept (SocketReader).
+    `gpu=False`: no GPU reading (a second read of a few processes within one round).
     Returns the snapshot and the job refined by what the stacks told (which children
     are DataLoader workers, and their worker index).
     """
@@ -70,7 +71,7 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
     with ThreadPoolExecutor(max_workers=2) as side:
         stacks_future = (side.submit(dump_many, probes.pyspy, requests, probes.max_parallel)
                          if probes.pyspy is not None and requests else None)
-        gpu_future = side.submit(probes.gpu)
+        gpu_future = side.submit(probes.gpu) if gpu else None
         links = _links_wanted(job)
         probes.procfs.fd_targets.clear()
         probes.sockets.begin()
@@ -84,7 +85,7 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
             dumps = stacks_future.result()
             dumps.update(_read_again(probes, requests, dumps))
             dumps.update(_strangers(probes.procfs, dumps, start_times, procs))
-        gpu = gpu_future.result()
+        gpu_state = gpu_future.result() if gpu_future is not None else None
 
     samples = []
     for pid in pids:
@@ -103,7 +104,9 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
             errors = errors + (redact_cached(f"stack: could not collect: {dump}"),)   # py-spy's own words
         samples.append(ProcSample(pid=pid, alive=alive, proc=proc, stack=stack, errors=errors))
     snapshot = Snapshot(time=started, took_s=round(time.monotonic() - t0, 4),
-                        processes=tuple(samples), gpu=gpu, shm=shm_use(job, probes.procfs.root),
+                        processes=tuple(samples),
+                        gpu=gpu_state if gpu_state is not None else GpuState(status="unavailable", reason="not read"),
+                        shm=shm_use(job, probes.procfs.root),
                         cpu_quota=cpu_quota(job, probes.procfs.root))
     return snapshot, refine_job(job, dumps)
 

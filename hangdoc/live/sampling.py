@@ -63,6 +63,24 @@ class Sampling:
         return Plan(stacks=wanted, native=probe, nonblocking=self._gentle_pids() - probe, light=light,
                     steady=set(self.stepping))
 
+    def late_workers(self, snapshot, plan: Plan) -> tuple[set[int], set[int]]:
+        """In a quiet past most of the job's longest step (`overdue`), the workers of a rank this very
+        round caught waiting on its data that the round did not read closely: read at once, in the
+        same round, so that what may prove the hang in them (a forked worker asleep on a lock) is
+        seen a round sooner. (Those to read, those of them whose stacks to take: not a worker
+        whose main thread has not run since its last stack.)"""
+        if not self.overdue:
+            return set(), set()
+        from hangdoc.analyze.classify import classify_rank
+
+        waiting = {s.pid for s in snapshot.processes if s.alive and s.stack is not None
+                   and (info := self.job.info(s.pid)) is not None and info.role is Role.RANK
+                   and classify_rank(s).state == RankState.DATALOADER}
+        alive = {s.pid for s in snapshot.processes if s.alive}
+        late = {p.pid for p in self.job.processes if p.role is Role.WORKER and p.rank_pid in waiting
+                and p.pid in alive and p.pid not in plan.stacks and p.pid in plan.light}
+        return late, {pid for pid in late if not self._parked(pid)}
+
     def _spinning(self) -> set[int]:
         """Ranks to probe natively this round, once per stack they stand at: a rank whose main
         thread burned CPU at one line between its last two samples with its loop counters still.

@@ -264,6 +264,9 @@ class Watcher(Sampling):
         snapshot, self.job = capture(self.job, self.probes, stack_pids=plan.stacks,
                                      native=self.options.native or plan.native, nonblocking=plan.nonblocking,
                                      light=plan.light, steady=plan.steady)
+        late, stacks = self.late_workers(snapshot, plan)
+        if late:
+            snapshot = self._read_late(snapshot, late, stacks, plan)
         self.samples.append(snapshot)
         if self.exit_watcher is not None:
             for proc in self.job.processes:
@@ -276,6 +279,15 @@ class Watcher(Sampling):
         if not self.sources or self.rounds % 10 == 1:
             self.sources = tuple(dict.fromkeys(self.sources + log_sources(self.job, self.probes.procfs.root)))
         return snapshot
+
+    def _read_late(self, snapshot: Snapshot, late: set[int], stacks: set[int], plan) -> Snapshot:
+        """`snapshot` with the processes in `late` read again, closely (open files, the kernel's
+        wait, the stacks in `stacks`), a moment after the round's first reading (`late_workers`)."""
+        job = dataclasses.replace(self.job, processes=tuple(p for p in self.job.processes if p.pid in late))
+        again, _ = capture(job, self.probes, stack_pids=stacks, nonblocking=plan.nonblocking, gpu=False)
+        closer = {s.pid: s for s in again.processes}
+        return dataclasses.replace(snapshot, processes=tuple(closer.get(s.pid, s) for s in snapshot.processes),
+                                   took_s=round(snapshot.took_s + again.took_s, 4))
 
     def _rediscover(self) -> None:
         """Merge what runs now into the job: new workers join, the dead stay on record.

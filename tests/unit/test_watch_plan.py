@@ -288,3 +288,22 @@ def test_a_worker_holding_a_file_lock_a_rank_waits_for_gets_the_full_proc_read()
     planned = watcher.plan(False)
     # THEN the holder gets the full read (is it asleep on a lock the rank holds?), its sibling the cheap one
     assert holder not in planned.light and idle in planned.light
+
+
+def test_in_an_overdue_quiet_a_rank_caught_waiting_on_data_has_its_workers_read_in_the_same_round():
+    # GIVEN a watch in a quiet past most of the job's longest step, whose round just caught rank 1
+    # waiting on its DataLoader for the first time (its workers planned for the light read only)
+    watcher, workers = watcher_after(-1, -1)
+    watcher.overdue = True
+    round_plan = watcher.plan(all_workers=False)
+    caught = node_bundle(0, 1, 1, T0 + 4, samples=1, workers=2, ranks_per_node=2).samples[0]
+    # WHEN the watch asks which workers to read again, closely, within the round
+    late, stacks = watcher.late_workers(caught, round_plan)
+    # THEN rank 1's workers, with their stacks: not rank 0's
+    assert late == workers[1] == stacks
+    # AND out of such a quiet, or with rank 1 still computing, none
+    watcher.overdue = False
+    assert watcher.late_workers(caught, round_plan) == (set(), set())
+    watcher.overdue = True
+    quiet = node_bundle(0, 1, -1, T0 + 4, samples=1, workers=2, ranks_per_node=2).samples[0]
+    assert watcher.late_workers(quiet, round_plan) == (set(), set())
