@@ -4,9 +4,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install browser test unit fast zoo live demo bench bench-headline bench-scale dist clean
+.PHONY: install browser numactl test unit fast zoo live demo bench bench-headline bench-scale dist clean
 
-install: $(STAMP) browser
+install: $(STAMP) browser numactl
 
 # The HTML report's browser test opens the page in Debian's chromium. Without apt or root it is
 # not installed, and that test skips saying so; the rest of the install goes on.
@@ -14,6 +14,13 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq --no-install-recommends chromium) >/dev/null 2>&1 || \
 		echo "make install: chromium not installed (no apt or not root): the HTML browser test will skip"
+
+# The wrapped-ranks test runs its ranks under numactl too (Debian's numactl); without apt or root it
+# skips saying so.
+numactl:
+	@command -v numactl >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq --no-install-recommends numactl) >/dev/null 2>&1 || \
+		echo "make install: numactl not installed (no apt or not root): the numactl wrapper's test will skip"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
