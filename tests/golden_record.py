@@ -59,7 +59,8 @@ JOBS = ROOT / "tests" / "jobs"
 TEXT_WIDTH = 120   # expected.txt: the text report as a 120-column terminal shows it, without colour
 KEEP_SAMPLES = 12
 KEEP_LOG_LINES = 400   # what the collector keeps: the whole tail
-WATCH = ("--interval", "0.5", "--hang-after", "4", "--no-live", "--no-gpu", "--format", "json")
+WATCH = ("--no-live", "--no-gpu", "--format", "json")
+INTERVAL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,9 @@ class Case:
     derive: tuple[str, str] | None = None   # (source case, the name of an EDITS edit)
     readme: str = ""
     device: bool = False                 # recorded on a GPU machine by tests/gpu/device_check.py, not here
-    hang_after_s: float = 4.0            # the watch's --hang-after (a restarted job's new ranks start up longer)
+    hang_after_s: float | None = 4.0     # the watch's --hang-after (a restarted job's new ranks start up longer;
+                                         # None: none given, the threshold learned from the steps)
+    interval_s: float = INTERVAL_S       # the watch's --interval
     # The rules this case is a near miss for, which must stay quiet: those a naive reading would fire
     # (a healthy pause: slow-rank; a roomy /dev/shm: shm-exhausted), not every other rule.
     look_alikes: tuple[str, ...] = ()
@@ -103,6 +106,7 @@ class Case:
                    derive=tuple(said["derive"]) if "derive" in said else None,
                    readme=readme.read_text().strip() if readme.is_file() and "derive" in said else "",
                    device=said.get("device", False), hang_after_s=said.get("hang_after_s", 4.0),
+                   interval_s=said.get("interval_s", INTERVAL_S),
                    look_alikes=tuple(said.get("look_alikes", said.get("not_fire", ()))),
                    near_misses={rule: tuple(cases) for rule, cases in said.get("near_misses", {}).items()},
                    then=said.get("then"))
@@ -116,6 +120,7 @@ class Case:
         for key, value, default in (("job", self.job, None), ("timeout_s", self.timeout_s, None),
                                     ("derive", list(self.derive) if self.derive else None, None),
                                     ("device", self.device, False), ("hang_after_s", self.hang_after_s, 4.0),
+                                    ("interval_s", self.interval_s, INTERVAL_S),
                                     ("then", self.then, None)):
             if value != default:
                 said[key] = value
@@ -138,6 +143,18 @@ def scenario(name: str, *, fault: bool = True, max_steps: int | None = None):
         s.prepare(workdir)
         markers = s.ready_markers(workdir) + ([s.fault_marker(workdir)] if fault else [])
         return s.command(workdir, max_steps=max_steps), markers
+    return start
+
+
+@job_kind
+def scenario_variant(name: str, like: str, *, fault: bool = True):
+    """A mode of the zoo's train.py that is no zoo scenario of its own (bz2-rewind), run as the scenario
+    `like` is, on the data it prepares."""
+    def start(workdir: Path):
+        s = dataclasses.replace(SCENARIOS[like], name=name)
+        s.prepare(workdir)
+        markers = s.ready_markers(workdir) + ([s.fault_marker(workdir)] if fault else [])
+        return s.command(workdir), markers
     return start
 
 
@@ -263,12 +280,14 @@ CASES = [Case.of(folder) for folder in sorted(GOLDEN.iterdir()) if (folder / "ex
 BY_NAME = {c.name: c for c in CASES}
 
 
-def watch_cli(pid: int, out: Path, timeout_s: float | None, hang_after_s: float = 4.0,
-              record: Path | None = None) -> Path:
-    """`hangdoc watch PID ...` in a child process, as a user runs it (`record`: with --record)."""
+def watch_cli(pid: int, out: Path, timeout_s: float | None, hang_after_s: float | None = 4.0,
+              record: Path | None = None, interval_s: float = INTERVAL_S) -> Path:
+    """`hangdoc watch PID ...` in a child process, as a user runs it (`record`: with --record;
+    `hang_after_s` None: no --hang-after)."""
     extra = ("--timeout", str(timeout_s)) if timeout_s else ()
     extra += ("--record", str(record)) if record is not None else ()
-    extra += ("--hang-after", str(hang_after_s)) if hang_after_s != 4.0 else ()
+    extra += ("--hang-after", str(hang_after_s)) if hang_after_s is not None else ()
+    extra += ("--interval", str(interval_s))
     env = dict(os.environ, NO_COLOR="1", COLUMNS="200")
     done = subprocess.run([sys.executable, "-m", "hangdoc", "watch", str(pid), *WATCH, "--out", str(out), *extra],
                           capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
@@ -277,8 +296,8 @@ def watch_cli(pid: int, out: Path, timeout_s: float | None, hang_after_s: float 
     return out
 
 
-def watch_healthy(pid: int, out: Path, timeout_s: float, hang_after_s: float = 4.0,
-                  record: Path | None = None) -> Path:
+def watch_healthy(pid: int, out: Path, timeout_s: float, hang_after_s: float | None = 4.0,
+                  record: Path | None = None, interval_s: float = INTERVAL_S) -> Path:
     """What `watch --timeout` does, keeping the bundle it does not save for a healthy job."""
     from hangdoc.bundle.files import save_bundle
     from hangdoc.bundle.recording import Recorder
@@ -286,7 +305,7 @@ def watch_healthy(pid: int, out: Path, timeout_s: float, hang_after_s: float = 4
     from hangdoc.live.probes import make_probes
     from hangdoc.live.watcher import Watcher
 
-    config = WatchOptions(interval_s=0.5, hang_after_s=hang_after_s, timeout_s=timeout_s)
+    config = WatchOptions(interval_s=interval_s, hang_after_s=hang_after_s, timeout_s=timeout_s)
     recorder = Recorder.of_command(record, "watch") if record is not None else None
     try:
         outcome = Watcher(pid, make_probes(WatchOptions(gpu=False)), config, recorder=recorder).run()
@@ -347,9 +366,9 @@ def record_once(case: Case) -> Bundle:
         act(case, workdir)
         out = workdir / "bundle.json"
         if case.verdict == "healthy":
-            watch_healthy(job.pid, out, case.timeout_s or 12, case.hang_after_s)
+            watch_healthy(job.pid, out, case.timeout_s or 12, case.hang_after_s, interval_s=case.interval_s)
         else:
-            watch_cli(job.pid, out, case.timeout_s, case.hang_after_s)
+            watch_cli(job.pid, out, case.timeout_s, case.hang_after_s, interval_s=case.interval_s)
         return trim(load_bundle(out))
     finally:
         stop_job(job)
@@ -372,9 +391,10 @@ def record_replay(case: Case) -> tuple[bool, str]:
         act(case, workdir)
         out = workdir / "bundle.json"
         if case.verdict == "healthy":
-            watch_healthy(job.pid, out, case.timeout_s or 12, case.hang_after_s, record=recording)
+            watch_healthy(job.pid, out, case.timeout_s or 12, case.hang_after_s, record=recording,
+                          interval_s=case.interval_s)
         else:
-            watch_cli(job.pid, out, case.timeout_s, case.hang_after_s, record=recording)
+            watch_cli(job.pid, out, case.timeout_s, case.hang_after_s, record=recording, interval_s=case.interval_s)
         report = replay(recording).report
         fired = [f.rule for f in report.findings]
         got = (str(report.verdict), tuple(report.culprit_ranks))

@@ -61,26 +61,33 @@ class FileReads:
     ends: tuple[int, int] = (0, 0)
     alike_step: int = 0
     alike_began: float | None = None
-    # The bytes: the process's rchar at the file's last point, the file's size, the excesses in a row
-    # (newest last) that are each a whole number of one lap, and the point before the first of them.
+    # The bytes: the process's rchar at the file's last point, the file's size, and the run of laps:
+    # each interval (newest last) whose excess is a whole number of one lap, as (the point before
+    # it, its excess, the furthest offset at its two points).
     rchar: int | None = None
     size: int | None = None
-    laps: tuple[int, ...] = ()
-    laps_began: float | None = None
+    laps: tuple[tuple[float, int, int], ...] = ()
+
+    @property
+    def laps_began(self) -> float | None:
+        """The point before the first interval of its run of laps: its data moved on last before it."""
+        return self.laps[0][0] if self.laps else None
 
     @property
     def lap(self) -> int | None:
         """The bytes of one pass of its repeated laps (`lap_of`)."""
-        return lap_of(self.laps)
+        return lap_of(tuple(x for _, x, _ in self.laps))
 
     @property
     def lapping(self) -> tuple[int, int | None]:
         """The passes its run of laps holds, and how many points of them random ends would seldom
-        fit as well (None: the lap reaches the file's end, or too much of it to tell)."""
+        fit as well (None: the lap reaches the file's end, or too much of it to tell, or the file
+        was read past it: a loop from the file's start never goes past its lap)."""
         lap = self.lap
-        if lap is None or (self.size is not None and lap >= self.size - LAP_NOISE):
+        if lap is None or (self.size is not None and lap >= self.size - LAP_NOISE) \
+                or max(top for _, _, top in self.laps) > lap + LAP_NOISE:
             return 0, None
-        passes = sum(round(x / lap) for x in self.laps)
+        passes = sum(round(x / lap) for _, x, _ in self.laps)
         share = min(1.0, 2 * LAP_NOISE / lap)
         points = next((k for k in range(3, MOST + 1) if k * share ** (k - 1) <= CHANCE), None)
         return passes, points
@@ -90,6 +97,13 @@ class FileReads:
         """It reads one lap of the file again and again, by its bytes: a rewind for ever."""
         passes, points = self.lapping
         return points is not None and passes >= LAPS and len(self.laps) >= points
+
+    def since(self, start: float) -> "FileReads":
+        """Its run of laps from `start` on: what the samples from `start` show (a watch's history
+        whose oldest samples were dropped)."""
+        if not self.laps or self.laps[0][0] >= start:
+            return self
+        return dataclasses.replace(self, laps=tuple(lap for lap in self.laps if lap[0] >= start))
 
     @property
     def converging(self) -> bool:
@@ -144,7 +158,7 @@ def file_reads(line: Timeline) -> tuple[dict[tuple[int, str], FileReads], float 
     before = None
     if "passes" in points[i].memo:
         known, before = points[i].memo["passes"]
-        files = dict(known)
+        files = {key: read.since(points[0].time) for key, read in known.items()}
         i += 1
     for point in points[i:]:
         if point.reads is not None:
@@ -191,20 +205,24 @@ def _lapped(read: FileReads, was: FileReads, rchar: int | None, size: int | None
             before: float | None) -> FileReads:
     """`read` with its run of laps after one more point: the bytes the process read since `was` beyond
     the file's own move are the ends of the passes between (`rchar`: None where another file moved
-    too, or it was not read, and the bytes cannot be laid on this one)."""
+    too, or it was not read, and the bytes cannot be laid on this one). A pass from the file's start
+    that was under way at `was` ended past where it stood: an excess short of that is other reads
+    (a pipe, a file opened and closed between), or a seek back to elsewhere than the start."""
     if rchar is None or was.rchar is None:
-        return dataclasses.replace(read, rchar=rchar, size=size, laps=(), laps_began=None)
+        return dataclasses.replace(read, rchar=rchar, size=size, laps=())
     excess = (rchar - was.rchar) - (read.pos - was.pos)
     if excess < -LAP_NOISE:         # its offset moved further than it read: the counter tells nothing of it
-        return dataclasses.replace(read, rchar=rchar, size=size, laps=(), laps_began=None)
+        return dataclasses.replace(read, rchar=rchar, size=size, laps=())
     if excess < LAP_MIN:
         return dataclasses.replace(read, rchar=rchar, size=size)      # no pass ended between: nothing told
-    laps = read.laps + (excess,)
-    lap = lap_of(laps)
-    if all(abs(x - round(x / lap) * lap) <= LAP_NOISE for x in laps):
-        return dataclasses.replace(read, rchar=rchar, size=size, laps=laps[-4 * MOST:],
-                                   laps_began=read.laps_began if read.laps else before)
-    return dataclasses.replace(read, rchar=rchar, size=size, laps=(excess,), laps_began=before)
+    if abs(read.pos - was.pos) <= IO_NOISE_BYTES or excess < was.pos - LAP_NOISE:
+        return dataclasses.replace(read, rchar=rchar, size=size, laps=())
+    lapped = (before, excess, max(was.pos, read.pos))
+    laps = read.laps + (lapped,)
+    lap = lap_of(tuple(x for _, x, _ in laps))
+    if all(abs(x - round(x / lap) * lap) <= LAP_NOISE for _, x, _ in laps):
+        return dataclasses.replace(read, rchar=rchar, size=size, laps=laps[-4 * MOST:])
+    return dataclasses.replace(read, rchar=rchar, size=size, laps=(lapped,))
 
 
 def lap_of(laps: tuple[int, ...]) -> int | None:

@@ -11,7 +11,7 @@ from hangdoc.model import Cause, Finding
 from hangdoc.rules import (
     child_process_wait, collective_mismatch, collective_straggler, cpu_quota_throttled, dataloader_stall,
     debugger_prompt, file_lock_wait, flight_recorder, fork_unsafe_arm, gpu_starved, helper_thread_died,
-    missing_ranks, no_progress, rank_died, rank_stopped, shm_exhausted, slow_decompression, slow_rank, tar_member_decode,
+    missing_ranks, no_progress, rank_died, rank_stopped, reread_loop, shm_exhausted, slow_decompression, slow_rank, tar_member_decode,
     threads_oversubscribed, uneven_shards, worker_deadlock, worker_died, worker_error, worker_native_lock,
     workers_cpu_confined, workers_restarted,
 )
@@ -26,6 +26,7 @@ RULES: tuple[Rule, ...] = (
     file_lock_wait.RULE,
     child_process_wait.RULE,
     helper_thread_died.RULE,
+    reread_loop.RULE,
     slow_decompression.RULE,
     tar_member_decode.RULE,
     worker_native_lock.RULE,

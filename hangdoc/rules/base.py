@@ -15,6 +15,7 @@ from hangdoc.analyze.classify import is_gpu_sync, parked_in
 from hangdoc.analyze.clock import off_cpu_since, since_on_clock
 from hangdoc.analyze.diagnose import Diagnosis, RankView
 from hangdoc.analyze.jobfacts import backend
+from hangdoc.analyze.passes import FileReads, file_reads
 from hangdoc.analyze.rendezvous import setup_name
 from hangdoc.analyze.shares import is_step_wait, rank_shares, time_shares, total, window
 from hangdoc.analyze.timeline import Point, Timeline, timelines
@@ -101,6 +102,12 @@ class Context:
         if counted is None:
             return time_shares(self.timelines.get(view.info.pid))
         return time_shares(self.timelines.get(view.info.pid), counted.shares, counted.runqueue)
+
+    def rereads(self, pid: int) -> list[FileReads]:
+        """The files the process reads one lap of again and again, by its bytes (`analyze/passes.py`):
+        a rewind for ever."""
+        line = self.timelines.get(pid)
+        return [read for read in file_reads(line)[0].values() if read.looping] if line is not None else []
 
     def workers_of(self, rank_pid: int) -> list[ProcessInfo]:
         return [p for p in self.bundle.job.children_of(rank_pid) if p.role is Role.WORKER]

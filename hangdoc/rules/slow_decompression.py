@@ -27,6 +27,8 @@ class _Worker:
 def _decompressing(ctx: Context, worker: ProcessInfo) -> _Worker | None:
     if member_decode_frames(ctx.bundle, worker.pid):
         return None   # a decoder seeking in a tar member: tar-member-decode says why
+    if ctx.rereads(worker.pid):
+        return None   # the same lap read again for ever: reread-loop says why
     frames = (recent_worker_frames(ctx.bundle, worker.pid, lambda f: compression_of_frames(f) is not None)
               or above_worker_loop(latest_frames(ctx.bundle, worker.pid)))
     kind = compression_of_frames(frames)
@@ -39,7 +41,10 @@ def _decompressing(ctx: Context, worker: ProcessInfo) -> _Worker | None:
 
 def check(ctx: Context) -> list[Finding]:
     findings = []
+    reread = {rank for rank, slug in ctx.explained(Cause.WORKERS).items() if slug == "reread-loop"}
     for view in ctx.starved_culprits():
+        if reread.intersection(view.ranks):
+            continue      # a worker of its reads one record for ever: its other workers' decompressing is no cause
         alive = [w for w, _, is_alive in view.workers if is_alive]
         busy = [b for b in (_decompressing(ctx, w) for w in alive) if b is not None]
         if busy:

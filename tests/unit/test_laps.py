@@ -55,7 +55,7 @@ def test_a_worker_reading_one_lap_again_and_again_is_told_by_its_bytes_within_se
     # THEN it loops: LAPS passes or more, every excess a whole number of the lap, and its data last moved
     # on before the first of them
     assert read.looping and read.lap is not None and abs(read.lap - LAP) <= 8192
-    assert sum(round(x / read.lap) for x in read.laps) >= LAPS
+    assert sum(round(x / read.lap) for _, x, _ in read.laps) >= LAPS
     assert moved_on is not None and moved_on <= T0 + 2.0
 
 
@@ -135,3 +135,29 @@ def test_an_evaluation_on_one_rank_is_still_a_pause(monkeypatch):
     pauses = bursts(RankState.COMPUTE, monkeypatch)
     # THEN the long stretches are pauses, left out of the shares
     assert len(pauses) >= 4
+
+
+def test_a_pipe_read_beside_a_file_moving_forward_is_no_lap():
+    # GIVEN a worker reading its shard forward 1 MB a sample while it takes 3 MB a sample from a pipe
+    # (a remote fetch), every sample: an excess of 3 MB at each, the same every time
+    points = [Point(T0 + 2.0 * i, Reading(RankState.COMPUTE, None, None), (), float(i), None,
+                    reads=((7, SHARD, (i + 1) << 20),), sizes=(SIZE,), rchar=(i + 1) << 22) for i in range(40)]
+    # WHEN worked out THEN no loop: a pass from the file's start ends past where the file stood
+    files, moved_on = file_reads(Timeline(201, tuple(points)))
+    assert not files[7, SHARD].looping and moved_on == points[-1].time
+
+
+def test_fixed_size_records_read_by_seeking_about_a_plain_file_are_no_loop():
+    # GIVEN a worker reading 512 KB records of a plain file by seek and read, at random offsets, 40 a
+    # sample: every excess a whole number of the record's size
+    rng = random.Random(5)
+    record, total, points = 512 << 10, 0, []
+    for i in range(60):
+        pos = 0
+        for _ in range(40):
+            pos = rng.randrange(0, SIZE // record) * record + record
+            total += record
+        points.append(Point(T0 + 2.0 * i, Reading(RankState.COMPUTE, None, None), (), float(i), None,
+                            reads=((7, SHARD, pos),), sizes=(SIZE,), rchar=total))
+    # WHEN worked out THEN no loop: the excesses fall short of where the file stood, past the lap
+    assert not looping(Timeline(201, tuple(points)))
