@@ -21,8 +21,8 @@ from hangdoc.analyze.proving import (
     RUN_LIMIT, Run, agreeing_in, alive, at_line, cpu_used, named, proven, still_since, who,
 )
 from hangdoc.model import (
-    CHILD_WAIT_WCHANS, Bundle, PipeEnd, PipeRead, ProcessInfo, ProcSample, Proof, ProofKind, RankState, Role, Snapshot, Stack,
-    TcpSocket, Wait,
+    CHILD_WAIT_WCHANS, Bundle, PipeEnd, PipeRead, ProcessInfo, ProcSample, Proof, ProofKind, RankState, Role,
+    Snapshot, Stack, TcpSocket, Wait,
 )
 from hangdoc.model.stack import own_frame
 
@@ -238,7 +238,8 @@ def _in_collective(snapshot: Snapshot, sample: ProcSample) -> bool | None:
 
 
 def _peer_exited(bundle: Bundle, rank: ProcessInfo, reading: Reading) -> Proof | None:
-    left = [(record.time, peer) for peer in bundle.job.ranks if peer.pid != rank.pid and peer.generation == rank.generation
+    left = [(record.time, peer) for peer in bundle.job.ranks
+            if peer.pid != rank.pid and peer.generation == rank.generation
             and (record := bundle.exit_of(peer.pid)) is not None and record.code == 0 and record.signal is None]
     if not left:
         return None
@@ -281,7 +282,8 @@ def _peer_closed(bundle: Bundle, rank: ProcessInfo, reading: Reading) -> Proof |
     last = bundle.last.sample_of(rank.pid)
     if last is None or last.proc is None:
         return None
-    owners = {address: peer for peer in bundle.job.ranks if peer.pid != rank.pid for address in _addresses(bundle, peer)}
+    owners = {address: peer for peer in bundle.job.ranks if peer.pid != rank.pid
+              for address in _addresses(bundle, peer)}
     listening = {s.local.rpartition(":")[2] for snapshot in bundle.samples[-RUN_LIMIT:]
                  if (s_ := snapshot.sample_of(rank.pid)) is not None and s_.proc is not None
                  for s in s_.proc.sockets if s.state == "LISTEN"}

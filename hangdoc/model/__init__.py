@@ -1,7 +1,7 @@
 """The plain data at hangdoc's centre: what a capture holds (`capture`, its stacks in `stack`, what
 a process sleeps on in the kernel in `kernel`, the job's own collective record in `flight`, the
-programs a rank runs under in `wrapper`), a node's own reading of its ranks (`digest`), what a report says (`report`), and the record every slug is
-declared by (`rule`), over one vocabulary (`vocab`). Frozen dataclasses and enums only; each room's schema version lives beside it.
+programs a rank runs under in `wrapper`), a node's own reading of its ranks (`digest`), what a
+report says (`report`), and the record every slug is declared by (`rule`), over one vocabulary (`vocab`). Frozen dataclasses and enums only; each room's schema version lives beside it.
 
 Every name is importable from `hangdoc.model` itself.
 """

@@ -233,7 +233,7 @@ def test_a_peer_that_exited_while_the_rank_still_computed_counts_from_the_ranks_
 READ_OWN_PIPE = "import os\nr, w = os.pipe()\nopen(os.sys.argv[1], 'w').close()\nos.read(r, 1)\n"
 POPEN_CAT = ("import subprocess, sys\n"
              "p = subprocess.Popen(['cat'], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)\n"
-             "open(sys.argv[1], 'w').close()\n"
+             "open(sys.argv[1], 'w').write(str(p.pid))\n"
              "p.wait()\n")
 SOMEONE_WRITES = ("import os, sys, time\nr, w = os.pipe()\n"
                   "if os.fork() == 0:\n    os.close(r)\n    time.sleep(60)\n    os._exit(0)\n"
@@ -288,12 +288,12 @@ def test_real_readers_of_pipes_no_process_can_write_are_proven(tmp_path):
         for name, code in (("own", READ_OWN_PIPE), ("popen", POPEN_CAT), ("alive", SOMEONE_WRITES)):
             started.append(_start(code, tmp_path / name))
         procfs = ProcFS()
-        assert wait_until(lambda: all((tmp_path / n).exists() for n in ("own", "popen", "alive")), timeout=20)
-        cat = subprocess.check_output(["pgrep", "-P", str(started[1].pid)], text=True).split()
-        assert wait_until(lambda: all(procfs.proc_stat(p.pid).in_pipe_read for p in (started[0], started[2]))
-                          and procfs.proc_stat(int(cat[0])).in_pipe_read, timeout=10), \
-            f"this kernel names the pipe read otherwise: {procfs.proc_stat(started[0].pid).wchan}"
-        cases = ((started[0], None), (started[1], int(cat[0])), (started[2], None))
+        assert wait_until(lambda: all((tmp_path / n).exists() for n in ("own", "alive"))
+                          and (tmp_path / "popen").exists() and (tmp_path / "popen").read_text(), timeout=20)
+        cat = int((tmp_path / "popen").read_text())
+        assert wait_until(lambda: all(procfs.proc_stat(pid).in_pipe_read for pid in (started[0].pid, started[2].pid, cat)),
+                          timeout=10), f"this kernel names the pipe read otherwise: {procfs.proc_stat(started[0].pid).wchan}"
+        cases = ((started[0], None), (started[1], cat), (started[2], None))
         # WHEN hangdoc's collect reads each twice, PROOF_SPAN_S apart, and judges what it read
         bundles = _watched([_job(procfs, reader.pid, child) for reader, child in cases])
         for (reader, child), bundle in zip(cases, bundles):
