@@ -170,10 +170,15 @@ def test_a_rank_in_a_collective_whose_peer_exited_cleanly_is_named_at_the_second
     assert times[at] - diagnosis.proof.since >= PROOF_SPAN_S > times[at - 1] - diagnosis.proof.since
     assert diagnosis.culprits == (1,)
     # and the report says who waits where, and who left how
-    line = proof_line(reported(bundle, at))
+    report = reported(bundle, at)
+    line = proof_line(report)
     assert (f"rank 0 (pid {PEER_RANK0}) waits in all_reduce at train_step (train.py:121) at every sample for 2.0 s (0.00 s CPU), "
             f"and its peer rank 1 (pid {PEER_RANK1}) exited with code 0 0.5 s before the first") in line
     assert "the collective waits for a rank that is gone, and can never complete" in line
+    # and collective-straggler says rank 1 left, with a fix for leaving, not for balancing its work
+    left = next(f for f in report.findings if f.rule == "collective-straggler")
+    assert left.title == "Rank 1 left: the others wait in all_reduce for a rank that exited"
+    assert "Make every rank run the same collectives to the end" in left.fix
 
 
 def test_a_connection_from_a_peer_on_another_node_in_close_wait_is_a_proven_hang():
