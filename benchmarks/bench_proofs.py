@@ -1,10 +1,11 @@
 """How soon a proven hang is named: for each proof, the seconds from the fault to the verdict under
 `watch` from the start (the launcher's pid) and under `run`, and the verdict on the same job showing
 the proof's look-alike and going on (a rank stopped for 1 s, a lock taken and released, a pdb
-prompt answered, a producer thread that stalls 3 s, two processes taking one file lock in turn).
+prompt answered, a producer thread that stalls 3 s, two processes taking one file lock in turn, a
+pipe read while its writer still writes, a peer that leaves after the last collective).
 
     python -m benchmarks.bench_proofs [--proofs stopped,fork-lock,lock-cycle,pdb-prompt,
-                                                  dead-producer]
+                                                  dead-producer,pipe-no-writer,peer-gone]
                                       [--modes watch,run] [--out DIR]
 
 The jobs are tests/jobs/proof_job.py (2 ranks on gloo); the fault's time is the job's own marker
@@ -49,6 +50,8 @@ CASES = (
     ProofCase("lock-cycle", "lock-cycle", "lock-turns"),
     ProofCase("pdb-prompt", "pdb", "pdb-answered"),
     ProofCase("dead-producer", "producer-died", "producer-slow"),
+    ProofCase("pipe-no-writer", "pipe-self", "pipe-closed"),
+    ProofCase("peer-gone", "peer-left", "peer-left-late"),
 )
 HEADER = ["proof", "latency watch s", "latency run s", "look-alike verdict (watch / run)", "named by"]
 

@@ -8,9 +8,15 @@
 - `wait_until`: what a test of real processes polls for, with a deadline.
 - Two ranks and two file locks (`lock_cycle_bundle`): rank 0 and rank 1's worker 2 each asleep
   on the lock the other holds, or taking one lock in turn and going on.
+- Two ranks and a pipe (`pipe_bundle`): rank 1's DataLoader worker, or a child rank 1 waits for,
+  asleep reading a pipe whose write end only itself, or rank 1, holds; or one a live process may
+  still write.
+- Two ranks and a peer that left (`peer_bundle`): rank 0 in all_reduce while rank 1 exited with
+  code 0, or while its connection from a peer on another node is in CLOSE_WAIT.
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import random
@@ -21,7 +27,8 @@ from pathlib import Path
 
 from hangdoc.model import (
     BUNDLE_SCHEMA, Bundle, Frame, GpuDevice, GpuProcess, GpuState, Host, IoCounters, Job, OpenFile,
-    FileLock, Options, ProcessInfo, ProcSample, ProcStat, Role, Snapshot, Stack, Thread,
+    FileLock, Options, PipeEnd, PipeRead, ProcessExit, ProcessInfo, ProcSample, ProcStat, Role, Snapshot, Stack,
+    TcpSocket, Thread,
 )
 
 MODES = {"none": "w", "bz2": "w:bz2", "gzip": "w:gz", "xz": "w:xz"}
@@ -286,6 +293,153 @@ def lock_cycle_bundle(cycle: bool = True, samples: int = 8, interval_s: float = 
     host = Host("node0", "x86_64", "5.15.0", 8, "3.11", "2.3.0")
     return Bundle(BUNDLE_SCHEMA, "0.1.0", t0 + samples * interval_s, host, job, tuple(snapshots),
                   options=Options(interval_s=interval_s))
+
+
+# --- a pipe no process can write, a peer that left -------------------------------------------------
+
+PIPE_RANK0, PIPE_RANK1, PIPE_WORKER, PIPE_CHILD, PIPE_DECODER = 500, 600, 601, 610, 611
+PIPE = "pipe:[88123]"
+_NO_GPU = GpuState("unavailable", "GPU sampling was not requested")
+_READ_CLIP = (("decode_clip", "/work/data.py", 40), ("Clips.__iter__", "/work/data.py", 61),
+              ("_IterableDatasetFetcher.fetch", _SITE + "torch/utils/data/_utils/fetch.py", 33), *_WORKER_BASE)
+_TIMER = _frames(("wait", _LIB + "threading.py", 331), ("Event.wait", _LIB + "threading.py", 629),
+                 ("Timer.run", _LIB + "threading.py", 1428), ("Thread._bootstrap", _LIB + "threading.py", 1002))
+_POPEN_WAIT = _frames(("Popen._try_wait", _LIB + "subprocess.py", 1955), ("Popen._wait", _LIB + "subprocess.py", 1997),
+                      ("Popen.wait", _LIB + "subprocess.py", 1264), ("save_audio", "/work/train.py", 140), *_TRAIN[1:])
+_COMPUTE = _frames(*_TRAIN)
+
+
+def _two_ranks(name: str, rank0: int, rank1: int, t0: float, env_extra: dict | None = None) -> list[ProcessInfo]:
+    env = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": name, "MASTER_PORT": "29500",
+           **(env_extra or {})}
+    cmd = ("/opt/venv/bin/python", "-u", "train.py")
+    return [ProcessInfo(rank0 - 1, 1, Role.LAUNCHER, ("/opt/venv/bin/python", "-m", "torch.distributed.run",
+                                                      "--nproc_per_node=2", "train.py"), "/usr/bin/python3.11", t0 - 31),
+            *(ProcessInfo(pid, rank0 - 1, Role.RANK, cmd, "/usr/bin/python3.11", t0 - 30,
+                          dict(env, RANK=str(n), LOCAL_RANK=str(n)), n, n, 0, 2, pid) for n, pid in enumerate((rank0, rank1)))]
+
+
+def _asleep(wchan: str, syscall: str, cpu: float, threads: int = 1, **fields) -> ProcStat:
+    return ProcStat(state="S", wchan=wchan, syscall=syscall, utime_s=cpu, stime_s=0.0, rss_bytes=1 << 30,
+                    num_threads=threads, io=IoCounters(1 << 20, 1 << 19, 0, 0, 100, 50), **fields)
+
+
+def _running(cpu: float, threads: int = 1, **fields) -> ProcStat:
+    return ProcStat(state="R", wchan=None, syscall="running", utime_s=cpu, stime_s=0.0, rss_bytes=1 << 30,
+                    num_threads=threads, io=IoCounters(1 << 20, 1 << 19, 0, 0, 100, 50), **fields)
+
+
+def pipe_bundle(writer: str = "self", reader: str = "worker", samples: int = 8, interval_s: float = INTERVAL_S,
+                t0: float = 1.7e9) -> Bundle:
+    """Rank 0 in all_reduce, rank 1 waiting on its DataLoader while its worker 0 (`reader`
+    "worker") decodes clips through a pipe; from the third sample on the worker sleeps reading
+    PIPE (its fd 5), its CPU flat. Who holds the pipe's write end (`writer`): "self" the worker
+    alone (fd 6), "decoder" the worker and its decoder child, alive and asleep between two writes
+    (a time.sleep), "outside" a process that is not the job's, "timer" the worker alone but with a
+    threading.Timer thread beside its main one, "fifo" / "fifo-deleted" the worker alone on a FIFO
+    whose path is there / gone, "fed" the worker alone, but reading only at the third sample (its
+    data came: running from the fourth). `reader` "child": rank 1 waits for a child (Popen.wait) that
+    reads PIPE (its fd 0) whose write end only rank 1 holds (fd 9); `writer` "sibling" adds a second
+    live child of rank 1, asleep in a time.sleep (a wait for any child would end with it)."""
+    procs = _two_ranks("pipes", PIPE_RANK0, PIPE_RANK1, t0)
+    rank1 = procs[2]
+    worker = ProcessInfo(PIPE_WORKER, PIPE_RANK1, Role.WORKER, rank1.cmdline, rank1.exe, t0 - 20, rank1.env, 1, 1, 0,
+                         2, PIPE_RANK1, 0, 1, "fork")
+    child = ProcessInfo(PIPE_CHILD, PIPE_RANK1, Role.CHILD, ("sox", "-", "-r", "16000", "out.wav"), "/usr/bin/sox",
+                        t0 - 5, {}, rank_pid=PIPE_RANK1)
+    decoder = ProcessInfo(PIPE_DECODER, PIPE_CHILD if reader == "child" else PIPE_WORKER, Role.CHILD,
+                          ("ffmpeg", "-i", "clip.flac", "-f", "s16le", "-"), "/usr/bin/ffmpeg", t0 - 4, {},
+                          rank_pid=PIPE_RANK1)
+    extra = [decoder] if writer in ("decoder", "sibling") else []
+    if writer == "sibling":
+        extra = [dataclasses.replace(decoder, ppid=PIPE_RANK1)]
+    procs += [worker, child] if reader == "child" else [worker]
+    procs += extra
+    target = {"fifo": "/tmp/clips.fifo", "fifo-deleted": "/tmp/clips.fifo (deleted)"}.get(writer, PIPE)
+    if reader == "child":
+        ends = (PipeEnd(PIPE_RANK1, 9),)
+    else:
+        ends = {"decoder": (PipeEnd(PIPE_WORKER, 6), PipeEnd(PIPE_DECODER, 1)),
+                "outside": (PipeEnd(99_999, 1),)}.get(writer, (PipeEnd(PIPE_WORKER, 6),))
+    snapshots = []
+    for k in range(samples):
+        reading = k >= 2 and not (writer == "fed" and k > 2)
+        cpu = 5.0 + 0.3 * (min(k, 2) if reading or writer != "fed" else k)
+        pipe = PipeRead(0 if reader == "child" else 5, target, ends)
+        rows = [ProcSample(PIPE_RANK0, True, _asleep("futex_wait_queue", "202", 10.0, 24),
+                           _stack(ALL_REDUCE, PIPE_RANK0, False, True)),
+                ProcSample(procs[0].pid, True, _stat(3.0, 1 << 20), None)]
+        if reader == "child":
+            rows.append(ProcSample(PIPE_RANK1, True, _asleep("do_wait", "61", 20.0, 24),
+                                   _stack(_POPEN_WAIT, PIPE_RANK1, False, True)))
+            rows.append(ProcSample(PIPE_WORKER, True, _stat(4.0, 1 << 20), _stack(WORKER_IDLE, PIPE_WORKER, False, False)))
+            rows.append(ProcSample(PIPE_CHILD, True, _asleep("anon_pipe_read", "0", cpu, pipe_read=pipe) if reading
+                                   else _running(cpu)))
+        else:
+            rows.append(ProcSample(PIPE_RANK1, True, _asleep("futex_wait_queue", "202", 20.0, 24),
+                                   _stack(DATALOADER_WAIT, PIPE_RANK1, False, True)))
+            threads = 2 if writer == "timer" else 1
+            stack = Stack((Thread(PIPE_WORKER, "MainThread", not reading, not reading, _frames(*_READ_CLIP)),)
+                          + ((Thread(PIPE_WORKER + 1, "Thread-1", False, False, _TIMER),) if threads == 2 else ()))
+            rows.append(ProcSample(PIPE_WORKER, True, _asleep("anon_pipe_read", "0", cpu, threads, pipe_read=pipe)
+                                   if reading else _running(cpu, threads), stack))
+        for proc in extra:
+            rows.append(ProcSample(proc.pid, True, _asleep("hrtimer_nanosleep", "35", 1.0 + 0.01 * k)))
+        snapshots.append(Snapshot(t0 + k * interval_s, 0.1, tuple(rows), _NO_GPU))
+    job = Job("pipes", "localhost", 29500, 2, procs[0].pid, tuple(procs))
+    return Bundle(BUNDLE_SCHEMA, "0.1.0", t0 + samples * interval_s, Host("node0", "x86_64", "6.18.0", 8, "3.11", "2.3.0"),
+                  job, tuple(snapshots), options=Options(interval_s=interval_s))
+
+
+PEER_RANK0, PEER_RANK1 = 700, 800
+LISTENER = "10.0.0.1:41000"
+REMOTE_PEER = "10.0.0.2:51234"
+
+
+def peer_bundle(shape: str = "exited", samples: int = 8, interval_s: float = INTERVAL_S, t0: float = 1.7e9) -> Bundle:
+    """Two ranks stepping together for two samples (each sample a step further, their CPU rising),
+    then, from the third on, rank 0 in all_reduce, its CPU flat. `shape` "exited": rank 1 exited
+    with code 0 just before the third sample; "failed": with code 1; "exited-late": rank 1 exited
+    with code 0, but rank 0 computes on (its own checkpoint) instead of waiting; "closed": rank 1 waits
+    in all_reduce too, and rank 0's connection from a peer on another node, accepted on its
+    listening port, is in CLOSE_WAIT; "closed-web": the connection in CLOSE_WAIT is rank 0's own to
+    a web service; "closed-stepping": rank 0's listener connection is in CLOSE_WAIT while both ranks
+    keep stepping."""
+    procs = _two_ranks("peers", PEER_RANK0, PEER_RANK1, t0)
+    gone = shape in ("exited", "failed", "exited-late")
+    left_at = t0 + 2 * interval_s - 0.5
+    stepping = shape == "closed-stepping"
+    snapshots = []
+    for k in range(samples):
+        stuck = k >= 2 and not stepping
+        rows = [ProcSample(procs[0].pid, True, _stat(3.0, 1 << 20), None)]
+        socks = (TcpSocket("0.0.0.0:41000", "0.0.0.0:0", "LISTEN"), TcpSocket("127.0.0.1:45000", "127.0.0.1:46000",
+                                                                             "ESTABLISHED" if not gone or k < 2 else "CLOSE_WAIT"))
+        if k >= 2 and shape in ("closed", "closed-stepping"):
+            socks += (TcpSocket(LISTENER, REMOTE_PEER, "CLOSE_WAIT"),)
+        if k >= 2 and shape == "closed-web":
+            socks += (TcpSocket("10.0.0.1:53312", "93.184.216.34:443", "CLOSE_WAIT"),)
+        busy = not stuck or shape == "exited-late"
+        cpu0 = 10.0 + 0.5 * (k if busy else 2)
+        frames0 = _COMPUTE if busy else ALL_REDUCE
+        stat0 = (_running(cpu0, 24, sockets=socks) if busy
+                 else _asleep("futex_wait_queue", "202", cpu0, 24, sockets=socks))
+        rows.append(ProcSample(PEER_RANK0, True, stat0, _stack(frames0, PEER_RANK0, busy, True)))
+        if gone and k >= 2:
+            rows.append(ProcSample(PEER_RANK1, False, None, None, ("proc: could not collect: the process has exited",)))
+        else:
+            socks1 = (TcpSocket("0.0.0.0:42000", "0.0.0.0:0", "LISTEN"), TcpSocket("127.0.0.1:46000", "127.0.0.1:45000",
+                                                                                 "ESTABLISHED"))
+            cpu1 = 20.0 + 0.5 * (k if not stuck else 2)
+            stat1 = (_running(cpu1, 24, sockets=socks1) if not stuck
+                     else _asleep("futex_wait_queue", "202", cpu1, 24, sockets=socks1))
+            rows.append(ProcSample(PEER_RANK1, True, stat1, _stack(_COMPUTE if not stuck else ALL_REDUCE, PEER_RANK1,
+                                                                   not stuck, True)))
+        snapshots.append(Snapshot(t0 + k * interval_s, 0.1, tuple(rows), _NO_GPU, output_step=k if not stuck else 2))
+    exits = (ProcessExit(PEER_RANK1, left_at, code=1 if shape == "failed" else 0, source="zombie"),) if gone else ()
+    job = Job("peers", "localhost", 29500, 2, procs[0].pid, tuple(procs))
+    return Bundle(BUNDLE_SCHEMA, "0.1.0", t0 + samples * interval_s, Host("node0", "x86_64", "6.18.0", 8, "3.11", "2.3.0"),
+                  job, tuple(snapshots), options=Options(interval_s=interval_s), exits=exits)
 
 
 # --- crafted but legal bundles that once cost minutes or gigabytes (issue 35, item 9) ----------------

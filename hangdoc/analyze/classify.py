@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 
 from hangdoc.base.syscalls import OPENS
-from hangdoc.model import Frame, ProcSample, ProcStat, RankState, Stack, Thread, Wait, WorkerState
+from hangdoc.model import CHILD_WAIT_WCHANS, Frame, ProcSample, ProcStat, RankState, Stack, Thread, Wait, WorkerState
 from hangdoc.model.stack import DEBUGGER_PACKAGES as _DEBUGGER_PACKAGES, own_frame, per_stack, signature
 
 
@@ -73,7 +73,6 @@ _LOCK_CALLS = ("flock", "lockf", "lockf64", "__flock", "fcntl_flock", "fcntl_loc
                "fcntl_lockf_impl")
 _SUBPROCESS_WAITS = ("run", "call", "check_call", "check_output", "getoutput", "getstatusoutput", "Popen.wait",
                      "Popen._wait", "Popen._try_wait", "Popen.communicate", "Popen._communicate")
-_CHILD_WCHANS = ("do_wait", "kernel_wait4", "wait_consider_task")
 _HANDOFF_FILES = ("/threading.py", "/queue.py", "concurrent/futures/")
 _HANDOFFS = ("Queue.get", "Queue.put", "Queue.join", "Event.wait", "Condition.wait", "Condition.wait_for",
              "Future.result", "Barrier.wait")
@@ -176,7 +175,7 @@ def waits_on(thread: Thread, proc: ProcStat | None = None) -> Wait | None:
         return Wait.DEBUGGER
     if proc is not None and proc.in_file_lock or lead.lock:
         return Wait.FILE_LOCK
-    if (proc is not None and proc.wchan in _CHILD_WCHANS) or lead.child:
+    if (proc is not None and proc.wchan in CHILD_WAIT_WCHANS) or lead.child:
         return Wait.CHILD
     if not thread.active and lead.handoff:
         return Wait.THREAD
@@ -189,7 +188,7 @@ def _kernel_wait(proc: ProcStat | None) -> Wait | None:
         return None
     if proc.in_file_lock:
         return Wait.FILE_LOCK
-    return Wait.CHILD if proc.wchan in _CHILD_WCHANS else None
+    return Wait.CHILD if proc.wchan in CHILD_WAIT_WCHANS else None
 
 
 def classify_rank(sample: ProcSample | None) -> Reading:

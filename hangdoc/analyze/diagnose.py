@@ -3,8 +3,9 @@
 The verdict is `hang` once no rank has stepped (its own loop moved on, `analyze/progress.py`)
 nor done I/O of its own for the threshold (given, or learned from the job's step rhythm),
 while some rank waits in a collective or nothing moves at all; sooner, once a fact proves it (a
-rank or worker stopped, a forked worker on a lock no thread of its own holds, a pdb prompt, a
-wait whose feeding thread is gone: `analyze/proofs.py`) and no rank stepped since. The culprits are the ranks
+rank or worker stopped, a forked worker on a lock no thread of its own holds, a pipe no process can
+write, a pdb prompt, a wait whose feeding thread is gone, a collective whose peer left:
+`analyze/proofs.py`) and no rank stepped since. The culprits are the ranks
 outside the majority's collective (a straggler), or the ranks in a different collective
 (a mismatch). `suspect`: the ranks are split (some wait in a collective for the others) and
 the bundle cannot show them moving: one instant, or quiet for a third of the threshold and
@@ -34,7 +35,7 @@ from hangdoc.analyze.progress import (
 from hangdoc.analyze.shares import rank_shares, runqueue_share, workers_cpu
 from hangdoc.analyze.slow import SlowCall, long_batch, slow_call
 from hangdoc.analyze.rendezvous import joining, joining_since, not_joined, setup_name, store_fields
-from hangdoc.analyze.proofs import first_proof, proof_of
+from hangdoc.analyze.proofs import first_proof, named_culprits, proof_of
 from hangdoc.analyze.restarts import newest_output, restarts_of
 from hangdoc.analyze.timeline import Timeline, raw_points, still, timelines
 from hangdoc.analyze.witnesses import job_witnesses
@@ -297,13 +298,13 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
 
 
 def _proven(ranks: Sequence[RankDigest], beat: Rhythm) -> tuple[Proof, tuple[int, ...]] | None:
-    """The proof that names the hang now, and the ranks proofs hold of: a proof counts only where
+    """The proof that names the hang now, and the ranks proofs name: a proof counts only where
     no rank stepped since it began (a job that still moves proves nothing, whatever one process shows)."""
     held = [r for r in ranks if r.proof is not None and gone_at(r) is None and r.proof.since >= beat.quiet_since]
     proof = first_proof([r.proof for r in held])
     if proof is None:
         return None
-    return proof, tuple(sorted(r.rank for r in held if r.rank is not None))
+    return proof, named_culprits([(r.rank, r.proof) for r in held])
 
 
 def _suspect_after(beat: Rhythm) -> float:

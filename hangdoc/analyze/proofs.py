@@ -4,117 +4,79 @@ of progress. Pure.
 The threshold (`progress.rhythm`) names a hang from quiet alone, so it waits out the job's slowest
 step. Some hangs show themselves: a process stopped (state T), a forked DataLoader worker asleep
 on a lock that no thread of its own can release, processes of the job each asleep on a file lock
-the next one holds (a wait-for cycle, /proc/locks), a pdb prompt reading stdin, a wait on a queue
-or event whose feeding thread is gone. Each is a `Proof` once two samples at least PROOF_SPAN_S apart
-agree on it with the process's CPU flat between them (a process stopped for an instant, a lock
+the next one holds (a wait-for cycle, /proc/locks), a read on a pipe no process can write, a pdb
+prompt reading stdin, a wait on a queue or event whose feeding thread is gone, a collective whose
+peer left (the pipe's and the peer's are in `analyze/cutoff.py`: waits cut off from what would end
+them). Each is a `Proof` once two samples at least PROOF_SPAN_S apart agree on it with the
+process's CPU flat between them (`analyze/proving.py`: a process stopped for an instant, a lock
 taken and released, a prompt answered at once never agree for that long); `decide` names the hang
 then, if no rank stepped since the proof began.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from hangdoc.analyze.classify import Reading, classify_rank, own_frame, signature
-from hangdoc.analyze.timeline import CPU_NOISE_S
+from hangdoc.analyze.cutoff import peer_gone, pipe_no_writer
+from hangdoc.analyze.proving import (
+    PROOF_SPAN_S, RUN_LIMIT, Fact, agreeing, alive, at_line, cpu_used, named, proven, still_since, who,
+)
 from hangdoc.model import (
     Bundle, FileLock, ProcessInfo, ProcSample, Proof, ProofKind, RankState, Role, Thread, Wait,
 )
 
-PROOF_SPAN_S = 1.5     # seconds two agreeing samples must span: the default interval's second sample
-RUN_LIMIT = 64         # samples looked back through for the first that showed a fact
-CYCLE_LIMIT = 16       # processes followed from waiter to holder before a chain is given up
+__all__ = ["PROOF_SPAN_S", "agreeing", "first_proof", "proof_of"]
 
-# holds(sample) -> True: the fact holds at this sample; False: it does not; None: this sample
-# cannot tell (no stack read this round, a light /proc read).
-Fact = Callable[[ProcSample], "bool | None"]
+CYCLE_LIMIT = 16       # processes followed from waiter to holder before a chain is given up
 
 
 def proof_of(bundle: Bundle, rank: ProcessInfo, reading: Reading) -> Proof | None:
     """The most telling proof that `rank` (or a worker it waits on) can never step again; None
     where there is none. `reading`: the rank's at the last sample."""
-    workers = [w for w in bundle.job.children_of(rank.pid) if w.role is Role.WORKER and _alive(bundle, w.pid)]
+    workers = [w for w in bundle.job.children_of(rank.pid) if w.role is Role.WORKER and alive(bundle, w.pid)]
     finders = [_stopped]
     if reading.state == RankState.DATALOADER:
         finders.append(_fork_lock)
     if reading.state == RankState.DATALOADER or reading.detail == Wait.FILE_LOCK:
         finders.append(_lock_cycle)
     if reading.detail == Wait.DEBUGGER:
-        finders.append(_pdb_prompt)
+        finders.append(_pdb_prompt)         # its stdin is often a pipe no process writes: the prompt says more
     if reading.detail == Wait.THREAD:
         finders.append(_dead_producer)
+    finders.append(pipe_no_writer)
+    if reading.state == RankState.COLLECTIVE:
+        finders.append(peer_gone)
     for find in finders:
-        proof = find(bundle, rank, workers, reading.state)
+        proof = find(bundle, rank, workers, reading)
         if proof is not None:
             return proof
     return None
 
 
-def _alive(bundle: Bundle, pid: int) -> bool:
-    sample = bundle.last.sample_of(pid)
-    return sample is not None and sample.alive and (sample.proc is None or sample.proc.state not in ("Z", "X"))
-
-
-def agreeing(bundle: Bundle, pid: int, holds: Fact) -> list[tuple[float, ProcSample]]:
-    """The trailing run of samples of `pid` at which `holds`, its CPU flat over the run (within
-    CPU_NOISE_S of the last): empty where the last sample that can tell says it does not."""
-    run: list[tuple[float, ProcSample]] = []
-    end_cpu = None
-    for snapshot in reversed(bundle.samples[-RUN_LIMIT:]):
-        sample = snapshot.sample_of(pid)
-        if sample is None or not sample.alive:
-            break
-        said = holds(sample)
-        if said is None:
-            continue
-        cpu = sample.proc.cpu_s if sample.proc is not None else None
-        if not said or cpu is None or (end_cpu is not None and end_cpu - cpu > CPU_NOISE_S):
-            break
-        end_cpu = cpu if end_cpu is None else end_cpu
-        run.append((snapshot.time, sample))
-    run.reverse()
-    return run
-
-
-def _proven(run: list[tuple[float, ProcSample]]) -> bool:
-    return len(run) >= 2 and run[-1][0] - run[0][0] >= PROOF_SPAN_S
-
-
-def _name(rank: ProcessInfo, worker: ProcessInfo | None = None) -> str:
-    who = f"rank {rank.rank}" if rank.rank is not None else f"pid {rank.node_pid}"
-    if worker is None:
-        return f"{who} (pid {rank.node_pid})"
-    index = worker.worker_index if worker.worker_index is not None else "?"
-    return f"{who}'s DataLoader worker {index} (pid {worker.node_pid})"
-
-
-def _cpu(run) -> float:
-    return run[-1][1].proc.cpu_s - run[0][1].proc.cpu_s
-
-
-def _stopped(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], state: str) -> Proof | None:
+def _stopped(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], reading: Reading) -> Proof | None:
     """The rank, or a worker of a rank waiting on its data, in state T (SIGSTOP, Ctrl-Z, a debugger's
     stop; not "t", the tracing stop a stack read makes): it runs no code until something continues it."""
-    subjects = [(rank, None)] + [(rank, w) for w in workers if state == RankState.DATALOADER]
+    subjects = [(rank, None)] + [(rank, w) for w in workers if reading.state == RankState.DATALOADER]
     for owner, worker in subjects:
         run = agreeing(bundle, (worker or owner).pid,
                        lambda s: s.proc.state == "T" if s.proc is not None else None)
-        if _proven(run):
+        if proven(run):
             frame = own_frame(signature(run[-1][1]))
             at = f" at {frame.label}" if frame is not None else ""
             tail = f", and rank {rank.rank} waits for its data" if worker is not None else ""
             return Proof(ProofKind.STOPPED.value, run[0][0], run[-1][0],
-                         f"{_name(owner, worker)} is stopped (state T: SIGSTOP, Ctrl-Z or a debugger){at} at every "
+                         f"{named(owner, worker)} is stopped (state T: SIGSTOP, Ctrl-Z or a debugger){at} at every "
                          f"sample for {run[-1][0] - run[0][0]:.1f} s: it runs no code until it is continued{tail}",
                          (worker or owner).node_pid)
     return None
 
 
-def _fork_lock(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], state: str) -> Proof | None:
+def _fork_lock(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], reading: Reading) -> Proof | None:
     """A forked worker of a rank waiting on its data, asleep in a futex at a line of the job's own
     code (a lock's acquire), none of its threads running the job's code and none of its rank's
     workers using CPU: the lock's holder is no thread of this process. It was held by a thread of
     the rank when the worker was forked, and the copy stays held for ever."""
-    if state != RankState.DATALOADER:
+    if reading.state != RankState.DATALOADER:
         return None
     for worker in workers:
         if worker.start_method != "fork":
@@ -122,12 +84,12 @@ def _fork_lock(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], st
         run = agreeing(bundle, worker.pid, _on_own_lock)
         while run and run[0][1].stack is None:     # before a stack showed the lock
             run = run[1:]
-        if not _proven(run) or not _siblings_still(bundle, workers, run[0][0]):
+        if not proven(run) or not _siblings_still(bundle, workers, run[0][0]):
             continue
         frame = own_frame(signature(next(s for _, s in reversed(run) if s.stack is not None)))
         return Proof(ProofKind.FORK_LOCK.value, run[0][0], run[-1][0],
-                     f"{_name(rank, worker)}, forked, waits on a lock at {frame.label if frame else '?'} (asleep in a "
-                     f"futex, {_cpu(run):.2f} s CPU over {run[-1][0] - run[0][0]:.1f} s) that no thread of its "
+                     f"{named(rank, worker)}, forked, waits on a lock at {frame.label if frame else '?'} (asleep in a "
+                     f"futex, {cpu_used(run):.2f} s CPU over {run[-1][0] - run[0][0]:.1f} s) that no thread of its "
                      f"own holds: none of its threads runs the job's code, so the lock is held by a thread that "
                      f"does not exist in this process" + _holders(bundle, rank), worker.node_pid)
     return None
@@ -151,12 +113,7 @@ def _on_own_lock(sample: ProcSample) -> bool | None:
 def _siblings_still(bundle: Bundle, workers: list[ProcessInfo], since: float) -> bool:
     """No worker of the rank used CPU since `since`: none holds a lock they share (a
     multiprocessing.Lock) while it works."""
-    for worker in workers:
-        cpu = [s.proc.cpu_s for snap in bundle.samples[-RUN_LIMIT:] if snap.time >= since
-               and (s := snap.sample_of(worker.pid)) is not None and s.proc is not None]
-        if len(cpu) >= 2 and cpu[-1] - cpu[0] > CPU_NOISE_S:
-            return False
-    return True
+    return all(still_since(bundle, worker.pid, since) for worker in workers)
 
 
 def _holders(bundle: Bundle, rank: ProcessInfo) -> str:
@@ -170,12 +127,12 @@ def _holders(bundle: Bundle, rank: ProcessInfo) -> str:
     return f" (rank {rank.rank}'s own thread{'s' if len(threads) > 1 else ''}: {named})"
 
 
-def _lock_cycle(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], state: str) -> Proof | None:
+def _lock_cycle(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], reading: Reading) -> Proof | None:
     """The rank, or a worker of a rank waiting on its data, asleep on a file lock whose holder is
     asleep on a file lock ... whose holder is the first: /proc/locks names each holder, the kernel
     (wchan) each sleep, the same at every sample, their CPU flat. None of them can take its lock
     until another lets go, and none runs to let go (flock and OFD locks have no deadlock check)."""
-    for subject in [rank] + (workers if state == RankState.DATALOADER else []):
+    for subject in [rank] + (workers if reading.state == RankState.DATALOADER else []):
         cycle = _cycle_from(bundle, subject)
         if cycle is None:
             continue
@@ -184,17 +141,17 @@ def _lock_cycle(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], s
             continue
         since = max(run[0][0] for run in runs)
         runs = [[(t, s) for t, s in run if t >= since] for run in runs]
-        if not all(_proven(run) for run in runs):
+        if not all(proven(run) for run in runs):
             continue
         at = min(run[-1][0] for run in runs)
-        said = f"{_who(bundle, subject)}{_at(runs[0])}"
+        said = f"{who(bundle, subject)}{at_line(runs[0])}"
         for n, (_, lock) in enumerate(cycle):
             holder = cycle[(n + 1) % len(cycle)][0]
-            held_by = _who(bundle, holder, short=True) if holder is subject else _who(bundle, holder) + _at(runs[n + 1])
+            held_by = who(bundle, holder, short=True) if holder is subject else who(bundle, holder) + at_line(runs[n + 1])
             said += f"{', which' if n else ''} waits for {lock.path or 'inode ' + lock.inode} held by {held_by}"
         return Proof(ProofKind.LOCK_CYCLE.value, since, at,
                      f"{said}: a wait-for cycle on file locks, each asleep in the kernel's lock wait at every sample "
-                     f"for {at - since:.1f} s ({max(_cpu(run) for run in runs):.2f} s CPU at most); none can take "
+                     f"for {at - since:.1f} s ({max(cpu_used(run) for run in runs):.2f} s CPU at most); none can take "
                      "its lock until another lets go, and none runs to let go", subject.node_pid)
     return None
 
@@ -238,25 +195,7 @@ def _waits_for(lock: FileLock) -> Fact:
     return holds
 
 
-def _who(bundle: Bundle, proc: ProcessInfo, short: bool = False) -> str:
-    """A process of the job in the proof's words: "rank 0 (pid 10)", "rank 1's DataLoader worker 2
-    (pid 21)"; `short`: without the pid, once the process was named with it."""
-    owner = bundle.job.info(proc.rank_pid) if proc.rank_pid not in (None, proc.pid) else None
-    if proc.role is Role.RANK or (proc.role is Role.WORKER and owner is not None):
-        said = _name(proc) if proc.role is Role.RANK else _name(owner, proc)
-        return said.split(" (pid ")[0] if short else said
-    whose = f"rank {owner.rank}'s " if owner is not None and owner.rank is not None else ""
-    return f"{whose}{'child process' if proc.role is Role.CHILD else proc.role.value} (pid {proc.node_pid})"
-
-
-def _at(run: list[tuple[float, ProcSample]]) -> str:
-    """" at" the job's own line it waits at, from its latest stack read; empty where none showed one."""
-    sample = next((s for _, s in reversed(run) if s.stack is not None), None)
-    frame = own_frame(signature(sample)) if sample is not None else None
-    return f" at {frame.label}" if frame is not None else ""
-
-
-def _pdb_prompt(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], state: str) -> Proof | None:
+def _pdb_prompt(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], reading: Reading) -> Proof | None:
     """The rank's main thread in pdb's command loop reading stdin, stopped at the same line at
     every sample: the job runs no further until someone answers the prompt."""
     last = bundle.last.sample_of(rank.pid)
@@ -270,18 +209,18 @@ def _pdb_prompt(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], s
         return signature(sample) == key and classify_rank(sample).detail == Wait.DEBUGGER
 
     run = agreeing(bundle, rank.pid, at_prompt)
-    if not _proven(run):
+    if not proven(run):
         return None
     frame = own_frame(key)
     stdin = next((link for link in last.proc.fd_links if link.fd == 0), None) if last.proc is not None else None
     reads = f" reading its stdin ({stdin.target})" if stdin is not None else " reading its stdin"
     return Proof(ProofKind.PDB_PROMPT.value, run[0][0], run[-1][0],
-                 f"{_name(rank)} sits at a pdb prompt{reads}, stopped at {frame.label if frame else '?'} at every "
-                 f"sample for {run[-1][0] - run[0][0]:.1f} s ({_cpu(run):.2f} s CPU): it runs nothing until "
+                 f"{named(rank)} sits at a pdb prompt{reads}, stopped at {frame.label if frame else '?'} at every "
+                 f"sample for {run[-1][0] - run[0][0]:.1f} s ({cpu_used(run):.2f} s CPU): it runs nothing until "
                  "someone answers the prompt", rank.node_pid)
 
 
-def _dead_producer(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], state: str) -> Proof | None:
+def _dead_producer(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], reading: Reading) -> Proof | None:
     """The rank's main thread waits on a queue or event (a handoff from its own line), a thread of
     the job's own code seen in an earlier stack of it is in none since, and no thread of the job's
     code but the main one is left to feed it."""
@@ -309,11 +248,11 @@ def _dead_producer(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo]
         return thread.tid not in tids and classify_rank(sample).detail == Wait.THREAD
 
     run = [(t, s) for t, s in agreeing(bundle, rank.pid, waits_unfed) if t > last_seen]
-    if not _proven(run):
+    if not proven(run):
         return None
     frame = own_frame(signature(run[-1][1]))
     return Proof(ProofKind.DEAD_PRODUCER.value, run[0][0], run[-1][0],
-                 f"{_name(rank)} waits at {frame.label if frame else '?'} for its thread {thread.name!r} "
+                 f"{named(rank)} waits at {frame.label if frame else '?'} for its thread {thread.name!r} "
                  f"({thread.tid:#x}), which is gone: in none of its stacks for {run[-1][0] - last_seen:.1f} s, last seen at "
                  f"{own_frame(thread.frames).label}, and no thread of the job's own code is left to feed the wait",
                  rank.node_pid)
@@ -323,3 +262,10 @@ def first_proof(proofs: Sequence[Proof]) -> Proof | None:
     """The most telling of several proofs (ProofKind's order), the earliest of a kind."""
     order = [k.value for k in ProofKind]
     return min(proofs, key=lambda p: (order.index(p.kind), p.since), default=None)
+
+
+def named_culprits(held: Sequence[tuple[int | None, Proof]]) -> tuple[int, ...]:
+    """The ranks the proofs that ranks hold name: each its own rank, or the ranks it names instead
+    (peer-gone: the peer that left)."""
+    named = {n for rank, proof in held for n in (proof.culprits if proof.culprits is not None else (rank,))}
+    return tuple(sorted(n for n in named if n is not None))

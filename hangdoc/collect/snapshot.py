@@ -13,6 +13,7 @@ from typing import Callable
 
 from hangdoc.base.redact import redact_cached
 from hangdoc.collect.locks import lock_waits
+from hangdoc.collect.pipes import PipeScan, pipe_read_of
 from hangdoc.collect.procfs import REUSED, ProcDenied, ProcFS, ProcGone, ProcReused
 from hangdoc.collect.resources import cpu_quota, shm_use
 from hangdoc.collect.sockets import SocketReader
@@ -34,6 +35,7 @@ class Probes:
     clock: Callable[[], float] = time.time
     max_parallel: int | None = None
     sockets: SocketReader = dataclasses.field(default_factory=SocketReader)
+    pipes: PipeScan = dataclasses.field(default_factory=PipeScan)
 
 
 def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
@@ -79,6 +81,7 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
         procs = {pid: _read_proc(probes.procfs, pid, pid not in light, links.get(pid, ()), start_times.get(pid))
                  for pid in pids}
         procs = _with_lock_holders(probes.procfs, procs)
+        procs = _with_pipe_writers(probes.procfs, probes.pipes, procs)
         ranks = {p.pid for p in job.processes if p.role is Role.RANK} - light
         procs = _with_rank_reads(probes, procs, ranks, steady)
         if stacks_future is not None:
@@ -166,6 +169,26 @@ def _with_lock_holders(procfs: ProcFS, procs: dict):
             procs[pid] = (stat, errors + (f"locks: could not collect: {error}",), alive)
         elif pid in found:
             procs[pid] = (dataclasses.replace(stat, locks=found[pid]), errors, alive)
+    return procs
+
+
+def _with_pipe_writers(procfs: ProcFS, scan: PipeScan, procs: dict):
+    """The processes asleep reading a pipe get the pipe, and who holds its write end, read over the node once."""
+    asleep = [pid for pid, (stat, _, _) in procs.items() if stat is not None and stat.full and stat.in_pipe_read]
+    reading = {pid: read for pid in asleep if (read := pipe_read_of(procfs, pid)) is not None}
+    if not reading:
+        return procs
+    try:
+        found, unread = scan.writers(procfs, {read.target for read in reading.values()})
+    except OSError as exc:
+        for pid in reading:
+            stat, errors, alive = procs[pid]
+            procs[pid] = (stat, errors + (f"pipes: could not collect: {exc.strerror or exc}",), alive)
+        return procs
+    for pid, read in reading.items():
+        stat, errors, alive = procs[pid]
+        pipe = dataclasses.replace(read, writers=found[read.target], unread=unread)
+        procs[pid] = (dataclasses.replace(stat, pipe_read=pipe), errors, alive)
     return procs
 
 

@@ -8,9 +8,11 @@ Sampling is gentle: a rank that stepped at the last sample (and its workers) is 
 `py-spy --nonblocking`, which does not pause its threads; a rank that looks stuck, and every
 process at the first round, is read blocking, for a consistent stack. A rank spinning or dwelling
 at one line is probed natively until a wait is found there (SPIN_PROBES times at most), a worker
-asleep in a futex beside a rank waiting on its data once per stack. A worker last seen asleep on
-a file lock, or holding one a process of the job waits for, gets the full /proc read every round:
-the kernel's wait and /proc/locks' holder are what prove a wait-for cycle.
+asleep in a futex beside a rank waiting on its data once per stack. The workers of a rank caught
+waiting on its data at the last sample, and a worker last seen asleep on a file lock or reading a
+pipe, or holding a file lock a process of the job waits for, get the full /proc read every round:
+the kernel's wait, /proc/locks' holder and the pipe's writers are what prove a wait-for cycle, or
+a pipe no process can write.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from hangdoc.model import RankState, Role
 DWELL_SAMPLES = 3   # a stepping rank caught computing at one line this many samples in a row is probed
 DWELL_PROBES = 2    # at most this many times a watch (about 0.2 s of CPU each, a 0.3-0.5 s pause)
 SPIN_PROBES = 3     # a place a rank spins at is probed at most this many times while no wait is found there
-FILE_LOCK_LOOKBACK = 8   # samples looked back through for a worker's last full /proc read
+KERNEL_WAIT_LOOKBACK = 8   # samples looked back through for a worker's last full /proc read
 
 
 @dataclass(frozen=True)
@@ -52,11 +54,15 @@ class Sampling:
         waiting_on_data = self._ranks_waiting_on_data()
         wanted = self._stack_pids(all_workers, waiting_on_data)
         # Workers nobody looks at this round get the cheap /proc read (no open files, no kernel wait),
-        # but one seen asleep on a file lock or holding one a process waits for: /proc/locks, read
-        # with the kernel wait, names each holder (a wait-for cycle's proof, analyze/proofs.py).
+        # but those of a rank caught waiting on its data at the last sample (their stacks wait for a
+        # second sighting; a full /proc read costs half a millisecond), and one seen asleep on a file
+        # lock or a pipe read, or holding a lock a process waits for: /proc/locks and the pipe's
+        # writers, read with the kernel wait, name who could end the wait (a wait-for cycle's proof,
+        # a pipe's: analyze/proofs.py).
+        caught = self._ranks_waiting_on_data(once=True)
         holders = self._lock_holders()
         light = {p.pid for p in self.job.processes if p.role is Role.WORKER and p.pid not in wanted
-                 and p.rank_pid not in waiting_on_data and p.pid not in holders and not self._on_file_lock(p.pid)}
+                 and p.rank_pid not in caught and p.pid not in holders and not self._in_kernel_wait(p.pid)}
         blocked = self._blocked_workers(waiting_on_data)
         wanted |= blocked
         probe = (self._spinning() | blocked) & wanted   # read paused, with native frames, this once
@@ -220,12 +226,13 @@ class Sampling:
         return {lock.holder_pid for s in self.samples[-1].processes if s.proc is not None
                 for lock in s.proc.locks if lock.holder_pid}
 
-    def _on_file_lock(self, pid: int) -> bool:
-        """Its last full /proc read, among the last few samples, showed it asleep on a file lock."""
-        for snapshot in islice(reversed(self.samples), FILE_LOCK_LOOKBACK):
+    def _in_kernel_wait(self, pid: int) -> bool:
+        """Its last full /proc read, among the last few samples, showed it asleep on a file lock or
+        reading a pipe."""
+        for snapshot in islice(reversed(self.samples), KERNEL_WAIT_LOOKBACK):
             sample = snapshot.sample_of(pid)
             if sample is not None and sample.proc is not None and sample.proc.full:
-                return sample.proc.in_file_lock
+                return sample.proc.in_file_lock or sample.proc.in_pipe_read
         return False
 
     def _parked(self, pid: int) -> bool:
@@ -248,20 +255,21 @@ class Sampling:
         return {p.pid for p in self.job.processes
                 if p.pid not in known or (last.sample_of(p.pid) and last.sample_of(p.pid).alive)}
 
-    def _ranks_waiting_on_data(self) -> set[int]:
-        """Ranks caught waiting on their DataLoader in the last two samples running. One sample is
-        not enough: a healthy rank is caught between batches now and then (on a busy 8 x 8 node a
-        rank in ten, every round), and its workers' stacks would be read for nothing; but it is in a
-        quiet past most of the job's longest step (`overdue`, the watch's last decision), when the workers
-        may hold what proves a hang and a round sooner counts."""
+    def _ranks_waiting_on_data(self, once: bool = False) -> set[int]:
+        """Ranks caught waiting on their DataLoader in the last two samples running (`once`: at the
+        last sample). One sample is not enough for the workers' stacks: a healthy rank is caught
+        between batches now and then (on a busy 8 x 8 node a rank in ten, every round), and they
+        would be read for nothing; but it is in a quiet past most of the job's longest step
+        (`overdue`, the watch's last decision), when the workers may hold what proves a hang and a
+        round sooner counts."""
         from hangdoc.analyze.classify import classify_rank
 
-        if len(self.samples) < 2:
+        if len(self.samples) < (1 if once else 2):
             return set()
-        last, before = self.samples[-1], self.samples[-2]
+        last, before = self.samples[-1], self.samples[-2] if len(self.samples) >= 2 else None
 
         def waits(sample) -> bool:
             return sample is not None and classify_rank(sample).state == RankState.DATALOADER
 
-        return {r.pid for r in self.job.by_role(Role.RANK)
-                if waits(last.sample_of(r.pid)) and (self.overdue or waits(before.sample_of(r.pid)))}
+        return {r.pid for r in self.job.by_role(Role.RANK) if waits(last.sample_of(r.pid))
+                and (once or self.overdue or waits(before.sample_of(r.pid)))}

@@ -1,7 +1,7 @@
-"""The plain data at hangdoc's centre: what a capture holds (`capture`, its stacks in `stack`, the
-job's own collective record in `flight`, the programs a rank runs under in `wrapper`), a node's own
-reading of its ranks (`digest`), what a report says (`report`), and the record every slug is
-declared by (`rule`), over one vocabulary (`vocab`). Frozen dataclasses and enums only; each room's schema version lives beside it.
+"""The plain data at hangdoc's centre: what a capture holds (`capture`, its stacks in `stack`, what
+a process sleeps on in the kernel in `kernel`, the job's own collective record in `flight`, the
+programs a rank runs under in `wrapper`), a node's own reading of its ranks (`digest`), what a
+report says (`report`), and the record every slug is declared by (`rule`), over one vocabulary (`vocab`). Frozen dataclasses and enums only; each room's schema version lives beside it.
 
 Every name is importable from `hangdoc.model` itself.
 """
@@ -13,9 +13,12 @@ from hangdoc.model.vocab import (
 from hangdoc.model.stack import Frame, FrameMark, LoopMark, Stack, Thread, is_job_file
 from hangdoc.model.flight import FlightRecord, FrConfig, FrEntry, FrFrame, FrGroup, RasComm, RasStatus
 from hangdoc.model.capture import (
-    BUNDLE_SCHEMA, FILE_LOCK_WCHANS, PID_STRIDE, Bundle, DataListCopy, FdLink, FileLock, GpuDevice, GpuProcess,
-    GpuState, Host, IoCounters, Job, LogTail, OomCount, OpenFile, Options, ProcessExit, ProcessInfo, ProcSample,
-    ProcStat, ShmUse, Snapshot, TcpSocket, ThreadCounters, CpuQuota,
+    BUNDLE_SCHEMA, PID_STRIDE, Bundle, DataListCopy, FdLink, GpuDevice, GpuProcess, GpuState, Host, IoCounters, Job,
+    LogTail, OomCount, OpenFile, Options, ProcessExit, ProcessInfo, ProcSample, ProcStat, ShmUse, Snapshot, TcpSocket,
+    ThreadCounters, CpuQuota,
+)
+from hangdoc.model.kernel import (
+    CHILD_WAIT_WCHANS, FILE_LOCK_WCHANS, MAX_PIPE_WRITERS, PIPE_READ_WCHANS, FileLock, PipeEnd, PipeRead,
 )
 from hangdoc.model.wrapper import Wrapper
 from hangdoc.model.digest import DIGEST_VERSION, DigestWorker, NodeDigest, Proof, RankDigest, ShareCounts, StepSummary
@@ -53,6 +56,11 @@ __all__ = [
     "FILE_LOCK_WCHANS",
     "FdLink",
     "FileLock",
+    "CHILD_WAIT_WCHANS",
+    "MAX_PIPE_WRITERS",
+    "PIPE_READ_WCHANS",
+    "PipeEnd",
+    "PipeRead",
     "FlightRecord",
     "FrConfig",
     "FrEntry",

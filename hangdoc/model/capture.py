@@ -14,6 +14,7 @@ from functools import cached_property
 from hangdoc.base.parse import cpu_list, to_int
 from hangdoc.model.flight import FlightRecord, FrConfig, RasStatus
 from hangdoc.model.gpu import GpuDevice, GpuProcess, GpuState  # noqa: F401 - importable from here as before
+from hangdoc.model.kernel import FILE_LOCK_WCHANS, PIPE_READ_WCHANS, FileLock, PipeRead
 from hangdoc.model.source import SourceFunction
 from hangdoc.model.stack import Stack
 from hangdoc.model.vocab import Role
@@ -84,26 +85,6 @@ class TcpSocket:
 
 
 @dataclass(frozen=True)
-class FileLock:
-    """A file lock a process waits for, from /proc/locks, with the process that holds it."""
-
-    kind: str                      # "FLOCK", "POSIX", "OFDLCK"
-    mode: str                      # "WRITE" or "READ"
-    inode: str                     # "fe:00:2147933": device major:minor (hex) and inode, as /proc/locks says
-    path: str | None = None        # the locked file, found among the waiter's open files
-    holder_pid: int | None = None  # the pid /proc/locks names as holding it (None: not shown, an OFD lock)
-    holder_cmdline: tuple[str, ...] = ()   # the holder's command line, redacted
-
-
-# The kernel functions a process blocked on a file lock sleeps in (/proc/PID/wchan): flock(2) and
-# fcntl(F_SETLKW), which lockf(3) calls.
-FILE_LOCK_WCHANS = frozenset({
-    "locks_lock_inode_wait", "flock_lock_inode_wait", "locks_lock_file_wait", "fcntl_setlk",
-    "do_lock_file_wait", "posix_lock_inode_wait", "__x64_sys_flock", "__arm64_sys_flock", "__do_sys_flock",
-})
-
-
-@dataclass(frozen=True)
 class ProcStat:
     state: str                     # R, S, D, Z, T, ...
     wchan: str | None
@@ -137,6 +118,9 @@ class ProcStat:
     # The CPUs the process may run on, as /proc/PID/status's Cpus_allowed_list writes them ("0-3,8").
     # None: not read (bundles saved before it was).
     cpus_allowed: str | None = None
+    # The pipe or FIFO its main thread sleeps reading, with the processes that hold its write end.
+    # None: not in a pipe read, or not read (light reads, older bundles).
+    pipe_read: PipeRead | None = None
 
     @property
     def cpu_s(self) -> float:
@@ -157,6 +141,11 @@ class ProcStat:
     def in_file_lock(self) -> bool:
         """Asleep on a file lock, as the kernel says (wchan)."""
         return self.wchan in FILE_LOCK_WCHANS
+
+    @property
+    def in_pipe_read(self) -> bool:
+        """Asleep reading an empty pipe or FIFO, as the kernel says (wchan)."""
+        return self.wchan in PIPE_READ_WCHANS
 
 
 # --- GPUs ---------------------------------------------------------------------

@@ -20,7 +20,9 @@ import msgspec
 #    store_reached), and which start of the job it belongs to (generation).
 # 8: the share of its window its main thread waited on a run queue for a CPU (runqueue).
 # 9: what proves it hung, where a fact of /proc or its stacks does (proof).
-DIGEST_VERSION = 9
+# 10: two more proofs (a pipe no process can write, a collective's peer gone) and the ranks a proof
+#     names as culprits where they are not its own (proof.culprits).
+DIGEST_VERSION = 10
 
 
 class StepSummary(msgspec.Struct, frozen=True, gc=False):
@@ -79,6 +81,9 @@ class Proof(msgspec.Struct, frozen=True, gc=False):
     at: float                      # the latest sample that agreed
     said: str                      # the proof in the report's words
     pid: int | None = None         # the process it proves of (on its own node): the rank, or its worker
+    # The ranks it names as the culprits, where they are not the rank that holds it (peer-gone: the
+    # peer that left; empty: a peer no rank of the bundle is known as). None: the rank that holds it.
+    culprits: tuple[int, ...] | None = None
 
 
 class RankDigest(msgspec.Struct, frozen=True, gc=False):

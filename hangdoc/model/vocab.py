@@ -134,6 +134,8 @@ class ProofKind(Word):
     LOCK_CYCLE = "lock-cycle"        # processes of the job each wait for a file lock the next one holds, round to the first
     PDB_PROMPT = "pdb-prompt"        # pdb's prompt reads stdin, the same line at every sample
     DEAD_PRODUCER = "dead-producer"  # a wait on a queue or event whose feeding thread is gone
+    PIPE_NO_WRITER = "pipe-no-writer"  # a read on a pipe whose write end only itself, or processes stuck on it, hold
+    PEER_GONE = "peer-gone"          # a collective whose peer rank left cleanly (code 0), or closed its connection
 
 
 class Progress(Word):

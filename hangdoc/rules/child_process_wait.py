@@ -5,7 +5,7 @@ from hangdoc.model import Cause, Finding, ProcessInfo, Role, Severity, Wait
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import rank_line
 from hangdoc.rules.samples import chain, cpu_use, kernel_wait, latest_frames
-from hangdoc.rules.waits import command, kernel_words, last_full, own_line, waiters, where
+from hangdoc.rules.waits import command, holds_own_pipe, kernel_words, last_full, own_line, pipe_line, waiters, where
 
 # Children a Python process starts for itself, never the one its code waits for.
 _HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver", "multiprocessing.semaphore_tracker")
@@ -40,7 +40,8 @@ def check(ctx: Context) -> list[Finding]:
         child = f" for its child pid {last.node_pid} ({command(last, width=50)})" if last is not None else \
             " for a child process"
         title = f"{waiter.subject} waits{where(line)}{child}" + (f", {_short(words)}" if words else "")
-        findings.append(finding(RULE, [waiter.rank], title, evidence, _fix(last, words)))
+        held = last is not None and holds_own_pipe(ctx, last.pid, waiter.pid)
+        findings.append(finding(RULE, [waiter.rank], title, evidence, _fix(last, words, waiter.who if held else None)))
     return findings
 
 
@@ -89,6 +90,9 @@ def _child_lines(ctx: Context, child: ProcessInfo) -> list[str]:
     files = ", ".join(f"fd {f.fd} {f.path}" for f in sample.proc.open_files[:4])
     if links or files:
         lines.append(f"{name} holds open: " + ", ".join(x for x in (links, files) if x))
+    pipe = pipe_line(ctx, child.pid, name)
+    if pipe is not None:
+        lines.append(pipe)
     used = cpu_use(ctx.bundle, child.pid)
     if used is not None:
         lines.append(f"{name} used {used[0]:.2f} s of CPU in {used[1]:.0f} s")
@@ -99,8 +103,12 @@ def _short(words: str) -> str:
     return "which is " + words.split(":", 1)[0]
 
 
-def _fix(child: ProcessInfo | None, words: str | None) -> str:
+def _fix(child: ProcessInfo | None, words: str | None, holder: str | None = None) -> str:
+    """`holder`: the waiter, where it holds the only write end of the pipe the child reads."""
     advice = next((text for key, text in _ADVICE.items() if words and key in words), None)
+    if holder is not None:
+        advice = (f"here {holder} holds the only write end of the pipe the child reads, and waits for it: close "
+                  "it before waiting (p.stdin.close() before p.wait()), or pass the input with p.communicate(input)")
     who = f"the child ({command(child, width=50)})" if child is not None else "the child"
     tail = (f" {advice[0].upper()}{advice[1:]}." if advice else
             f" Look at what {who} does: `py-spy dump --pid PID` if it is Python, `strace -p PID` otherwise.")

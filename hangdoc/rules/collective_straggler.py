@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from hangdoc.analyze.jobfacts import GLOO, NCCL
-from hangdoc.model import Finding, Severity, Verdict, Wait
+from hangdoc.model import Finding, RankState, Severity, Verdict, Wait
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.evidence import gpu_lines, rank_line, waiting_line, worker_lines
 from hangdoc.rules.samples import frames_line
@@ -76,15 +76,23 @@ def check(ctx: Context) -> list[Finding]:
             evidence.append(f"rank {view.info.rank} stack: {stack}")
         evidence.extend(worker_lines(view, ctx))
         evidence.extend(gpu_lines(ctx, waiting, view))
-        findings.append(finding(
-            RULE, [view.info.rank],
-            f"Rank {view.info.rank} is the straggler: the others wait in {collective} while it is in {doing}",
-            evidence, held(ctx, view.ranks) or fix_for(ctx),
-        ))
+        if view.reading.state == RankState.EXITED:
+            title = f"Rank {view.info.rank} left: the others wait in {collective} for a rank that exited"
+            fix = LEFT
+        else:
+            title = f"Rank {view.info.rank} is the straggler: the others wait in {collective} while it is in {doing}"
+            fix = held(ctx, view.ranks) or fix_for(ctx)
+        findings.append(finding(RULE, [view.info.rank], title, evidence, fix))
     return findings
 
 
 GENERIC = "Look at what the late rank is doing and balance its data or work."
+LEFT = ("A rank that leaves before the others (its data ran out, an early return, an exception caught at the top) "
+        "leaves them in a collective it never joins; where a process it started still holds its sockets, the backend "
+        "sees no closed connection and they wait out the process group's timeout. Make every rank run the same "
+        "collectives to the end (even out the data: DistributedSampler(drop_last=True), or "
+        "torch.distributed.algorithms.Join for uneven inputs), and let a rank that must stop early exit non-zero, "
+        "so that the launcher ends the others.")
 
 RULE = Rule(
     slug="collective-straggler",

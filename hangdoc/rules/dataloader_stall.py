@@ -1,13 +1,14 @@
 """dataloader-stall: the culprit waits on its DataLoader and no more specific rule explains why."""
 from __future__ import annotations
 
-from hangdoc.model import Cause, Finding, RankState, Severity
+from hangdoc.model import Cause, Finding, ProofKind, RankState, Severity
 from hangdoc.rules.base import Context, Rule, finding
 from hangdoc.rules.clock import worker_doing
 from hangdoc.rules.evidence import rank_line, worker_name
 from hangdoc.rules.samples import (
     above_worker_loop, chain, cpu_use, file_read_line, file_reads, kernel_wait, latest_frames, samples_of,
 )
+from hangdoc.rules.waits import holds_own_pipe, pipe_line, pipe_self_fix
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -35,9 +36,17 @@ def check(ctx: Context) -> list[Finding]:
         findings.append(finding(
             RULE, [view.info.rank],
             f"Rank {view.info.rank} waits on its DataLoader and no worker delivers: {summary}",
-            evidence, RULE.fix,
+            evidence, _fix(ctx, view),
         ))
     return findings
+
+
+def _fix(ctx: Context, view) -> str:
+    """The fix; where the analysis proved a worker reads a pipe only it can write, how to end that first."""
+    proof = ctx.diagnosis.proof
+    proven = proof.pid if proof is not None and proof.kind == ProofKind.PIPE_NO_WRITER else None
+    stuck = [w for w, _, alive in view.workers if alive and w.node_pid == proven and holds_own_pipe(ctx, w.pid, w.pid)]
+    return f"{pipe_self_fix(worker_name(stuck[0]))} {RULE.fix}" if stuck else RULE.fix
 
 
 def _doing(ctx, worker, reading) -> str:
@@ -59,6 +68,9 @@ def _worker_evidence(ctx: Context, worker, reading) -> list[str]:
     if last is not None:
         cpu = f"; {used[0]:.2f} s CPU in {used[1]:.1f} s" if used else ""
         lines.append(f"{name} kernel: {kernel_wait(ctx.bundle, last)}{cpu}")
+    pipe = pipe_line(ctx, worker.pid, name)
+    if pipe is not None:
+        lines.append(pipe)
     for read in file_reads(ctx.bundle, worker.pid):
         lines.append(f"{name} has open {file_read_line(read)}")
     return lines

@@ -1,6 +1,7 @@
 """What the rules about a job's own waits share: debugger-prompt, file-lock-wait, child-process-wait,
-helper-thread-died. Each reads a culprit's Reading (its detail is a `Wait`, analyze/classify.py),
-the thread's own line, and the kernel's view of the process it waits for. Pure: the bundle only.
+helper-thread-died (and dataloader-stall, for a pipe a worker reads). Each reads a culprit's Reading
+(its detail is a `Wait`, analyze/classify.py), the thread's own line, and the kernel's view of the
+process it waits for. Pure: the bundle only.
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 
 from hangdoc.analyze.classify import Reading
 from hangdoc.analyze.diagnose import RankView
-from hangdoc.model import FILE_LOCK_WCHANS, Frame, ProcSample, ProcStat, ProcessInfo, Verdict, Wait
+from hangdoc.model import FILE_LOCK_WCHANS, Frame, PipeRead, ProcSample, ProcStat, ProcessInfo, Verdict, Wait
 from hangdoc.model.stack import own_frame
 from hangdoc.rules.base import Context
 from hangdoc.rules.evidence import worker_name
@@ -113,3 +114,46 @@ def command(info: ProcessInfo | None, cmdline: tuple[str, ...] = (), width: int 
         words = [w.rsplit("/", 1)[-1] if w.startswith("/") else w for w in words]
     text = " ".join(" ".join(words).split()) or "?"
     return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def pipe_read(ctx: Context, pid: int) -> PipeRead | None:
+    """The pipe `pid` sleeps reading at its last full read, with its writers read; None: none."""
+    sample = last_full(ctx, pid)
+    read = sample.proc.pipe_read if sample is not None and sample.proc.in_pipe_read else None
+    return read if read is not None and read.writers is not None else None
+
+
+def pipe_line(ctx: Context, pid: int, name: str) -> str | None:
+    """"worker 0 (pid 21) reads pipe:[88123] (its fd 5), whose write end is held by itself (fd 6)":
+    who holds the write end of the pipe it sleeps reading, as its last full read saw."""
+    read = pipe_read(ctx, pid)
+    if read is None:
+        return None
+    info = ctx.bundle.job.info(pid)
+    holders = []
+    for end in read.writers:
+        holder = ctx.bundle.job.info(pid - info.node_pid + end.pid) if info is not None else None
+        if holder is not None and holder.pid == pid:
+            holders.append(f"itself (fd {end.fd})")
+        elif holder is not None and holder.rank is not None and holder.pid == holder.rank_pid:
+            holders.append(f"rank {holder.rank} (pid {end.pid}, fd {end.fd})")
+        elif holder is not None:
+            holders.append(f"its job's {holder.role.value} pid {end.pid} (fd {end.fd})")
+        else:
+            holders.append(f"pid {end.pid} (fd {end.fd}), not a process of the job")
+    return f"{name} reads {read.target} (its fd {read.fd}), whose write end is held by {', '.join(holders)}"
+
+
+def holds_own_pipe(ctx: Context, pid: int, holder: int) -> bool:
+    """The pipe `pid` sleeps reading is written only through `holder`'s descriptors (pids of the job)."""
+    read = pipe_read(ctx, pid)
+    info = ctx.bundle.job.info(pid)
+    return read is not None and info is not None and bool(read.writers) and all(
+        pid - info.node_pid + end.pid == holder for end in read.writers)
+
+
+def pipe_self_fix(name: str) -> str:
+    """How a process that holds the write end of the pipe it reads gets to see its end."""
+    return (f"{name[0].upper()}{name[1:]} holds the write end of the pipe it reads, so its read never sees the end "
+            "of the pipe: close its copy of the write end once the writer is started (os.close(w) after "
+            "os.fork(); subprocess.Popen closes its own), or read a length the writer sends first.")

@@ -15,6 +15,16 @@ and goes on: the jobs of the proofs' latency bench (benchmarks/bench_proofs.py).
                      a wait-for cycle, both asleep in flock for ever
 --mode lock-turns    from --fault-step rank 0 and rank 1's worker take cache.lock in turn, each holding
                      it 0.02 s: the other waits, then goes on
+--mode pipe-self     at --fault-step rank 1's DataLoader worker forks a decoder that writes its output
+                     to a pipe and exits; the worker kept its own copy of the write end, so its read
+                     to the end of the pipe waits for ever
+--mode pipe-closed   the same decoder writes four chunks 0.5 s apart (the worker reads, a writer alive)
+                     and exits; the worker closed its copy, sees the end and goes on
+--mode peer-left     after its all-reduce of --fault-step rank 1 forks a child that keeps its sockets
+                     open, and leaves with code 0 (its data ran out); rank 0 waits in the next
+                     all-reduce for ever (gloo sees no closed connection)
+--mode peer-left-late rank 1 does the same after the last step; rank 0 saves a checkpoint for 3 s
+                     (no collective) and ends
 Rank r writes WORKDIR/ready.r (its pid) after its first step; the fault, or the look-alike's start,
 writes WORKDIR/fault ("<time> what") once, as it happens.
 """
@@ -35,7 +45,7 @@ from torch.utils.data import DataLoader, IterableDataset
 RANK = int(os.environ.get("RANK", "0"))
 LOCK = threading.Lock()
 MODES = ("train", "pdb", "pdb-answered", "producer-died", "producer-slow", "fork-lock", "lock-free", "lock-cycle",
-         "lock-turns")
+         "lock-turns", "pipe-self", "pipe-closed", "peer-left", "peer-left-late")
 
 
 def mark_fault(workdir: Path, what: str, at: float | None = None) -> None:
@@ -65,6 +75,40 @@ def take_locks(workdir: Path, mode: str, first: str, second: str, mine: str, the
     fcntl.flock(fds[1], fcntl.LOCK_EX)
 
 
+def decode_through_pipe(workdir: Path, mode: str) -> bytes:
+    """A decoder process writes the clip to a pipe; the worker reads it to the end of the pipe.
+    pipe-self: the worker keeps its own copy of the write end (no os.close after the fork)."""
+    read_end, write_end = os.pipe()
+    if os.fork() == 0:
+        os.close(read_end)
+        for _ in range(4 if mode == "pipe-closed" else 1):
+            os.write(write_end, b"pcm" * 100)
+            if mode == "pipe-closed":
+                time.sleep(0.5)
+        os._exit(0)
+    if mode == "pipe-closed":
+        os.close(write_end)
+    mark_fault(workdir, f"worker pid {os.getpid()} reads the decoder's pipe to its end "
+                        f"({'its own write end closed' if mode == 'pipe-closed' else 'holding its own write end'})")
+    data = b""
+    while chunk := os.read(read_end, 65536):
+        data += chunk
+    os.close(read_end)
+    return data
+
+
+def leave_with_a_child_holding_sockets(workdir: Path) -> None:
+    """A child forked now holds every descriptor of the rank, its process group's sockets among them,
+    until rank 0 is done or gone (at most 120 s): the rank's exit closes no connection of gloo's."""
+    rank0 = int((workdir / "ready.0").read_text())
+    if os.fork() == 0:
+        deadline = time.time() + 120
+        while time.time() < deadline and os.path.exists(f"/proc/{rank0}") and not (workdir / "done.0").exists():
+            time.sleep(0.1)
+        os._exit(0)
+    mark_fault(workdir, "rank 1 leaves with code 0; a child it forked holds its sockets")
+
+
 class Samples(IterableDataset):
     """Endless samples; in the lock modes, from --fault-step on each one takes LOCK first."""
 
@@ -83,6 +127,8 @@ class Samples(IterableDataset):
             if self.mode in ("lock-cycle", "lock-turns") and RANK == 1 and n >= self.fault_step:
                 if self.mode == "lock-turns" or n == self.fault_step:
                     take_locks(self.workdir, self.mode, "dl.lock", "cache.lock", "held.worker", "held.rank0")
+            if self.mode.startswith("pipe") and RANK == 1 and n == self.fault_step:
+                decode_through_pipe(self.workdir, self.mode)
             yield torch.full((4,), float(n))
             n += 1
 
@@ -131,7 +177,7 @@ def main() -> None:
             threading.Thread(target=hold_lock_forever, name="metrics", daemon=True).start()
             while not LOCK.locked():
                 time.sleep(0.01)
-        workers = 1 if mode in ("fork-lock", "lock-free", "lock-cycle", "lock-turns") else 0
+        workers = 1 if mode in ("fork-lock", "lock-free", "lock-cycle", "lock-turns", "pipe-self", "pipe-closed") else 0
         batches = iter(DataLoader(Samples(mode, workdir, args.fault_step), batch_size=1, num_workers=workers))
     for step in range(args.steps):
         optimizer.zero_grad()
@@ -144,6 +190,10 @@ def main() -> None:
         optimizer.step()
         if step == 0:
             (workdir / f"ready.{RANK}").write_text(str(os.getpid()))
+        last = step == args.steps - 1
+        if RANK == 1 and ((mode == "peer-left" and step == args.fault_step) or (mode == "peer-left-late" and last)):
+            leave_with_a_child_holding_sockets(workdir)
+            return
         if step == args.fault_step and mode.startswith("pdb") and RANK == 1:
             read_end, write_end = os.pipe()
             os.dup2(read_end, 0)             # stdin: a pipe only this process could write
@@ -153,6 +203,9 @@ def main() -> None:
             breakpoint()
         print(f"[rank {RANK}] step {step}", flush=True)
         time.sleep(0.05)
+    if mode == "peer-left-late":
+        (workdir / "done.0").write_text("saving")
+        time.sleep(3.0)                  # rank 0 saves its checkpoint: no collective
     dist.destroy_process_group()
 
 

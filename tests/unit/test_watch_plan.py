@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from collections import deque
 
+import pytest
+
 from hangdoc.collect.snapshot import Probes
 from hangdoc.model import Role
 from hangdoc.live.options import WatchOptions
@@ -253,21 +255,32 @@ def test_a_hang_named_before_a_blocked_workers_probe_waits_one_round_for_it_once
     assert not watcher.probe_due
 
 
-def test_a_worker_last_seen_asleep_on_a_file_lock_keeps_its_full_proc_read():
-    # GIVEN rank 0 in all_reduce (not waiting on data), its worker 0 asleep on a file lock at its last
-    # full read, worker 1 asleep in a futex
+@pytest.mark.parametrize("wchan, syscall", [("locks_lock_inode_wait", "73"), ("anon_pipe_read", "0")])
+def test_a_worker_last_seen_asleep_on_a_file_lock_or_a_pipe_read_keeps_its_full_proc_read(wchan, syscall):
+    # GIVEN rank 0 in all_reduce (not waiting on data), its worker 0 asleep on a file lock (or reading a
+    # pipe) at its last full read, worker 1 asleep in a futex
     import dataclasses as dc
 
     watcher, workers = watcher_after(-1, -1)
-    locked, idle = sorted(workers[0])
+    asleep, idle = sorted(workers[0])
     last = watcher.samples[-1]
-    procs = tuple(dc.replace(s, proc=dc.replace(s.proc, wchan="locks_lock_inode_wait", syscall="73"))
-                  if s.pid == locked else s for s in last.processes)
+    procs = tuple(dc.replace(s, proc=dc.replace(s.proc, wchan=wchan, syscall=syscall))
+                  if s.pid == asleep else s for s in last.processes)
     watcher.samples[-1] = dc.replace(last, processes=procs)
     # WHEN the next (not full) round is planned
     planned = watcher.plan(False)
-    # THEN worker 0 gets the full /proc read (kernel wait, /proc/locks), worker 1 the cheap one
-    assert locked not in planned.light and idle in planned.light
+    # THEN worker 0 gets the full /proc read (kernel wait, /proc/locks or the pipe's writers), worker 1 the cheap one
+    assert asleep not in planned.light and idle in planned.light
+
+
+def test_a_rank_caught_waiting_on_data_once_has_its_workers_proc_read_in_full_but_no_stacks():
+    # GIVEN rank 1 waiting on data at the last sample only
+    watcher, workers = watcher_after(-1, -1, 1)
+    # WHEN the next (not full) round is planned
+    planned = watcher.plan(False)
+    # THEN its workers get the full /proc read (half a millisecond each), not their stacks; rank 0's the cheap one
+    assert not workers[1] & planned.light and not workers[1] & planned.stacks
+    assert workers[0] <= planned.light
 
 
 def test_a_worker_holding_a_file_lock_a_rank_waits_for_gets_the_full_proc_read():
