@@ -70,21 +70,27 @@ class Sampling:
                     steady=set(self.stepping))
 
     def late_workers(self, snapshot, plan: Plan) -> tuple[set[int], set[int]]:
-        """In a quiet past most of the job's longest step (`overdue`), the workers of a rank this very
-        round caught waiting on its data that the round did not read closely: read at once, in the
-        same round, so that what may prove the hang in them (a forked worker asleep on a lock) is
-        seen a round sooner. (Those to read, those of them whose stacks to take: not a worker
-        whose main thread has not run since its last stack.)"""
-        if not self.overdue:
-            return set(), set()
+        """The workers of a rank this very round caught waiting on its data, that the round did not
+        read closely, where the next round would read them (`_ranks_waiting_on_data`): it was caught
+        waiting at the round before too, or the job is in a quiet past most of its longest step
+        (`overdue`). Read at once, in the same round, what may prove the hang in them (a forked
+        worker asleep on a lock, a pipe no process writes) is seen a round sooner; a rank that waits
+        on its data round after round has its workers planned, and is read once. (Those to read,
+        those of them whose stacks to take: not a worker whose main thread has not run since its
+        last stack.)"""
         from hangdoc.analyze.classify import classify_rank
 
-        waiting = {s.pid for s in snapshot.processes if s.alive and s.stack is not None
-                   and (info := self.job.info(s.pid)) is not None and info.role is Role.RANK
-                   and classify_rank(s).state == RankState.DATALOADER}
+        def waits(sample) -> bool:
+            return sample is not None and sample.alive and sample.stack is not None \
+                and classify_rank(sample).state == RankState.DATALOADER
+
+        before = self.samples[-1] if self.samples else None
+        waiting = {s.pid for s in snapshot.processes
+                   if (info := self.job.info(s.pid)) is not None and info.role is Role.RANK and waits(s)
+                   and (self.overdue or (before is not None and waits(before.sample_of(s.pid))))}
         alive = {s.pid for s in snapshot.processes if s.alive}
         late = {p.pid for p in self.job.processes if p.role is Role.WORKER and p.rank_pid in waiting
-                and p.pid in alive and p.pid not in plan.stacks and p.pid in plan.light}
+                and p.pid in alive and p.pid not in plan.stacks}
         return late, {pid for pid in late if not self._parked(pid)}
 
     def _spinning(self) -> set[int]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from hangdoc.analyze.logs import output_step
+from hangdoc.analyze.proving import PROOF_SPAN_S
 from hangdoc.analyze.timeline import LiveTimelines
 from hangdoc.base.errors import HangdocError
 from hangdoc.collect.datalists import copy_data_lists
@@ -44,6 +45,7 @@ JITTER = 0.15       # each wait between rounds is the interval +-15 %
 # A round taken soon, in a quiet past most of the job's longest step (live/step.py: overdue): two of them
 # span more than a proof's span (analyze/proofs.py: PROOF_SPAN_S, 1.5 s), so a proof agrees at once.
 HURRY_S = 0.8
+SPAN_MARGIN_S = 0.05   # past a proof's span, for the clock's jitter between two rounds
 REDISCOVER_EVERY = 5   # at least every this many rounds the job is discovered again, new pids or not
 
 
@@ -98,6 +100,7 @@ class Watcher(Sampling):
     host: tuple | None = None                        # (first rank's pid, its Host facts)
     discovered: set = field(default_factory=set)     # the node's pids when the job was last discovered
     undiscovered: int = 0                            # rounds since, none of them discovering
+    read_late: bool = False                          # this round read a waiting rank's workers closely (late_workers)
 
     def start(self) -> Bundle:
         """Find the job and take the first full capture; attach errors surface here."""
@@ -157,7 +160,11 @@ class Watcher(Sampling):
                     return Outcome(self.judge(bundle, watch_ending(reason, policy)), bundle, reason)
                 delay = 0.0 if decision.at_once else self._next_delay(bundle)
                 self.overdue = decision.soon    # a quiet past most of the longest step: read sooner, and closer
-                if decision.soon:
+                if self.read_late:
+                    # Workers read closely this round: a proof begun there agrees at the span's end,
+                    # one round later (two hurried rounds would span it too, at twice the reading).
+                    delay = min(delay, PROOF_SPAN_S + SPAN_MARGIN_S)
+                elif decision.soon:
                     delay = min(delay, HURRY_S)
                 if self.options.timeout_s is not None:    # never wait past the timeout
                     delay = min(delay, max(0.0, began + self.options.timeout_s - time.monotonic()))
@@ -265,6 +272,7 @@ class Watcher(Sampling):
                                      native=self.options.native or plan.native, nonblocking=plan.nonblocking,
                                      light=plan.light, steady=plan.steady)
         late, stacks = self.late_workers(snapshot, plan)
+        self.read_late = bool(stacks)
         if late:
             snapshot = self._read_late(snapshot, late, stacks, plan)
         self.samples.append(snapshot)

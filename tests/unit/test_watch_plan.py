@@ -320,3 +320,18 @@ def test_in_an_overdue_quiet_a_rank_caught_waiting_on_data_has_its_workers_read_
     watcher.overdue = True
     quiet = node_bundle(0, 1, -1, T0 + 4, samples=1, workers=2, ranks_per_node=2).samples[0]
     assert watcher.late_workers(quiet, round_plan) == (set(), set())
+
+
+def test_a_rank_caught_waiting_on_data_a_second_time_has_its_workers_read_in_that_round():
+    # GIVEN a watch (no quiet yet) whose last round caught rank 1 waiting on its DataLoader, and whose
+    # round now catches it again: the next round would read its workers' stacks
+    watcher, workers = watcher_after(-1, 1)
+    round_plan = watcher.plan(all_workers=False)
+    again = node_bundle(0, 1, 1, T0 + 4, samples=1, workers=2, ranks_per_node=2).samples[0]
+    # WHEN the watch asks which workers to read closely within the round
+    late, stacks = watcher.late_workers(again, round_plan)
+    # THEN rank 1's workers, with their stacks, now: a round sooner
+    assert late == workers[1] == stacks
+    # AND a rank that waited at the last round but steps now costs nothing
+    stepping = node_bundle(0, 1, -1, T0 + 4, samples=1, workers=2, ranks_per_node=2).samples[0]
+    assert watcher.late_workers(stepping, round_plan) == (set(), set())
