@@ -40,14 +40,14 @@ def socket_inodes(pid: int, proc_root: str = "/proc", targets: dict[int, str] | 
     return frozenset(t[8:-1] for t in targets.values() if t.startswith("socket:["))
 
 
-def sockets_of(inodes: frozenset[str], table_text) -> tuple[TcpSocket, ...]:
+def sockets_of(inodes: frozenset[str], table_text, matched: set[str] | None = None) -> tuple[TcpSocket, ...]:
     """The sockets of `inodes` in the tcp and tcp6 tables (`table_text(name)`: a table's text,
-    None where the kernel has none), listening ones first."""
+    None where the kernel has none), listening ones first; `matched` gets the inodes found there."""
     found = []
     for table in ("tcp", "tcp6"):
         text = table_text(table)
         if text is not None:
-            found += parse_table(text, inodes)
+            found += parse_table(text, inodes, matched)
     found.sort(key=lambda s: (s.state != "LISTEN", s.local))
     return tuple(found[:MAX_SOCKETS])
 
@@ -60,8 +60,9 @@ def _read_table(pid: int, table: str, proc_root: str) -> str | None:
         return None             # no IPv6 in this kernel
 
 
-# A reading kept for a rank that steps is this many captures old at most (10 s at the default interval).
-KEEP_CAPTURES = 5
+# A reading kept for a rank that steps is this many captures old at most (a minute at the default
+# interval): a socket's ends do not change, and a rank that stops stepping is read again at once.
+KEEP_CAPTURES = 30
 
 
 class SocketReader:
@@ -69,14 +70,17 @@ class SocketReader:
 
     A table (/proc/PID/net/tcp) is the kernel's walk of its whole connection hash: milliseconds
     a read on a host with a large one, however few sockets the job holds. Within one capture the
-    ranks of a network namespace share one read of it. A rank that steps (`steady`) and holds the
-    same sockets as at its last reading keeps that reading, up to KEEP_CAPTURES captures: what its
-    sockets tell (a peer's address, the store reached, a port listened on) is read again the
-    capture it stops stepping, or opens or closes a socket."""
+    ranks of a network namespace share one read of it. A rank that steps (`steady`) and still holds
+    every TCP socket of its last reading keeps that reading, up to KEEP_CAPTURES captures: what its
+    sockets tell (a peer's address, the store reached, a port listened on, a peer gone) matters once
+    it stops stepping, and is read again the capture it does, or closes one of them. The sockets it
+    opens and closes as it steps (multiprocessing's Unix sockets passing a DataLoader's tensors, a
+    connection of its own) bring no read while it steps."""
 
     def __init__(self) -> None:
         self.captures = 0
-        self.kept: dict[int, tuple[frozenset[str], tuple[TcpSocket, ...], int]] = {}
+        self.kept: dict[int, tuple[frozenset[str], tuple[TcpSocket, ...], int]] = {}   # pid -> (its TCP
+        # sockets' inodes, their reading, the capture it was made at)
         self._tables: dict[tuple[str, str], str | None] = {}
 
     def begin(self) -> None:
@@ -90,14 +94,17 @@ class SocketReader:
         links read already this capture."""
         inodes = socket_inodes(pid, proc_root, targets)
         kept = self.kept.get(pid)
-        if steady and kept is not None and kept[0] == inodes and self.captures - kept[2] < KEEP_CAPTURES:
+        # Kept while it holds every TCP socket of that reading: the other sockets it opens and closes
+        # as it steps (multiprocessing's Unix sockets that pass a DataLoader's tensors) change nothing.
+        if steady and kept is not None and kept[0] <= inodes and self.captures - kept[2] < KEEP_CAPTURES:
             return kept[1]
+        matched: set[str] = set()
         if not inodes:
             found: tuple[TcpSocket, ...] = ()
         else:
             space = self._namespace(pid, proc_root)
-            found = sockets_of(inodes, lambda table: self._table(pid, table, proc_root, space))
-        self.kept[pid] = (inodes, found, self.captures)
+            found = sockets_of(inodes, lambda table: self._table(pid, table, proc_root, space), matched)
+        self.kept[pid] = (frozenset(matched), found, self.captures)
         return found
 
     def _table(self, pid: int, table: str, proc_root: str, space: str | None) -> str | None:
@@ -115,8 +122,8 @@ class SocketReader:
             return None         # not shown: the table is read for this process alone
 
 
-def parse_table(text: str, inodes: set[str]) -> list[TcpSocket]:
-    """The rows of a /proc/net/tcp{,6} table whose inode is one of `inodes`."""
+def parse_table(text: str, inodes: set[str], matched: set[str] | None = None) -> list[TcpSocket]:
+    """The rows of a /proc/net/tcp{,6} table whose inode is one of `inodes` (`matched` gets their inodes)."""
     rows = []
     for line in text.splitlines()[1:]:
         fields = line.split()
@@ -126,6 +133,8 @@ def parse_table(text: str, inodes: set[str]) -> list[TcpSocket]:
             rows.append(TcpSocket(_address(fields[1]), _address(fields[2]), _STATES.get(fields[3], fields[3])))
         except ValueError:
             continue
+        if matched is not None:
+            matched.add(fields[9])
     return rows
 
 

@@ -57,7 +57,7 @@ def counting(monkeypatch):
     return seen
 
 
-def test_a_stepping_rank_with_the_same_sockets_keeps_its_reading_and_a_new_socket_is_read_at_once(tmp_path, monkeypatch):
+def test_a_stepping_rank_keeps_its_reading_and_a_new_socket_is_read_once_it_stops_stepping(tmp_path, monkeypatch):
     # GIVEN rank pid 7 listening on 127.0.0.1:44063, read once
     tree = Tree(tmp_path)
     tree.holds(7, 3, 555)
@@ -72,12 +72,15 @@ def test_a_stepping_rank_with_the_same_sockets_keeps_its_reading_and_a_new_socke
     opened = len(reads)
     # THEN its reading is kept: no table is read
     assert reader.read(7, str(tmp_path), steady=True) == first and len(reads) == opened
-    # WHEN it opens a connection to the store (a new socket) while still stepping
+    # WHEN it opens another socket while still stepping (a DataLoader's Unix socket, or a connection)
     tree.holds(7, 4, 556)
     tree.table(LISTEN, TO_STORE)
     reader.begin()
-    # THEN the table is read again and the new socket is there
-    got = reader.read(7, str(tmp_path), steady=True)
+    # THEN its TCP socket is still held: the reading is kept, what it steps with tells nothing new
+    assert reader.read(7, str(tmp_path), steady=True) == first and len(reads) == opened
+    # WHEN it stops stepping THEN the table is read again and the new socket is there
+    reader.begin()
+    got = reader.read(7, str(tmp_path), steady=False)
     assert len(reads) > opened and TcpSocket("127.0.0.1:40000", "127.0.0.1:30001", "SYN_SENT") in got
 
 
