@@ -56,22 +56,41 @@ class Shared:
 
     def __init__(self) -> None:
         self._seen: dict = {}
+        self._before: tuple[RankDigest, ...] = ()     # the ranks of the node read last
 
     def __call__(self, value):
         return self._seen.setdefault(value, value)
 
     def ranks(self, digest: NodeDigest) -> None:
         """Each rank of `digest` made to hold the shared copies of its parts (in place: the digest
-        was just decoded and nothing else holds it yet)."""
+        was just decoded and nothing else holds it yet).
+
+        A rank's workers and rhythm are first held against the rank at its place on the node read
+        last (containers: the same workers on every node), its rhythm then against the rank before
+        it here: equal, that copy is taken, and they are not hashed (eight workers a rank: most of
+        the time a million ranks took to share)."""
         put = msgspec.structs.force_setattr
         one = self._seen.setdefault
-        for rank in digest.ranks:
-            put(rank, "workers", one(rank.workers, rank.workers))
-            put(rank, "rhythm", one(rank.rhythm, rank.rhythm))
+        before, here = self._before, digest.ranks
+        for i, rank in enumerate(here):
+            was = before[i] if i < len(before) else None
+            near = here[i - 1] if i else None
+            workers, rhythm = rank.workers, rank.rhythm
+            if was is not None and was.workers == workers:
+                put(rank, "workers", was.workers)
+            else:
+                put(rank, "workers", one(workers, workers))
+            if near is not None and near.rhythm == rhythm:
+                put(rank, "rhythm", near.rhythm)
+            elif was is not None and was.rhythm == rhythm:
+                put(rank, "rhythm", was.rhythm)
+            else:
+                put(rank, "rhythm", one(rhythm, rhythm))
             put(rank, "host", one(rank.host, rank.host))
             put(rank, "top_frame", one(rank.top_frame, rank.top_frame))
             put(rank, "stack_key", one(rank.stack_key, rank.stack_key))
             put(rank, "state", one(rank.state, rank.state))
+        self._before = here
 
 
 def read_node(path: Path, shared: Shared | None = None) -> NodeRead:
@@ -123,7 +142,7 @@ def diagnose_by_class(nodes: Sequence[NodeRead], hang_after: float | None = None
     # A culprit is its own class (its own row, its own findings) unless there are crowds of them.
     alone = set(decision.culprits) if len(decision.culprits) <= ALONE_CULPRITS else set()
     # By rank, the ranks without a number last: each class's first is its lowest rank.
-    numbered = sorted((r for r in ranks if r.rank is not None), key=_NUMBER)
+    numbered = _by_number(ranks)
     unnumbered = [r for r in ranks if r.rank is None] if len(numbered) < len(ranks) else []
     classes = _classes(numbered + unnumbered, alone)
     heads = {(members[0].host, members[0].pid): members for members in classes.values()}
@@ -142,6 +161,19 @@ def diagnose_by_class(nodes: Sequence[NodeRead], hang_after: float | None = None
 
 
 _NUMBER, _STARTED = operator.attrgetter("rank"), operator.attrgetter("started")
+
+
+def _by_number(ranks: list[RankDigest]) -> list[RankDigest]:
+    """The ranks that have a number, sorted by it. A torchrun job's ranks all have one: they are
+    sorted as they are, and picked out first only where the sort met a rank without (it compares
+    every rank of two or more)."""
+    try:
+        numbered = sorted(ranks, key=_NUMBER)
+        if len(numbered) > 1 or all(r.rank is not None for r in numbered):
+            return numbered
+    except TypeError:       # None met a number, or None
+        pass
+    return sorted((r for r in ranks if r.rank is not None), key=_NUMBER)
 
 
 def _numbers(members: list[RankDigest]) -> tuple[int, ...]:
