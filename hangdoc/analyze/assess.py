@@ -17,7 +17,6 @@ from hangdoc.analyze.shares import time_shares
 from hangdoc.analyze.timeline import LiveTimelines, Timeline, timelines
 from hangdoc.analyze.worked import WorkedOut, work_out
 from hangdoc.analyze.workers import workers_of_rank
-from hangdoc.base.words import rank_ranges
 from hangdoc.model import (
     BeforeAttach, Bundle, FlightSummary, Lane, RankGpu, RankReport, RestartMark, Slowness, StackClass, Threshold, TimeShares,
     PID_STRIDE, Verdict, Wait, WorkerReport, WorkerState,
@@ -161,6 +160,6 @@ def _rank_report(bundle: Bundle, diagnosis: Diagnosis, view: RankView, lines: di
         wrappers=tuple(dataclasses.replace(w, pid=w.pid % PID_STRIDE) for w in view.info.wrappers),
         group_rank=view.info.group_rank,
         rank_count=view.count,
-        rank_set=rank_ranges(view.members) if len(view.members) > 1 else None,
+        rank_set=view.rank_set,
         gpu_trend=facts.gpu_trend(bundle, view.info.pid),
     )

@@ -22,8 +22,16 @@ class StackClass:
 @dataclass
 class Node:
     label: str
-    ranks: list[int] = field(default_factory=list)
+    parts: list[tuple[int, ...]] = field(default_factory=list)   # the ranks of each class through it
     children: dict[str, "Node"] = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return sum(map(len, self.parts))
+
+    @property
+    def ranks(self) -> list[int]:
+        return [r for part in self.parts for r in part]
 
 
 @per_stack
@@ -57,14 +65,16 @@ def stack_classes(bundle: Bundle, members: Mapping[int, Sequence[int]] | None = 
 
 
 def prefix_tree(classes: list[StackClass]) -> Node:
+    """The classes' frames as a tree, outermost first. A node holds the rank tuple of each class
+    through it, not a list of its ranks: a class of a million ranks is not copied at each frame."""
     root = Node("<all ranks>")
     for cls in classes:
-        root.ranks.extend(cls.ranks)
+        root.parts.append(cls.ranks)
         node = root
         for frame in reversed(cls.frames):   # outermost first
             label = f"{frame.symbol} ({frame.short_filename})"
             node = node.children.setdefault(label, Node(label))
-            node.ranks.extend(cls.ranks)
+            node.parts.append(cls.ranks)
     return root
 
 
@@ -82,19 +92,24 @@ def tree_lines(node: Node, indent: str = "") -> list[str]:
     line says so. Thousands of ranks in a few classes print as a few lines.
     """
     lines = []
-    children = sorted(node.children.values(), key=lambda c: (-len(c.ranks), min(c.ranks, default=0)))
+    children = sorted(node.children.values(), key=lambda c: (-c.count, min((min(p) for p in c.parts if p), default=0)))
     for child in children:
         chain = [child]
         while len(chain[-1].children) == 1:
             only = next(iter(chain[-1].children.values()))
-            if len(only.ranks) != len(chain[-1].ranks):   # a child's ranks are a subset of its parent's
+            if only.count != chain[-1].count:   # a child's ranks are a subset of its parent's
                 break
             chain.append(only)
         lines.append(f"{indent}[{rank_set(child.ranks)}] {_chain_label(chain)}")
         lines.extend(tree_lines(chain[-1], indent + "  "))
     if children:
-        deeper = {r for c in children for r in c.ranks}
-        here = [r for r in node.ranks if r not in deeper]
+        # The classes whose frames end here (a class is one tuple all the way down), less any rank
+        # that also goes deeper: the ranks of the children are gathered only when a class ends here.
+        deeper = {id(p) for c in children for p in c.parts}
+        here = [r for p in node.parts if id(p) not in deeper for r in p]
+        if here:
+            deeper = {r for c in children for p in c.parts for r in p}
+            here = [r for r in here if r not in deeper]
         if here:
             lines.append(f"{indent}[{rank_set(here)}] (innermost frame above)")
     return lines

@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
+from operator import attrgetter
 
 from hangdoc.analyze.classify import Reading, parked_in, per_stack, place, signature
+from hangdoc.analyze.culprits import culprits_of, outliers, spinning_at_waits, wait_spots
 from hangdoc.analyze.departures import departure_of
 from hangdoc.analyze.divergence import Divergence, divergence
 from hangdoc.analyze.ending import crash_of, ended_readably, told_by_exits
 from hangdoc.analyze.flight import fr_pending, fr_step_times
 from hangdoc.analyze.logs import output_steps
-from hangdoc.analyze.gpu import GPU_WORK
 from hangdoc.analyze.jobfacts import JobFacts, pg_timeout
 from hangdoc.analyze.past import Before, a_pause, before_attach, confirmed, gone_at
 from hangdoc.analyze.past import hang_after as past_hang_after
@@ -34,12 +35,13 @@ from hangdoc.analyze.progress import (
 )
 from hangdoc.analyze.shares import rank_shares, runqueue_share, workers_cpu
 from hangdoc.analyze.slow import SlowCall, long_batch, slow_call
-from hangdoc.analyze.rendezvous import joining, joining_since, not_joined, setup_name, store_fields
+from hangdoc.analyze.rendezvous import joining, joining_since, setup_name, store_fields
 from hangdoc.analyze.proofs import first_proof, named_culprits, proof_of
 from hangdoc.analyze.restarts import newest_output, restarts_of
 from hangdoc.analyze.timeline import Timeline, raw_points, still, timelines
 from hangdoc.analyze.witnesses import job_witnesses
 from hangdoc.base.parse import to_int
+from hangdoc.base.words import rank_ranges
 from hangdoc.model import (
     DIGEST_VERSION, Bundle, DigestWorker, Frame, NodeDigest, ProcessInfo, Proof, RankDigest, RankState, Role,
     ProcSample, Verdict, Wait, Witness, Word, WorkerState,
@@ -70,15 +72,29 @@ class RankView:
     def count(self) -> int:
         return len(self.members) or 1
 
+    @cached_property
+    def rank_set(self) -> str | None:
+        """The ranks of its class as ranges ("0-76,78-127"), worked out once; None: a rank alone."""
+        return rank_ranges(self.members) if len(self.members) > 1 else None
+
 
 @dataclass(frozen=True)
 class Census:
-    """Who a job diagnosed by class held: its views show one rank of each class."""
+    """Who a job diagnosed by class held: its views show one rank of each class. Its hosts and
+    nodes are read from every rank's digest (`every`) when asked: a report names them only where
+    ranks are missing, and a million ranks are two passes."""
 
     ranks: tuple[int, ...]
-    hosts: tuple[str, ...]
-    group_ranks: tuple[int, ...]
+    every: Sequence[RankDigest] = field(repr=False, compare=False)
     nodes: int | None              # nodes in the job (GROUP_WORLD_SIZE), when torchrun said
+
+    @cached_property
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(sorted(set(map(attrgetter("host"), self.every))))
+
+    @cached_property
+    def group_ranks(self) -> tuple[int, ...]:
+        return tuple(sorted(set(map(attrgetter("group_rank"), self.every)) - {None}))
 
 
 @dataclass(frozen=True)
@@ -103,6 +119,11 @@ class Diagnosis:
 
     def view(self, rank: int) -> RankView | None:
         return next((r for r in self.ranks if rank in r.ranks), None)
+
+    @cached_property
+    def culprit_views(self) -> tuple[RankView, ...]:
+        """The views holding a culprit, found once (a class's view holds a million ranks)."""
+        return tuple(v for v in self.ranks if not set(self.culprits).isdisjoint(v.ranks))
 
     @property
     def waiting(self) -> tuple[RankView, ...]:
@@ -248,7 +269,9 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
         return Decision(Verdict.CRASH, rhythm=beat)
 
     quiet = now - beat.quiet_since
-    culprits, mismatch = _culprits(ranks)
+    spots = wait_spots(ranks)
+    spinning = spinning_at_waits(ranks, spots)
+    culprits, mismatch = culprits_of(ranks, spots, spinning)
     waiting = any(r.exited_at is None and (r.state == RankState.COLLECTIVE or r.joining) for r in ranks)
     split = bool(mismatch) or (waiting and bool(culprits))
     # The wait already under way when hangdoc arrived: no step since it began (see past.py).
@@ -258,7 +281,7 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
     proof = proven[0] if proven is not None else None
     if quiet >= beat.threshold_s and waiting:
         return Decision(Verdict.HANG, culprits, since, mismatch, rhythm=beat, before=before,
-                        spinning=_spinning_at_waits(ranks), proof=proof)
+                        spinning=spinning, proof=proof)
     if (before is not None and confirmed(ranks) and not a_pause(ranks, before)
             and now - before.since >= past_hang_after(beat.source, beat.threshold_s, before.others_asleep)):
         return Decision(Verdict.HANG, culprits, before.since, mismatch, rhythm=beat, before=before, from_past=True,
@@ -267,7 +290,7 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
         # Outside any collective, with no rank or worker moving, the job is frozen as well (no-progress says so).
         frozen = not waiting and all(r.unmoved_since is not None for r in ranks if gone_at(r) is None)
         return Decision(Verdict.HANG, proven[1], since, mismatch, frozen=frozen, rhythm=beat, before=before,
-                        proof=proof, spinning=_spinning_at_waits(ranks))
+                        proof=proof, spinning=spinning)
     frozen = _all_frozen(ranks, now, beat)
     if frozen is not None:
         return Decision(Verdict.HANG, tuple(r.rank for r in ranks if r.rank is not None), frozen, frozen=True,
@@ -277,9 +300,9 @@ def decide(ranks: Sequence[RankDigest], facts: JobFacts) -> Decision:
         # none does anything of its own. What they do names the culprit: a rank spinning at a
         # sync line (NCCL's shape of a wait) stands with the others at one line; the rank apart
         # waits on its data, a lock, a child.
-        outliers, spinning = _outliers(ranks) if not waiting else (culprits, ())
-        return Decision(Verdict.HANG, outliers, beat.quiet_since, mismatch, rhythm=beat, before=before, held=True,
-                        spinning=spinning)
+        apart, standing = outliers(ranks) if not waiting else (culprits, ())
+        return Decision(Verdict.HANG, apart, beat.quiet_since, mismatch, rhythm=beat, before=before, held=True,
+                        spinning=standing)
     stepped = beat.stepped_since if beat.stepped_since is not None else beat.quiet_since
     if beat.moved_by == "data" and now - stepped >= beat.threshold_s:
         # No step for the threshold, but the data moves on: a batch longer than the threshold.
@@ -414,85 +437,3 @@ def _all_held(ranks: Sequence[RankDigest], now: float, beat: Rhythm) -> bool:
     if not ranks or any(gone_at(r) is not None or r.held_since is None for r in ranks):
         return False
     return now - max(r.held_since for r in ranks) >= HELD_SHARE * beat.threshold_s
-
-
-def _outliers(ranks: Sequence[RankDigest]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Where no rank is in a known collective, the structure tells: the largest class of ranks
-    standing at one line (a host spinning at its sync while a collective sits on the GPU stream)
-    waits; the ranks apart from it (on their data, a lock, a child) are the culprits. One class
-    alone names none. Returns (culprits, the ranks of that class that spin at their line)."""
-    classes: dict[tuple, list[RankDigest]] = defaultdict(list)
-    for rank in ranks:
-        if gone_at(rank) is None:
-            classes[_class_key(rank)].append(rank)
-    standing = [key for key in classes if key[0] == _STANDING]
-    if not standing:
-        return (), ()
-    common = max(standing, key=lambda key: len(classes[key]))
-    spinning = tuple(sorted(r.rank for r in classes[common] if r.state == RankState.COMPUTE and r.rank is not None))
-    if len(classes) < 2:
-        return (), spinning
-    return tuple(sorted(r.rank for key, members in classes.items() if key != common
-                        for r in members if r.rank is not None)), spinning
-
-
-_STANDING = "standing"
-
-
-def _class_key(rank: RankDigest) -> tuple:
-    """Ranks computing or waiting at one place are one class, whether a native probe taught hangdoc
-    what one of them waits on or not, and whichever frame of a spin line their samples caught."""
-    if rank.state in (RankState.COMPUTE, RankState.COLLECTIVE):
-        return _STANDING, rank.place or rank.top_frame
-    return rank.state, rank.top_frame
-
-
-def _wait_spots(ranks: Sequence[RankDigest]) -> dict[str, str | None]:
-    """The places where ranks wait in a collective, and the wait each names."""
-    return {r.place: r.detail for r in ranks if r.state == RankState.COLLECTIVE and r.place and r.exited_at is None}
-
-
-def _spinning_at_waits(ranks: Sequence[RankDigest], spots: dict[str, str | None] | None = None) -> tuple[int, ...]:
-    """Ranks computing, held, at a place where another rank waits in a collective: a spin line a
-    native probe explained for one of them waits there for all of them."""
-    spots = _wait_spots(ranks) if spots is None else spots
-    return tuple(sorted(r.rank for r in ranks if r.state == RankState.COMPUTE and r.rank is not None
-                        and r.place in spots and r.held_since is not None and r.exited_at is None
-                        and not str(r.detail or "").startswith(GPU_WORK)))
-
-
-def _culprits(ranks: Sequence[RankDigest]) -> tuple[tuple[int, ...], dict[str, tuple[int, ...]]]:
-    # Ranks in process-group setup wait for every rank to join: the ones that have not are the
-    # culprits, present or not. Beside ranks in a collective (a new_group), setup is one more
-    # collective to match.
-    if not any(r.exited_at is None and r.state == RankState.COLLECTIVE for r in ranks):
-        late = not_joined(ranks)
-        if late:
-            return late, {}
-    spots = _wait_spots(ranks)
-    spun = set(_spinning_at_waits(ranks, spots))
-
-    def waits(r: RankDigest) -> bool:
-        return r.state == RankState.COLLECTIVE or bool(r.joining) or r.rank in spun
-
-    waiting = [r for r in ranks if waits(r)]
-    others = [r for r in ranks if not waits(r)]
-    if others and waiting:
-        return tuple(sorted(r.rank for r in others if r.rank is not None)), {}
-    groups: dict[str, list[int]] = defaultdict(list)
-    for rank in waiting:
-        wait = rank.detail if rank.state == RankState.COLLECTIVE else spots.get(rank.place)
-        groups[rank.joining or wait or "?"].append(rank.rank)
-    if len(groups) < 2:
-        return (), {}
-    mismatch = {name: tuple(sorted(r)) for name, r in groups.items()}
-
-    # Who left is for the evidence to tell (analyze/divergence.py reads the ranks' own code): here,
-    # only a count that is no coin toss names them, three ranks or more with one collective holding
-    # more than half. Never a preference for one collective over another.
-    sizes = sorted((len(ranks) for ranks in groups.values()), reverse=True)
-    if sum(sizes) < 3 or sizes[0] * 2 <= sum(sizes):
-        return (), mismatch
-    common = max(groups.items(), key=lambda item: len(item[1]))[0]
-    culprits = sorted(r for name, ranks in groups.items() if name != common for r in ranks)
-    return tuple(culprits), mismatch

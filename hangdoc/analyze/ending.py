@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from hangdoc.analyze.jobfacts import JobFacts
 from hangdoc.analyze.logs import failed_worker_rank, killed_workers, says_failure, torchrun_root_cause
-from hangdoc.analyze.past import gone_at
+from hangdoc.analyze.past import gone_at, gone_ranks
 from hangdoc.model import RankDigest
 
 CRASH_GRACE_S = 5.0
@@ -50,7 +50,7 @@ def told_by_exits(ranks: Sequence[RankDigest], facts: JobFacts) -> Exits | None:
         return Exits(((last.rank,) if last.rank is not None else (), last.time))
     if not any(r.exit_time is not None for r in ranks):
         return None
-    gone = sorted((r for r in ranks if gone_at(r) is not None), key=gone_at)
+    gone = sorted(gone_ranks(ranks), key=gone_at)
     failed = [r for r in gone if r.exit_failed]
     unread = [r for r in gone if not r.exit_told]
     if not failed:
@@ -88,7 +88,7 @@ def crash_of(ranks: Sequence[RankDigest], facts: JobFacts) -> tuple[tuple[int, .
     from the samples and the logs: the bundle has no exit status that decides."""
     # Gone by a sample or by an exit record whose status went unread (a command reaped its ranks
     # after the last round saw them).
-    exited = sorted((r for r in ranks if gone_at(r) is not None), key=gone_at)
+    exited = sorted(gone_ranks(ranks), key=gone_at)
     if not exited:
         return None
     logs = facts.logs

@@ -15,7 +15,6 @@ from hangdoc.analyze.workers import Fate, workers_of_rank
 from hangdoc.analyze.progress import step_times
 from hangdoc.analyze.restarts import restarts_of
 from hangdoc.analyze.timeline import Point, Timeline, timelines
-from hangdoc.base.words import rank_ranges
 from hangdoc.model import Bundle, Lane, RankState, RestartMark, Span, WorkerState
 
 MAX_LANES = 64          # as the ranks table: past it, the culprits and the first others
@@ -34,8 +33,8 @@ def lanes(bundle: Bundle, diagnosis: Diagnosis, lines: dict[int, Timeline] | Non
         return ()
     lines = timelines(bundle) if lines is None else lines
     first = bundle.samples[0].time
-    culprits = set(diagnosis.culprits)
-    views = [(v, not culprits.isdisjoint(v.ranks)) for v in diagnosis.ranks if v.info.pid in lines]
+    culprits = {id(v) for v in diagnosis.culprit_views}
+    views = [(v, id(v) in culprits) for v in diagnosis.ranks if v.info.pid in lines]
     if len(views) > MAX_LANES:
         room = MAX_LANES - sum(culprit for _, culprit in views)
         kept = []
@@ -99,7 +98,7 @@ def _rank_lane(bundle: Bundle, view: RankView, lines: dict[int, Timeline], first
         cpu_pct=_downsampled(_cpu(line.points, first, main=True)),
         gpu_util_pct=_downsampled(util), gpu_power_w=_downsampled(power),
         culprit=culprit,
-        rank_set=rank_ranges(view.members) if len(view.members) > 1 else None,
+        rank_set=view.rank_set,
         rank_count=view.count,
         workers=tuple(worker_lane(w) for w in latest(f for f in fates if f.fate is not Fate.RETIRED)),
         retired=tuple(worker_lane(w) for w in latest(retired)),

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from hangdoc.analyze.progress import HANG_FLOOR_S
 from hangdoc.analyze.shares import is_step_wait
@@ -48,6 +49,7 @@ from hangdoc.model import Progress, RankDigest, RankState
 # children have done nothing since hangdoc's first sample of them, for CONFIRM_SAMPLES samples.
 PAST_HANG_AFTER_S = HANG_FLOOR_S
 CONFIRM_SAMPLES = 3        # samples that must agree nothing moves now
+_COLLECTIVE = RankState.COLLECTIVE     # read once: an enum member's lookup, a million times, is a tenth of a second
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,16 @@ def gone(rank: RankDigest) -> bool:
     return gone_at(rank) is not None
 
 
+def live_ranks(ranks: Sequence[RankDigest]) -> list[RankDigest]:
+    """The ranks not gone, in a pass that makes no call a rank: a job's million ranks are read so."""
+    return [r for r in ranks if r.exit_time is None and r.exited_at is None]
+
+
+def gone_ranks(ranks: Sequence[RankDigest]) -> list[RankDigest]:
+    """The ranks gone (`gone_at`), as `live_ranks` reads them."""
+    return [r for r in ranks if r.exit_time is not None or r.exited_at is not None]
+
+
 def before_attach(ranks: Sequence[RankDigest], quiet_since: float, first: float,
                   fr_pending: tuple[float, int | None, str] | None = None) -> Before | None:
     """The wait already under way at the first sample, when the kernel (or the Flight Recorder's
@@ -86,20 +98,22 @@ def before_attach(ranks: Sequence[RankDigest], quiet_since: float, first: float,
     waiting rank counts when it has sat in the same wait since its first sample."""
     if quiet_since > first:
         return None        # something stepped (or did I/O of its own) while watched
-    live = [r for r in ranks if not gone(r)]
-    steady = [r for r in live if waiting(r) and r.last_ran is not None and r.first_seen is not None
+    live = live_ranks(ranks)
+    waits: list[RankDigest] = []
+    others: list[RankDigest] = []
+    for r in live:      # `waiting`, without a call a rank
+        (waits if r.state == _COLLECTIVE or r.joining else others).append(r)
+    steady = [r for r in waits if r.last_ran is not None and r.first_seen is not None
               and _same_wait_since(r) <= r.first_seen]
     # Off the CPU before the first sample: the kernel dates the wait. On the CPU (a host spinning on
     # its collective's Work, NCCL's shape): the watch saw it there from its first sample on.
     found = [(r.last_ran, r.rank, r.joining or r.detail, "kernel") if _off_cpu_before(r) and r.still
              else (r.first_seen, r.rank, r.joining or r.detail, "watch") for r in steady]
-    if fr_pending is not None and fr_pending[0] < first and any(waiting(r) and _same_wait_since(r) <= first
-                                                                for r in live):
+    if fr_pending is not None and fr_pending[0] < first and any(_same_wait_since(r) <= first for r in waits):
         found.append((*fr_pending, "flight-recorder"))
     if not found:
         return None
-    since, rank, wait, told_by = min(found, key=lambda f: f[0])
-    others = [r for r in live if not waiting(r)]
+    since, rank, wait, told_by = min(found, key=itemgetter(0))
     others_asleep = all(asleep(r) for r in others)
     if told_by == "watch" and others and others_asleep:
         # A spinner's wait needs the ranks outside it: a main thread that has not run since t has

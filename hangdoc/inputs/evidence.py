@@ -6,6 +6,7 @@ import dataclasses
 
 from hangdoc import __version__
 from hangdoc.base.errors import BadBundle
+from hangdoc.base.heap import no_cycle_walks
 from hangdoc.bundle.files import bundle_files, load_bundles
 from hangdoc.inputs.flight_dumps import load_dumps, split_inputs
 from hangdoc.inputs.fold import FOLD_ABOVE_RANKS, Shared, diagnose_by_class, read_node
@@ -36,9 +37,10 @@ def report_from_files(paths, hang_after: float | None = None, records: tuple = (
         shared = Shared()
         nodes = [read_node(f, shared) for f in files]
         if sum(len(n.digest.ranks) for n in nodes) > FOLD_ABOVE_RANKS:
-            bundle, diagnosis = diagnose_by_class(nodes, hang_after, records)
-            bundle = dataclasses.replace(bundle, flight_errors=bundle.flight_errors + errors)
-            return bundle, judge(bundle, diagnosis=diagnosis)
+            with no_cycle_walks():       # a million ranks folded: lists of them, no cycles
+                bundle, diagnosis = diagnose_by_class(nodes, hang_after, records)
+                bundle = dataclasses.replace(bundle, flight_errors=bundle.flight_errors + errors)
+                return bundle, judge(bundle, diagnosis=diagnosis)
     bundle = load_bundles(files)
     if records or errors:
         bundle = dataclasses.replace(bundle, flight_records=bundle.flight_records + records,

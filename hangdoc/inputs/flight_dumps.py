@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import pickle
 import re
 from pathlib import Path
@@ -23,6 +24,9 @@ from hangdoc.model import FlightRecord, FrEntry, FrFrame, FrGroup
 _FR_KEYS = (b'"comm_lib_version"', b'"entries"', b'"pg_config"', b'"pg_status"', b'"version"', b'"nccl_comm_state"')
 
 _DUMP_NAME = re.compile(r"^(?P<stem>.*?)(?P<rank>\d+)(?P<ext>\.json|\.pickle|\.pkl)?$")
+# How a name `_DUMP_NAME` takes ends (before a last newline, which `$` passes over): looked at first,
+# the pattern's search from every place of the name is made only for names that may be dumps.
+_DUMP_ENDS = (*"0123456789", ".json", ".pickle", ".pkl")
 
 
 class BadDump(Exception):
@@ -225,8 +229,13 @@ def split_inputs(paths) -> tuple[list[Path], list[Path]]:
     dumps: list[Path] = []
     for path in map(Path, paths):
         if path.is_dir():
-            found = sorted(p for p in path.iterdir() if looks_like_dump(p))
-            jsons = [p for p in sorted(path.glob("*.json")) if p not in found]
+            # From one listing, by name (as paths in one folder sort), a Path made only for what is
+            # kept: a folder of 131,072 node bundles holds neither, and was a second of Path objects.
+            names = sorted(os.listdir(path))
+            maybe = (name for name in names if name.removesuffix("\n").endswith(_DUMP_ENDS) and _DUMP_NAME.match(name))
+            found = [p for p in (path / name for name in maybe) if looks_like_dump(p)]
+            taken = {p.name for p in found}
+            jsons = [path / name for name in names if name.endswith(".json") and name not in taken]   # glob *.json
             dumps += found
             bundles += jsons if (jsons or found) else [path]   # neither: let the bundle loader say so
         elif looks_like_dump(path):

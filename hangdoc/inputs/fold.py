@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,22 +56,41 @@ class Shared:
 
     def __init__(self) -> None:
         self._seen: dict = {}
+        self._before: tuple[RankDigest, ...] = ()     # the ranks of the node read last
 
     def __call__(self, value):
         return self._seen.setdefault(value, value)
 
     def ranks(self, digest: NodeDigest) -> None:
         """Each rank of `digest` made to hold the shared copies of its parts (in place: the digest
-        was just decoded and nothing else holds it yet)."""
+        was just decoded and nothing else holds it yet).
+
+        A rank's workers and rhythm are first held against the rank at its place on the node read
+        last (containers: the same workers on every node), its rhythm then against the rank before
+        it here: equal, that copy is taken, and they are not hashed (eight workers a rank: most of
+        the time a million ranks took to share)."""
         put = msgspec.structs.force_setattr
         one = self._seen.setdefault
-        for rank in digest.ranks:
-            put(rank, "workers", one(rank.workers, rank.workers))
-            put(rank, "rhythm", one(rank.rhythm, rank.rhythm))
+        before, here = self._before, digest.ranks
+        for i, rank in enumerate(here):
+            was = before[i] if i < len(before) else None
+            near = here[i - 1] if i else None
+            workers, rhythm = rank.workers, rank.rhythm
+            if was is not None and was.workers == workers:
+                put(rank, "workers", was.workers)
+            else:
+                put(rank, "workers", one(workers, workers))
+            if near is not None and near.rhythm == rhythm:
+                put(rank, "rhythm", near.rhythm)
+            elif was is not None and was.rhythm == rhythm:
+                put(rank, "rhythm", was.rhythm)
+            else:
+                put(rank, "rhythm", one(rhythm, rhythm))
             put(rank, "host", one(rank.host, rank.host))
             put(rank, "top_frame", one(rank.top_frame, rank.top_frame))
             put(rank, "stack_key", one(rank.stack_key, rank.stack_key))
             put(rank, "state", one(rank.state, rank.state))
+        self._before = here
 
 
 def read_node(path: Path, shared: Shared | None = None) -> NodeRead:
@@ -82,8 +102,9 @@ def read_node(path: Path, shared: Shared | None = None) -> NodeRead:
         check_distributed(b.job, str(path))
         if shared is not None:
             shared.ranks(head.digest)
-        ranks = tuple((r.rank, r.started) for r in head.digest.ranks)
-        job = JobId(b.job.run_id, b.job.master_addr, b.job.master_port, b.job.world_size, ranks)
+        ranks = head.digest.ranks
+        job = JobId(b.job.run_id, b.job.master_addr, b.job.master_port, b.job.world_size,
+                    tuple(map(_NUMBER, ranks)), tuple(map(_STARTED, ranks)))
         node = NodeRead(path, b.host.hostname, job, b.logs, b.exit_code, b.options.hang_after_s,
                         b.options.interval_s, head.digest)
         # Thousands of nodes are read one after another and kept: the cyclic collector would walk
@@ -97,18 +118,6 @@ def read_node(path: Path, shared: Shared | None = None) -> NodeRead:
     check_distributed(bundle.job, str(path))
     return NodeRead(path, bundle.host.hostname, JobId.of(bundle), bundle.logs, bundle.exit_code,
                     bundle.options.hang_after_s, bundle.options.interval_s, node_digest(bundle))
-
-
-def class_key(rank: RankDigest, workers_read: dict[int, tuple] | None = None) -> tuple:
-    """Ranks that read alike: the same state, stack, progress and workers (not times, pids, hosts).
-    `workers_read`: the workers' part already worked out, by the identity of a workers tuple the
-    ranks share (`Shared`)."""
-    workers = workers_read.get(id(rank.workers)) if workers_read is not None else None
-    if workers is None:
-        workers = tuple([(w.state, w.top_frame, w.alive) for w in rank.workers])
-        if workers_read is not None:
-            workers_read[id(rank.workers)] = workers
-    return (rank.state, rank.detail, rank.top_frame, rank.stack_key, rank.progress, rank.exited_at is None, workers)
 
 
 def diagnose_by_class(nodes: Sequence[NodeRead], hang_after: float | None = None,
@@ -132,14 +141,13 @@ def diagnose_by_class(nodes: Sequence[NodeRead], hang_after: float | None = None
 
     # A culprit is its own class (its own row, its own findings) unless there are crowds of them.
     alone = set(decision.culprits) if len(decision.culprits) <= ALONE_CULPRITS else set()
-    classes: dict[tuple, list[RankDigest]] = {}
-    workers_read: dict[int, tuple] = {}     # every rank is held in `ranks`: no tuple's id is reused
-    for rank in sorted(ranks, key=lambda r: (r.rank is None, r.rank)):
-        key = (rank.rank,) if rank.rank in alone else class_key(rank, workers_read)
-        classes.setdefault(key, []).append(rank)
-    node_of = {(r.host, r.pid): n for n in nodes for r in n.digest.ranks}
+    # By rank, the ranks without a number last: each class's first is its lowest rank.
+    numbered = _by_number(ranks)
+    unnumbered = [r for r in ranks if r.rank is None] if len(numbered) < len(ranks) else []
+    classes = _classes(numbered + unnumbered, alone)
     heads = {(members[0].host, members[0].pid): members for members in classes.values()}
-    chosen = sorted({id(node_of[key]): node_of[key] for key in heads}.values(), key=lambda n: str(n.path))
+    first = {id(members[0]) for members in classes.values()}
+    chosen = sorted((n for n in nodes if not first.isdisjoint(map(id, n.digest.ranks))), key=lambda n: str(n.path))
     bundle = merge_bundles([load_bundle(n.path) for n in chosen], [str(n.path) for n in chosen])
     if records:
         bundle = dataclasses.replace(bundle, flight_records=bundle.flight_records + records)
@@ -148,15 +156,62 @@ def diagnose_by_class(nodes: Sequence[NodeRead], hang_after: float | None = None
     for view in rank_views(bundle, timelines(bundle)):
         members = heads.get((view.info.host or bundle.host.hostname, view.info.node_pid))
         if members is not None:
-            views.append(dataclasses.replace(view, members=tuple(r.rank for r in members if r.rank is not None)))
-    return bundle, diagnosis_of(decision, facts.now, views, census=census(nodes))
+            views.append(dataclasses.replace(view, members=_numbers(members)))
+    return bundle, diagnosis_of(decision, facts.now, views, census=census(nodes, ranks, numbered))
 
 
-def census(nodes: Sequence[NodeRead]) -> Census:
-    ranks = [r for n in nodes for r in n.digest.ranks]
-    return Census(
-        ranks=tuple(sorted(r.rank for r in ranks if r.rank is not None)),
-        hosts=tuple(sorted({r.host for r in ranks})),
-        group_ranks=tuple(sorted({r.group_rank for r in ranks if r.group_rank is not None})),
-        nodes=max((n.digest.group_world_size for n in nodes if n.digest.group_world_size), default=None),
-    )
+_NUMBER, _STARTED = operator.attrgetter("rank"), operator.attrgetter("started")
+
+
+def _by_number(ranks: list[RankDigest]) -> list[RankDigest]:
+    """The ranks that have a number, sorted by it. A torchrun job's ranks all have one: they are
+    sorted as they are, and picked out first only where the sort met a rank without (it compares
+    every rank of two or more)."""
+    try:
+        numbered = sorted(ranks, key=_NUMBER)
+        if len(numbered) > 1 or all(r.rank is not None for r in numbered):
+            return numbered
+    except TypeError:       # None met a number, or None
+        pass
+    return sorted((r for r in ranks if r.rank is not None), key=_NUMBER)
+
+
+def _numbers(members: list[RankDigest]) -> tuple[int, ...]:
+    numbers = tuple(map(_NUMBER, members))
+    if numbers and numbers[-1] is None:     # ranks without a number come last in a class
+        numbers = tuple(r for r in numbers if r is not None)
+    return numbers
+
+
+def _classes(ranks: list[RankDigest], alone: set[int]) -> dict[tuple, list[RankDigest]]:
+    """The ranks (in the order given) by class, a rank in `alone` by itself. Ranks of a class read
+    alike: the same state, stack, progress and workers (not times, pids, hosts). The key is built
+    here, not by a call a rank (a million ranks are a million keys), and the workers' part once a
+    workers tuple: the ranks of a job's nodes share them (`Shared`)."""
+    classes: dict[tuple, list[RankDigest]] = {}
+    # The workers' part of a key: a number for each way workers read, looked up by the identity of
+    # a workers tuple (every rank is held by the caller: no tuple's id is reused).
+    readings: dict[tuple, int] = {}
+    workers_read: dict[int, int] = {}
+    for rank in ranks:
+        if rank.rank in alone:
+            key = (rank.rank,)
+        else:
+            workers = workers_read.get(id(rank.workers))
+            if workers is None:
+                reading = tuple([(w.state, w.top_frame, w.alive) for w in rank.workers])
+                workers = workers_read[id(rank.workers)] = readings.setdefault(reading, len(readings))
+            key = (rank.state, rank.detail, rank.top_frame, rank.stack_key, rank.progress, rank.exited_at is None,
+                   workers)
+        found = classes.get(key)
+        if found is None:
+            classes[key] = [rank]
+        else:
+            found.append(rank)
+    return classes
+
+
+def census(nodes: Sequence[NodeRead], ranks: Sequence[RankDigest], numbered: Sequence[RankDigest]) -> Census:
+    """Every rank of the job: `ranks`, every node's, and `numbered`, those with a number, sorted by it."""
+    return Census(ranks=tuple(map(_NUMBER, numbered)), every=ranks,
+                  nodes=max((n.digest.group_world_size for n in nodes if n.digest.group_world_size), default=None))

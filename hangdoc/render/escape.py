@@ -144,6 +144,6 @@ def redact_tree(value: Any) -> Any:
         return redact_text(value)
     if isinstance(value, dict):
         return {k: redact_tree(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [redact_tree(v) for v in value]
+    if isinstance(value, (list, tuple)):       # a number is itself: a million ranks make no call each
+        return [redact_tree(v) if isinstance(v, (str, dict, list, tuple)) else v for v in value]
     return value

@@ -63,8 +63,7 @@ class Context:
         return ranks
 
     def culprit_views(self) -> list[RankView]:
-        culprits = set(self.diagnosis.culprits)
-        return [v for v in self.diagnosis.ranks if culprits.intersection(v.ranks)]
+        return list(self.diagnosis.culprit_views)
 
     def starved_culprits(self) -> list[RankView]:
         """The culprits of a hang that wait on their DataLoader: where the stall rules look."""

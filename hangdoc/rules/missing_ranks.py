@@ -210,10 +210,12 @@ def not_captured(ctx: Context) -> list[Finding]:
         hosts = sorted({p.host or ctx.bundle.host.hostname for p in job.ranks})
         groups = sorted({p.group_rank for p in job.ranks if p.group_rank is not None})
     else:   # a job diagnosed by class: the bundle holds one node of each class, the census all
-        present, hosts, groups = list(census.ranks), list(census.hosts), list(census.group_ranks)
+        present = list(census.ranks)
         world = max([job.world_size or 0, len(present)])
-        have = set(present)
-        absent = [r for r in range(world) if r not in have]
+        absent = sorted(set(range(world)).difference(present))     # a million ranks: no loop of lookups
+        if not absent:
+            return []      # before the census reads its hosts and nodes: only a missing rank prints them
+        hosts, groups = list(census.hosts), list(census.group_ranks)
         have_groups = set(groups)
         absent_nodes = ([g for g in range(census.nodes) if g not in have_groups]
                         if census.nodes and groups else None)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -133,3 +134,26 @@ def test_worker_states_from_frames():
 def test_rank_ranges_are_compact():
     assert rank_ranges([5, 0, 1, 2, 3, 7, 8]) == "0-3,5,7-8"
     assert rank_ranges(list(range(512)) + list(range(513, 1024))) == "0-511,513-1023"
+
+
+def test_rank_ranges_found_by_halving_are_the_runs_a_walk_over_neighbours_finds():
+    def walk(ranks):
+        runs: list[list[int]] = []
+        for r in sorted(set(ranks)):
+            if runs and runs[-1][-1] + 1 == r:
+                runs[-1].append(r)
+            else:
+                runs.append([r])
+        return ",".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+
+    # GIVEN sets of ranks of every density, duplicates and negatives among them, and a million in two runs
+    rng = random.Random(7)
+    cases = [[], [4], [-2, -1, 0, 3], [i for i in range(1 << 20) if i != 524289]]
+    for _ in range(2000):
+        density = rng.choice([0.02, 0.3, 0.7, 0.97, 1.0])
+        size = rng.choice([2, 63, 64, 65, 130, 1000])
+        cases.append([r for r in range(rng.randint(-3, 50), size * 2) if rng.random() < density] * rng.randint(1, 2))
+    # THEN the ranges read as the walk reads them
+    for ranks in cases:
+        rng.shuffle(ranks)
+        assert rank_ranges(ranks) == walk(ranks)

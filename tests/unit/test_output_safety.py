@@ -15,6 +15,7 @@ from hangdoc.report import judge
 from hangdoc.bundle.files import load_bundle
 from hangdoc.model import Bundle, Finding, Severity
 from hangdoc.base.redact import filter_env, redact_cmdline, redact_lines, redact_text
+from hangdoc.render.escape import redact_tree
 from hangdoc.render.json import report_json
 from hangdoc.render.junit import junit_xml
 from hangdoc.render.live import live_table
@@ -128,6 +129,15 @@ def test_control_characters_never_reach_an_output(fmt):
 def test_json_escapes_control_characters_itself():
     out = outputs()["json"]
     assert "\x1b" not in out and json.loads(out)
+
+
+def test_the_json_laid_out_by_msgspec_is_what_json_dumps_writes_byte_for_byte():
+    # GIVEN a report of hostile text, and the same with a NaN, which msgspec does not read as JSON
+    report = judge(hostile_bundle()).report
+    odd = dataclasses.replace(report, detected_after_s=float("nan"))
+    # WHEN each is written as JSON THEN it is json.dumps's own document, indent and escapes alike
+    for each in (report, odd):
+        assert report_json(each) == json.dumps(redact_tree(to_dict(each)), indent=2)
 
 
 def test_markdown_has_no_raw_html_and_unbroken_tables():
