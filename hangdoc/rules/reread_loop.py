@@ -28,11 +28,11 @@ def _finding(ctx: Context, view, loops: list[tuple[ProcessInfo, object]]) -> Fin
     for worker, read in loops:
         name = worker_name(worker)
         passes, _ = read.lapping
-        lasted = ctx.diagnosis.decided_at - ctx.on_clock(read.laps_began)
+        lasted = ctx.bundle.last.time - read.laps_began       # what the samples saw of the loop
         size = f" ({_mb(read.size)})" if read.size else ""
         evidence.append(
-            f"{name} reads {read.path}{size}: the same {_mb(read.lap)} from the file's start {passes} times in "
-            f"{lasted:.0f} s, to within 64 KB (its bytes read beyond its offset's moves, at {len(read.laps)} "
+            f"{name} reads {read.path}{size}: the same {_mb(read.lap)} from the file's start {passes} times in the "
+            f"last {lasted:.0f} s of samples, to within 64 KB (its bytes read beyond its offset's moves, at {len(read.laps)} "
             f"samples, each a whole number of {read.lap:,} bytes): no new data")
         frames = above_worker_loop(latest_frames(ctx.bundle, worker.pid))
         if frames:
