@@ -108,9 +108,17 @@ def _finding(ctx: Context, view, busy: list[_Worker], evidence: list[str],
         measured = ", ".join(f"{basename(r.path)} {rate(s)}" for r, s in rates)
         fix = (f"{RULE.fix} Observed on rank {rank}: {measured} of compressed input "
                f"with {len(busy)} of its workers decompressing; an uncompressed .tar is read at disk speed.")
-    else:
+    elif any(b.reads for b in busy):
         title = f"Rank {rank}'s DataLoader workers are decompressing {kind} data; {kind} shards {effect}"
         fix = RULE.fix
+    else:
+        # No compressed file open: the data was decompressed from memory (records held compressed,
+        # blobs from a database or a socket), so no shard is to blame and none is to re-pack.
+        effect = "makes this rank the straggler" if severity is Severity.WARNING else "starves this rank"
+        title = (f"Rank {rank}'s DataLoader workers are decompressing {kind} data held in memory (no compressed "
+                 f"file open); the decompression {effect}")
+        fix = ("Decompress the data once, ahead of training, and hand the workers the uncompressed records; or "
+               "spread the decompression over more DataLoader workers.")
     return finding(RULE, [rank], title, evidence, fix, severity)
 
 

@@ -240,3 +240,26 @@ def test_oom_kill_names_the_signal_and_memory():
     assert "Killed" in finding.title and finding.ranks == (1,)
     assert any("resident memory" in e for e in finding.evidence)
     assert "OOM killer" in finding.fix and "prefetch_factor" in finding.fix
+
+
+def test_decompression_of_data_held_in_memory_blames_no_shard():
+    # GIVEN the bz2-shards job's bundle with rank 1's workers holding no compressed file open (the
+    # same bz2 frames: records decompressed from memory, as a dataset of compressed blobs does)
+    import dataclasses
+
+    from hangdoc.model import Role
+    bundle, _, _ = golden("bz2-shards")
+    workers = {p.pid for p in bundle.job.processes if p.role is Role.WORKER}
+
+    def no_files(sample):
+        if sample.pid not in workers or sample.proc is None:
+            return sample
+        return dataclasses.replace(sample, proc=dataclasses.replace(sample.proc, open_files=()))
+    edited = dataclasses.replace(bundle, samples=tuple(
+        dataclasses.replace(s, processes=tuple(no_files(p) for p in s.processes)) for s in bundle.samples))
+    # WHEN judged
+    report = judge(edited).report
+    finding = next(f for f in report.findings if f.rule == "slow-decompression")
+    # THEN it says the data is decompressed in memory, names no shard, and its fix re-packs none
+    assert "held in memory" in finding.title and "shards" not in finding.title, finding.title
+    assert "uncompressed .tar" not in finding.fix and "ahead of training" in finding.fix
