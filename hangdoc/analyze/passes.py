@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from dataclasses import dataclass
+from functools import cached_property
 
 from hangdoc.analyze.timeline import IO_NOISE_BYTES, Timeline
 
@@ -78,7 +79,7 @@ class FileReads:
         """The bytes of one pass of its repeated laps (`lap_of`)."""
         return lap_of(tuple(x for _, x, _ in self.laps))
 
-    @property
+    @cached_property
     def lapping(self) -> tuple[int, int | None]:
         """The passes its run of laps holds, and how many points of them random ends would seldom
         fit as well (None: the lap reaches the file's end, or too much of it to tell, or the file

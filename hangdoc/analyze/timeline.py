@@ -63,20 +63,22 @@ def _point(time: float, sample: ProcSample | None, worker: bool, reading: Readin
            gpu: GpuActivity | None = None, sig: tuple | None = None) -> Point:
     reading = reading or (classify_worker(sample) if worker else classify_rank(sample))
     proc = sample.proc if sample else None
-    io = proc.io.rchar + proc.io.wchar if proc and proc.io else None
     main = sample.stack.main if sample and sample.stack else None
-    reads = _reads(proc)
-    return Point(time, reading, signature(sample) if sig is None else sig, proc.cpu_s if proc else None, io,
-                 main.loop if main else None, proc.main_thread if proc else None, reads=reads, gpu=gpu,
-                 socket_read=parked_in(sample) == SOCKET_READ,
-                 sizes=tuple(f.size for f in proc.open_files if f.mode == "r") if reads is not None else None,
-                 rchar=proc.io.rchar if proc is not None and proc.io is not None else None)
+    return Point(time, reading, signature(sample) if sig is None else sig, main=proc.main_thread if proc else None,
+                 loop=main.loop if main else None, gpu=gpu, socket_read=parked_in(sample) == SOCKET_READ,
+                 **_proc_fields(proc))
 
 
-def _reads(proc) -> tuple[tuple[int, str, int], ...] | None:
-    if proc is None or not proc.full:
-        return None
-    return tuple((f.fd, f.path, f.pos) for f in proc.open_files if f.mode == "r")
+def _proc_fields(proc) -> dict:
+    """A point's readings of /proc: its CPU, its bytes (all, and read), and the files it holds open for
+    reading with their offsets and sizes (a full read only)."""
+    io = proc.io if proc is not None else None
+    files = [f for f in proc.open_files if f.mode == "r"] if proc is not None and proc.full else None
+    return dict(cpu_s=proc.cpu_s if proc is not None else None,
+                io_bytes=io.rchar + io.wchar if io is not None else None,
+                rchar=io.rchar if io is not None else None,
+                reads=tuple((f.fd, f.path, f.pos) for f in files) if files is not None else None,
+                sizes=tuple(f.size for f in files) if files is not None else None)
 
 
 def _waits_on_work(sample: ProcSample) -> bool:
@@ -325,13 +327,11 @@ class LiveTimelines:
                 # stacks skipped this round (a worker sampled less often): carry the reading on
                 prev = series[-1]
                 proc = sample.proc
-                series.append(Point(snapshot.time, prev.reading, prev.sig,
-                                    proc.cpu_s if proc else None,
-                                    proc.io.rchar + proc.io.wchar if proc and proc.io else None,
-                                    prev.loop, proc.main_thread if proc else None, fresh=False,
-                                    reads=_reads(proc),
+                series.append(Point(snapshot.time, prev.reading, prev.sig, loop=prev.loop,
+                                    main=proc.main_thread if proc else None, fresh=False,
                                     gpu=gpu_activity(snapshot.gpu.device_of(pid))
-                                    if role is Role.RANK and snapshot.gpu.available else None))
+                                    if role is Role.RANK and snapshot.gpu.available else None,
+                                    **_proc_fields(proc)))
                 continue
             if role is Role.WORKER:
                 series.append(_point(snapshot.time, sample, True))

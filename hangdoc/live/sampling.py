@@ -78,16 +78,7 @@ class Sampling:
         on its data round after round has its workers planned, and is read once. (Those to read,
         those of them whose stacks to take: not a worker whose main thread has not run since its
         last stack.)"""
-        from hangdoc.analyze.classify import classify_rank
-
-        def waits(sample) -> bool:
-            return sample is not None and sample.alive and sample.stack is not None \
-                and classify_rank(sample).state == RankState.DATALOADER
-
-        before = self.samples[-1] if self.samples else None
-        waiting = {s.pid for s in snapshot.processes
-                   if (info := self.job.info(s.pid)) is not None and info.role is Role.RANK and waits(s)
-                   and (self.overdue or (before is not None and waits(before.sample_of(s.pid))))}
+        waiting = self._waiting_on_data(snapshot, self.samples[-1] if self.samples else None)
         alive = {s.pid for s in snapshot.processes if s.alive}
         late = {p.pid for p in self.job.processes if p.role is Role.WORKER and p.rank_pid in waiting
                 and p.pid in alive and p.pid not in plan.stacks}
@@ -268,14 +259,17 @@ class Sampling:
         would be read for nothing; but it is in a quiet past most of the job's longest step
         (`overdue`, the watch's last decision), when the workers may hold what proves a hang and a
         round sooner counts."""
-        from hangdoc.analyze.classify import classify_rank
-
         if len(self.samples) < (1 if once else 2):
             return set()
-        last, before = self.samples[-1], self.samples[-2] if len(self.samples) >= 2 else None
+        return self._waiting_on_data(self.samples[-1], self.samples[-2] if len(self.samples) >= 2 else None, once)
+
+    def _waiting_on_data(self, last, before, once: bool = False) -> set[int]:
+        """The ranks `last` caught waiting on their DataLoader, and `before` too (a snapshot each;
+        `before` None: none), unless `once` or in an overdue quiet."""
+        from hangdoc.analyze.classify import classify_rank
 
         def waits(sample) -> bool:
             return sample is not None and classify_rank(sample).state == RankState.DATALOADER
 
         return {r.pid for r in self.job.by_role(Role.RANK) if waits(last.sample_of(r.pid))
-                and (once or self.overdue or waits(before.sample_of(r.pid)))}
+                and (once or self.overdue or (before is not None and waits(before.sample_of(r.pid))))}
