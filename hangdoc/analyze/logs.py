@@ -5,7 +5,7 @@ import re
 from dataclasses import dataclass
 
 from hangdoc.model import LogTail
-from hangdoc.model.logline import EXITED_LINE, KILLED_LINE, RANK_PREFIX, killed_in_line, line_rank
+from hangdoc.model.logline import EXITED_LINE, KILLED_LINE, RANK_PREFIX, killed_in_line, line_rank, worker_signal_in_line
 
 _CAUGHT = re.compile(r"Caught (\w+) in DataLoader worker process (\d+)")
 _ROOT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
@@ -92,6 +92,27 @@ def killed_workers(logs: tuple[LogTail, ...]) -> dict[int, str]:
     return out
 
 
+def worker_signals(logs: tuple[LogTail, ...]) -> list[tuple[str, str]]:
+    """(how, line) for each line a DataLoader worker wrote as a fatal signal killed it
+    (`ERROR: Unexpected segmentation fault encountered in worker.`), in the order printed."""
+    return [(how, line) for _, line in all_lines(logs) if (how := worker_signal_in_line(line))]
+
+
+def failed_in_loader(logs: tuple[LogTail, ...]) -> list[int]:
+    """The ranks whose last traceback (torchrun's `[rankN]:` lines) was raised within a DataLoader's
+    iterator, in rank order: one pass over the output, whatever the number of ranks."""
+    own: dict[int, list[str]] = {}
+    for _, line in all_lines(logs):
+        if (prefix := RANK_PREFIX.match(line)):
+            own.setdefault(int(prefix.group(1)), []).append(line[prefix.end():])
+    out = []
+    for rank in sorted(own):
+        blocks = _traceback_blocks(own[rank])
+        if blocks and any((m := _FRAME.match(line)) and m.group(1).endswith(_LOADER_FILE) for line in blocks[-1]):
+            out.append(rank)
+    return out
+
+
 def caught_in_worker(logs: tuple[LogTail, ...]) -> list[tuple[str, int, int]]:
     """(exception, worker index, line number in its tail) for `Caught X in DataLoader worker process N`."""
     found = []
@@ -112,6 +133,7 @@ def failed_worker_rank(logs: tuple[LogTail, ...]) -> int | None:
     return None
 
 
+_LOADER_FILE = "torch/utils/data/dataloader.py"
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+)$')
 _TOP_LEVEL = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Fault)\b.*|^[A-Za-z_][\w.]*: .+")
 
@@ -124,6 +146,7 @@ class RaisedError:
     messages: tuple[str, ...]       # "KeyError: Caught KeyError in DataLoader worker process 0.", "KeyError: 'x'"
     where: str | None               # "rules_job.py:59 in resample": the innermost frame
     code: str | None                # that frame's source line
+    in_loader: bool = False         # raised within a DataLoader's iterator (a frame of torch/utils/data/dataloader.py)
 
 
 def _traceback_blocks(lines: list[str]) -> list[list[str]]:
@@ -157,11 +180,13 @@ def rank_exception(logs: tuple[LogTail, ...], rank: int | None) -> RaisedError |
     messages = tuple(line.strip() for line in block if _TOP_LEVEL.match(line) and not line.startswith(
         ("Original Traceback", "Traceback")))
     where = code = None
+    in_loader = False
     for i, line in enumerate(block):
         if (m := _FRAME.match(line)):
+            in_loader = in_loader or m.group(1).endswith(_LOADER_FILE)
             where = f"{m.group(1).rsplit('/', 1)[-1]}:{m.group(2)} in {m.group(3)}"
             following = block[i + 1].strip() if i + 1 < len(block) else ""
             code = following if following and not _FRAME.match(block[i + 1]) and not _TOP_LEVEL.match(following) else None
     if not messages:
         return None
-    return RaisedError(rank, messages[-3:], where, code)
+    return RaisedError(rank, messages[-3:], where, code, in_loader)

@@ -10,16 +10,20 @@ shows a normal end:
 - every worker of its generation ended within END_WINDOW_S of it (the iterator shut them down);
 - it ended with its rank.
 It is *dead* when PyTorch's log line names it (`killed by signal`, `exited unexpectedly`), when
-its exit record names a fatal signal, or when it went alone (a sibling of its generation
-outlived it), unreplaced, while its rank waited for data without stepping since.
+its exit record names a fatal signal, when it went alone (a sibling of its generation
+outlived it), unreplaced, while its rank waited for data without stepping since, or when its own
+dying line (`ERROR: Unexpected segmentation fault encountered in worker.`) is one no rank's line
+matches and it went first (`_dying_words`).
 The report lists live and dead workers; retired ones are only counted.
 """
 from __future__ import annotations
 
+import dataclasses
 import signal as signals
 from bisect import bisect_left
 from dataclasses import dataclass
 
+from hangdoc.analyze.logs import failed_in_loader, worker_signals
 from hangdoc.model.logline import killed_in_line
 from hangdoc.analyze.progress import stepped
 from hangdoc.analyze.timeline import Timeline, timelines
@@ -68,6 +72,9 @@ class RankWorkers:
 
     rank_pid: int
     workers: tuple[WorkerFate, ...]
+    # (how, the worker's own dying line) for each worker of the rank the job's output says a signal
+    # killed that no sample saw (it died before the watch found it): `_dying_words`.
+    unseen: tuple[tuple[str, str], ...] = ()
 
     def of(self, fate: Fate) -> tuple[WorkerFate, ...]:
         return tuple(w for w in self.workers if w.fate is fate)
@@ -114,6 +121,8 @@ def worker_fates(bundle: Bundle, lines: dict[int, Timeline] | None = None) -> di
     killed = _killed(bundle.logs)
     exits = {e.pid: e for e in getattr(bundle, "exits", ()) if e.told}   # older bundles have none
     answer = {rank.pid: _rank_workers(bundle, rank, lines, killed, exits) for rank in bundle.job.ranks}
+    if (said := worker_signals(bundle.logs)):
+        answer = _dying_words(bundle, answer, said, killed, lines)
     _KEPT[:] = [bundle, answer]
     return answer
 
@@ -276,6 +285,62 @@ def _rank_workers(bundle: Bundle, rank: ProcessInfo, lines: dict[int, Timeline],
         else:
             fates.append(fate(Fate.RETIRED, "gone while its rank did not wait for it"))
     return RankWorkers(rank.pid, tuple(fates))
+
+
+# Normal ends that no dying line overrides: the rank went on without the worker.
+_WENT_ON = ("a newer worker of its rank was forked after it", "its rank stepped after it was gone")
+
+
+def _dying_words(bundle: Bundle, answer: dict[int, RankWorkers], said: list[tuple[str, str]],
+                 killed: dict[int, tuple[str, str]], lines: dict[int, Timeline]) -> dict[int, RankWorkers]:
+    """The workers that died of the signal their own dying line names (`worker_signals`: no pid, no
+    rank). A rank names the worker when it notices (`is killed by signal`: `killed`); a line no such
+    line matches is a death the rank did not name, because it failed another way first (a batch cut
+    off mid-handoff: ConnectionResetError). Such a death is the worker's that went first, before its
+    rank and every sibling, where the watch saw one; where it saw none, the worker was of the rank
+    whose own traceback was raised in its DataLoader's iterator. Nothing is named where the lines
+    and the candidates do not pair up, nor where workers the watch saw went together."""
+    named = [how for how, _ in killed.values()]
+    unclaimed = []
+    for how, line in said:
+        if how in named:
+            named.remove(how)
+        else:
+            unclaimed.append((how, line))
+    if not unclaimed:
+        return answer
+    first = {rank_pid: [w for w in rank.workers if _went_first(w, rank, _rank_span(lines.get(rank_pid)), killed)]
+             for rank_pid, rank in answer.items()}
+    candidates = [(rank_pid, w) for rank_pid, ws in first.items() for w in ws]
+    if candidates:
+        if len({how for how, _ in unclaimed}) > 1 or len(candidates) > len(unclaimed):
+            return answer      # which worker died of which signal, or which of them died: cannot tell
+        how, line = unclaimed[0]
+        told = {w.pid: dataclasses.replace(w, fate=Fate.DEAD, why="its own dying line, and it went first",
+                                           how=how, log=line) for _, w in candidates}
+        return {rank_pid: dataclasses.replace(rank, workers=tuple(told.get(w.pid, w) for w in rank.workers))
+                for rank_pid, rank in answer.items()}
+    failed = [r for r in failed_in_loader(bundle.logs)     # of ranks none of whose workers a sample saw
+              if not any(a.workers for pid, a in answer.items() if (info := bundle.job.info(pid)) and info.rank == r)]
+    if not failed or len(failed) > len(unclaimed) or (len(failed) > 1 and len({h for h, _ in unclaimed}) > 1):
+        return answer
+    out = dict(answer)
+    for rank, (how, line) in zip(failed, unclaimed):
+        newest = max((p for p in bundle.job.ranks if p.rank == rank), key=lambda p: (p.start_time, p.pid), default=None)
+        if newest is not None:
+            held = out.get(newest.pid) or RankWorkers(newest.pid, ())
+            out[newest.pid] = dataclasses.replace(held, unseen=held.unseen + ((how, line),))
+    return out
+
+
+def _went_first(w: WorkerFate, rank: RankWorkers, rank_span: _Span | None, killed: dict) -> bool:
+    """Gone, with nothing else to say why, before its rank and every sibling of its generation."""
+    if w.fate is Fate.LIVE or w.gone_at is None or w.last_alive is None or w.pid in killed or w.log \
+            or w.why in _WENT_ON or w.why.startswith(("exited with status", "killed by signal")):
+        return False
+    if rank_span is not None and rank_span.gone_at is not None and rank_span.gone_at <= w.gone_at:
+        return False
+    return all(s.gone_at is None or s.gone_at > w.gone_at for s in rank.siblings(w.pid))
 
 
 def _rank_span(line: Timeline | None) -> _Span | None:

@@ -70,7 +70,7 @@ def _tail(path: str, _size: int, _mtime_ns: int, _ino: int, max_bytes: int, max_
             data = f.read(max_bytes)
     except OSError:
         return None
-    lines = data.decode("utf-8", "replace").splitlines()
+    lines = data.decode("utf-8", "replace").replace("\x00", "").splitlines()   # NULs: logline.RANK_PREFIX
     if size > max_bytes and lines:
         lines = lines[1:]   # the first line is cut in the middle
     return LogTail(source=redact_cached(shown(path)), lines=redact_lines([cut_line(line) for line in lines[-max_lines:]]),

@@ -111,8 +111,8 @@ class OutputTail:
         self.lines.append(self._redact(cut_line(text, total=total)))
 
     def _keep(self, text: str) -> None:
-        self._write(text)
-        self.lines.append(self._redact(text.rstrip("\n")))
+        self._write(text)     # the job's output as it came; the lines kept lose their NULs (logline.RANK_PREFIX)
+        self.lines.append(self._redact(text.rstrip("\n").replace("\x00", "")))
 
     def _write(self, text: str) -> None:
         try:

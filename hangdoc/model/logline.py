@@ -5,10 +5,19 @@ from __future__ import annotations
 
 import re
 
-RANK_PREFIX = re.compile(r"^\[(?:default)?rank(\d+)\]:\s?")   # torchrun's per-rank line prefix
+# torchrun's per-rank line prefix; a NUL before it is the end of a DataLoader worker's dying words
+# (WORKER_SIGNAL_LINE: it writes its message with its C string's terminator), in outputs kept whole.
+RANK_PREFIX = re.compile(r"^\x00*\[(?:default)?rank(\d+)\]:\s?")
 KILLED_LINE = re.compile(r"DataLoader worker \(pid (\d+)\) is killed by signal: (.+?)\.?\s*$")
 EXITED_LINE = re.compile(r"DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly")
 _WORKER_PID = "DataLoader worker (pid"     # what both lines begin with: most lines are let go at this test
+# What a DataLoader worker's own signal handler writes as it dies of SIGSEGV, SIGBUS or SIGFPE
+# (PyTorch's DataLoader.cpp), before the signal kills it: no pid, no rank prefix. Its rank says
+# `is killed by signal` when it notices, unless it fails first another way (a batch cut off mid-handoff).
+WORKER_SIGNAL_LINE = re.compile(r"ERROR: Unexpected (segmentation fault|bus error|floating-point exception) "
+                                r"encountered in worker")
+_SIGNAL_NAMES = {"segmentation fault": "Segmentation fault", "bus error": "Bus error",
+                 "floating-point exception": "Floating point exception"}   # as strsignal(3) and the rank name them
 
 
 def line_rank(line: str) -> int | None:
@@ -34,3 +43,11 @@ def killed_in_line(line: str) -> tuple[tuple[int, str, bool], ...]:
         return tuple((int(pid), "exited unexpectedly", False)
                      for pid in m.group(1).replace(" ", "").split(",") if pid.isdigit())
     return ()
+
+
+def worker_signal_in_line(line: str) -> str | None:
+    """The signal a DataLoader worker's own dying line names ("Segmentation fault"), if it is one."""
+    if "encountered in worker" not in line:
+        return None
+    m = WORKER_SIGNAL_LINE.search(line)
+    return _SIGNAL_NAMES[m.group(1)] if m else None

@@ -104,7 +104,7 @@ class DeadWorker:
     """A DataLoader worker that died: from the log line PyTorch prints, its exit record, or seen
     alive then gone alone while its rank waits for data (hangdoc/analyze/workers.py decides)."""
 
-    pid: int
+    pid: int | None                # None: no sample saw it (only its own dying line and its rank's failure tell it)
     rank: int | None
     how: str                       # "Segmentation fault", "Killed", "exited unexpectedly", "vanished"
     log: str | None                # the log line that says so, without torchrun's prefix
@@ -139,11 +139,14 @@ def dead_workers(ctx) -> list[DeadWorker]:
     """Workers killed (log lines, exit records), or gone alone while their rank waits for data."""
     bundle, d = ctx.bundle, ctx.diagnosis
     dead = {}
+    unseen: list[DeadWorker] = []
     for rank_pid, rank in fates(ctx).items():
         owner = bundle.job.info(rank_pid)
         for w in rank.dead:
             dead[w.pid] = DeadWorker(w.pid, owner.rank if owner else w.info.rank, w.how or "vanished",
                                      strip_rank(w.log) if w.log else None, w.info, None if w.log else w.why)
+        unseen += [DeadWorker(None, owner.rank if owner else None, how, strip_rank(line), None,
+                              "no sample saw it: it died before the watch found it") for how, line in rank.unseen]
     lines = ctx.worked.killed_lines
     for pid, how in ctx.worked.killed_workers.items():
         if pid in dead:
@@ -153,7 +156,7 @@ def dead_workers(ctx) -> list[DeadWorker]:
         if rank is None and len(d.culprits) == 1:
             rank = d.culprits[0]
         dead[pid] = DeadWorker(pid, rank, how, strip_rank(lines[pid]) if pid in lines else None, info)
-    return sorted(dead.values(), key=lambda w: (w.rank is None, w.rank, w.pid))
+    return sorted(dead.values(), key=lambda w: (w.rank is None, w.rank, w.pid)) + unseen
 
 
 def gpu_lines(ctx, waiting: list[RankView], culprit: RankView) -> list[str]:

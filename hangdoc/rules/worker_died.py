@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from hangdoc.model import Cause, Finding, Severity
 from hangdoc.rules.base import Context, Rule, finding
-from hangdoc.rules.evidence import dead_workers, DeadWorker, generation_of
+from hangdoc.rules.evidence import DeadWorker, dead_workers, generation_of
 from hangdoc.rules.samples import samples_of
 from hangdoc.base.words import mb
 
@@ -82,6 +82,11 @@ def check(ctx: Context) -> list[Finding]:
         evidence = []
         if dead.log:
             evidence.append(dead.log)
+        if dead.pid is None:
+            evidence += _unseen_lines(ctx, dead)
+            findings.append(finding(RULE, [dead.rank], f"{name}{of} was killed by signal: {dead.how}", evidence,
+                                    _fix(ctx, dead)))
+            continue
         seen = samples_of(ctx.bundle, dead.pid)
         alive = [t for t, s in seen if s.alive]
         gone = next((t for t, s in seen if not s.alive), None)
@@ -101,13 +106,30 @@ def check(ctx: Context) -> list[Finding]:
             evidence.append(memory)
         how = "vanished while its rank waits for data" if dead.how == "vanished" else (
             dead.how if dead.how == "exited unexpectedly" else f"was killed by signal: {dead.how}")
-        fix = RULE.fix
-        if (hint := _hint(dead.how)):
-            fix = f"{fix} {hint}"
-        if dead.how in ("Killed", "vanished"):
-            fix += _in_flight(ctx, dead)
-        findings.append(finding(RULE, [dead.rank], f"{name} (pid {dead.pid}){of} {how}", evidence, fix))
+        findings.append(finding(RULE, [dead.rank], f"{name} (pid {dead.pid}){of} {how}", evidence, _fix(ctx, dead)))
     return findings
+
+
+def _fix(ctx: Context, dead: DeadWorker) -> str:
+    fix = RULE.fix
+    if (hint := _hint(dead.how)):
+        fix = f"{fix} {hint}"
+    if dead.how in ("Killed", "vanished"):
+        fix += _in_flight(ctx, dead)
+    return fix
+
+
+def _unseen_lines(ctx: Context, dead: DeadWorker) -> list[str]:
+    """A worker no sample saw: the line it wrote as it died names the signal, not its pid or rank;
+    its rank's own failure, raised in its DataLoader's iterator, says whose it was."""
+    lines = ["the worker wrote that line as the signal killed it (PyTorch's worker signal handler); "
+             "no sample saw the worker: it died before the watch found it"]
+    raised = ctx.worked.exception_of(dead.rank)
+    if raised is not None and raised.in_loader:
+        at = f" ({raised.where})" if raised.where else ""
+        lines.append(f"rank {dead.rank} then failed in its DataLoader's iterator: {raised.messages[-1]}{at}: "
+                     "a consequence, a batch cut off as its worker died")
+    return lines
 
 
 RULE = Rule(

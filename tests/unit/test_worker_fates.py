@@ -211,6 +211,75 @@ def test_an_exit_record_tells_a_retirement_from_a_kill():
     assert (by_pid[102].fate, by_pid[102].how) == (Fate.DEAD, "Killed")
 
 
+# --- a worker's own dying line (PyTorch's worker signal handler: no pid, no rank) -------------------
+
+DYING = "ERROR: Unexpected segmentation fault encountered in worker."
+# Rank 1's traceback as torchrun's excepthook prints it after the worker's line: the worker's write
+# ends with its C string's NUL, which lands before the rank's first line.
+HANDOFF = ("\x00[rank1]: Traceback (most recent call last):",
+           '[rank1]:   File "/src/train.py", line 404, in main',
+           "[rank1]:     for feats, labels in loader:",
+           '[rank1]:   File "/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 1291, in _try_get_data',
+           '[rank1]:   File "/usr/lib/python3.11/multiprocessing/connection.py", line 395, in _recv',
+           "[rank1]:     chunk = read(handle, remaining)",
+           "[rank1]: ConnectionResetError: [Errno 104] Connection reset by peer")
+
+
+def with_output(bundle: Bundle, *lines: str) -> Bundle:
+    return dataclasses.replace(bundle, logs=(LogTail("<output of the command>", lines),))
+
+
+def test_a_worker_that_went_first_died_of_the_signal_its_own_line_names():
+    # GIVEN rank 1's worker 0 gone alone (its sibling lives, its rank waits for data), and the
+    # worker's own dying line in the output, no rank's "is killed by signal" line
+    bundle = with_output(epochs_job(epochs=1, epoch_s=20.0, kill=(1, 0, T0 + 5.0), stop_stepping_at=T0 + 5.0),
+                         DYING)
+    # WHEN the report is built
+    [died] = rules(bundle)["worker-died"]
+    # THEN that worker died of a segmentation fault, and the line says so
+    assert died.title == "DataLoader worker 0 (pid 1101) of rank 1 was killed by signal: Segmentation fault"
+    assert DYING in died.evidence
+    assert "spawn" in died.fix
+
+
+def test_a_dying_line_its_rank_named_the_worker_for_is_one_death_not_two():
+    # GIVEN a worker's dying line and the rank's own line naming that worker and the same signal
+    bundle = with_output(epochs_job(epochs=2), DYING,
+                         "[rank0]: RuntimeError: DataLoader worker (pid 101) is killed by signal: Segmentation fault.")
+    # THEN one worker died: the one the rank named
+    assert [f.title for f in rules(bundle)["worker-died"]] == [
+        "DataLoader worker 0 (pid 101) of rank 0 was killed by signal: Segmentation fault"]
+
+
+def test_a_dying_line_no_worker_and_no_rank_pairs_with_names_nobody():
+    # GIVEN workers that all ended with their epoch, and a dying line: which of them, or whose, is not told
+    bundle = with_output(epochs_job(epochs=2), DYING)
+    # THEN no worker is said to have died
+    assert "worker-died" not in rules(bundle)
+    assert not any(w.fate is Fate.DEAD for rank in worker_fates(bundle).values() for w in rank.workers)
+
+
+def test_a_worker_no_sample_saw_is_named_by_its_line_and_its_ranks_failure_in_the_loader():
+    # GIVEN no worker of rank 1 ever sampled (it died before the watch found it), its dying line,
+    # and rank 1's traceback raised in its DataLoader's iterator (a batch cut off mid-handoff)
+    bundle = with_output(epochs_job(epochs=1, epoch_s=20.0, workers=0), DYING, *HANDOFF)
+    # WHEN the report is built
+    [died] = rules(bundle)["worker-died"]
+    # THEN a worker of rank 1 died of a segmentation fault, and the rank's failure is its consequence
+    assert died.ranks == (1,)
+    assert died.title == "A DataLoader worker of rank 1 was killed by signal: Segmentation fault"
+    assert any("no sample saw the worker" in e for e in died.evidence)
+    assert any(e.startswith("rank 1 then failed in its DataLoader's iterator: ConnectionResetError") for e in died.evidence)
+
+
+def test_a_dying_line_with_no_rank_failing_in_its_loader_names_nobody():
+    # GIVEN the dying line, no worker sampled, and no rank's traceback through a DataLoader
+    bundle = with_output(epochs_job(epochs=1, epoch_s=20.0, workers=0), DYING,
+                         "[rank1]: Traceback (most recent call last):", "[rank1]: ValueError: bad shard")
+    # THEN nobody is named
+    assert "worker-died" not in rules(bundle)
+
+
 # --- what the user watches --------------------------------------------------------------------------
 
 
