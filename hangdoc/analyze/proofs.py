@@ -82,8 +82,10 @@ def _fork_lock(bundle: Bundle, rank: ProcessInfo, workers: list[ProcessInfo], re
         if worker.start_method != "fork":
             continue
         run = agreeing(bundle, worker.pid, _on_own_lock)
-        while run and run[0][1].stack is None:     # before a stack showed the lock
-            run = run[1:]
+        # A stack must show the lock; full readings asleep in the futex before it count, the CPU flat
+        # since (`agreeing`): the worker ran no code between them, so it was in that wait already.
+        if not any(s.stack is not None for _, s in run):
+            continue
         if not proven(run) or not _siblings_still(bundle, workers, run[0][0]):
             continue
         frame = own_frame(signature(next(s for _, s in reversed(run) if s.stack is not None)))

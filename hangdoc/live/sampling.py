@@ -9,8 +9,9 @@ Sampling is gentle: a rank that stepped at the last sample (and its workers) is 
 process at the first round, is read blocking, for a consistent stack. A rank spinning or dwelling
 at one line is probed natively until a wait is found there (SPIN_PROBES times at most), a worker
 asleep in a futex beside a rank waiting on its data once per stack. The workers of a rank caught
-waiting on its data at the last sample, and a worker last seen asleep on a file lock or reading a
-pipe, or holding a file lock a process of the job waits for, get the full /proc read every round:
+waiting on its data (within the round that caught it, and at the next), and a worker last seen
+asleep on a file lock or reading a pipe, or holding a file lock a process of the job waits for,
+get the full /proc read every round:
 the kernel's wait, /proc/locks' holder and the pipe's writers are what prove a wait-for cycle, or
 a pipe no process can write.
 """
@@ -71,18 +72,35 @@ class Sampling:
 
     def late_workers(self, snapshot, plan: Plan) -> tuple[set[int], set[int]]:
         """The workers of a rank this very round caught waiting on its data, that the round did not
-        read closely, where the next round would read them (`_ranks_waiting_on_data`): it was caught
-        waiting at the round before too, or the job is in a quiet past most of its longest step
-        (`overdue`). Read at once, in the same round, what may prove the hang in them (a forked
-        worker asleep on a lock, a pipe no process writes) is seen a round sooner; a rank that waits
-        on its data round after round has its workers planned, and is read once. (Those to read,
-        those of them whose stacks to take: not a worker whose main thread has not run since its
-        last stack.)"""
-        waiting = self._waiting_on_data(snapshot, self.samples[-1] if self.samples else None)
+        read closely, read again at once: what may prove the hang in them (a forked worker asleep on
+        a lock, a pipe no process writes, a file lock another holds) is then seen a round sooner.
+        Caught once, their full /proc read (the kernel's wait, half a millisecond each); caught at
+        the round before too, or in a quiet past most of the job's longest step (`overdue`), their
+        stacks as well, where the next round would take them (`_ranks_waiting_on_data`): a rank that
+        waits on its data round after round has its workers planned, and is read once. (Those to
+        read, those of them whose stacks to take: not a worker whose main thread has not run since
+        its last stack.)"""
+        before = self.samples[-1] if self.samples else None
+        once = self._waiting_on_data(snapshot, before, once=True)
+        if not once:
+            return set(), set()
+        again = self._waiting_on_data(snapshot, before)
         alive = {s.pid for s in snapshot.processes if s.alive}
-        late = {p.pid for p in self.job.processes if p.role is Role.WORKER and p.rank_pid in waiting
-                and p.pid in alive and p.pid not in plan.stacks}
-        return late, {pid for pid in late if not self._parked(pid)}
+        workers = [p for p in self.job.processes if p.role is Role.WORKER and p.rank_pid in once
+                   and p.pid in alive and p.pid not in plan.stacks]
+        stacks = {p.pid for p in workers if p.rank_pid in again and not self._parked(p.pid)}
+        late = stacks | {p.pid for p in workers if p.pid in plan.light}
+        return late, stacks
+
+    @staticmethod
+    def may_prove(snapshot, pids: set[int]) -> set[int]:
+        """Those of `pids`, read closely in `snapshot`, asleep where a proof begins: a futex (a lock),
+        a file lock, an empty pipe, or stopped. Their stacks are read within the round (what the lock
+        is, what the pipe is read through), and the round after comes at a proof's PROOF_SPAN_S, so
+        the proof agrees there, not a round later (live/watcher.py)."""
+        return {sample.pid for sample in snapshot.processes
+                if sample.pid in pids and sample.alive and (proc := sample.proc) is not None and proc.full
+                and (proc.state == "T" or proc.in_futex or proc.in_file_lock or proc.in_pipe_read)}
 
     def _spinning(self) -> set[int]:
         """Ranks to probe natively this round, once per stack they stand at: a rank whose main

@@ -100,7 +100,8 @@ class Watcher(Sampling):
     host: tuple | None = None                        # (first rank's pid, its Host facts)
     discovered: set = field(default_factory=set)     # the node's pids when the job was last discovered
     undiscovered: int = 0                            # rounds since, none of them discovering
-    read_late: bool = False                          # this round read a waiting rank's workers closely (late_workers)
+    read_late: bool = False                          # this round read a waiting rank's workers' stacks (late_workers,
+                                                     # may_prove: one asleep where a proof begins)
 
     def start(self) -> Bundle:
         """Find the job and take the first full capture; attach errors surface here."""
@@ -272,9 +273,13 @@ class Watcher(Sampling):
                                      native=self.options.native or plan.native, nonblocking=plan.nonblocking,
                                      light=plan.light, steady=plan.steady)
         late, stacks = self.late_workers(snapshot, plan)
-        self.read_late = bool(stacks)
+        asleep: set[int] = set()
         if late:
             snapshot = self._read_late(snapshot, late, stacks, plan)
+            asleep = self.may_prove(snapshot, late - stacks)
+            if (unparked := {pid for pid in asleep if not self._parked(pid)}):
+                snapshot = self._read_late(snapshot, unparked, unparked, plan)
+        self.read_late = bool(stacks or asleep)
         self.samples.append(snapshot)
         if self.exit_watcher is not None:
             for proc in self.job.processes:

@@ -128,6 +128,32 @@ def test_a_worker_parked_on_the_lock_is_not_read_again_and_still_agrees():
     assert "waits on a lock at report_stats" in diagnosis.proof.said
 
 
+def test_a_worker_read_in_full_asleep_in_the_futex_before_its_first_stack_agrees_from_that_read():
+    # GIVEN worker-deadlock as a watch that caught rank 1 waiting on its data once reads it: the
+    # workers' full /proc first (asleep in the futex), their stacks only from round 2 on
+    bundle = golden("worker-deadlock")
+    for index in (0, 1):
+        bundle = edit(bundle, worker_pid(bundle, 1, index), lambda s, i: dataclasses.replace(s, stack=None), last=1)
+    # WHEN judged round by round
+    at, diagnosis = first_hang(bundle)
+    # THEN the proof counts from the first full reading (the CPU flat since: the worker ran no code
+    # between) and the hang is named at the second agreeing sample, the stacks at round 2 showing the lock
+    assert at is not None
+    assert diagnosis.proof.since == bundle.samples[0].time
+    assert_named_at_second_agreeing_sample(bundle, at, diagnosis, ProofKind.FORK_LOCK, 1)
+
+
+def test_a_worker_asleep_in_a_futex_with_no_stack_showing_the_lock_proves_no_fork_lock():
+    # GIVEN the same workers with no stack read at all: only the kernel's futex and the flat CPU
+    bundle = golden("worker-deadlock")
+    for index in (0, 1):
+        bundle = edit(bundle, worker_pid(bundle, 1, index), lambda s, i: dataclasses.replace(s, stack=None))
+    # WHEN judged round by round
+    _, diagnosis = first_hang(bundle)
+    # THEN no fork-lock is proven: a futex alone does not say whose lock, nor that it is the job's
+    assert diagnosis is None or diagnosis.proof is None or diagnosis.proof.kind != ProofKind.FORK_LOCK
+
+
 def stopped_straggler():
     """compute-straggler with rank 1 stopped (state T, CPU flat) from round 2 on."""
     bundle = golden("compute-straggler")

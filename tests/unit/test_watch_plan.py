@@ -314,9 +314,9 @@ def test_in_an_overdue_quiet_a_rank_caught_waiting_on_data_has_its_workers_read_
     late, stacks = watcher.late_workers(caught, round_plan)
     # THEN rank 1's workers, with their stacks: not rank 0's
     assert late == workers[1] == stacks
-    # AND out of such a quiet, or with rank 1 still computing, none
+    # AND out of such a quiet, their full /proc read only (the kernel's wait); with rank 1 computing, none
     watcher.overdue = False
-    assert watcher.late_workers(caught, round_plan) == (set(), set())
+    assert watcher.late_workers(caught, round_plan) == (workers[1], set())
     watcher.overdue = True
     quiet = node_bundle(0, 1, -1, T0 + 4, samples=1, workers=2, ranks_per_node=2).samples[0]
     assert watcher.late_workers(quiet, round_plan) == (set(), set())
@@ -335,3 +335,30 @@ def test_a_rank_caught_waiting_on_data_a_second_time_has_its_workers_read_in_tha
     # AND a rank that waited at the last round but steps now costs nothing
     stepping = node_bundle(0, 1, -1, T0 + 4, samples=1, workers=2, ranks_per_node=2).samples[0]
     assert watcher.late_workers(stepping, round_plan) == (set(), set())
+
+
+def test_a_worker_read_closely_asleep_where_a_proof_begins_has_its_stack_read_and_the_next_round_at_a_proofs_span():
+    # GIVEN a round that caught rank 1 waiting on its data for the first time, its workers read
+    # again in full: worker 0 asleep in a futex, worker 1 in poll (waiting for its next index)
+    import dataclasses as dc
+
+    watcher, workers = watcher_after(-1, -1)
+    caught = node_bundle(0, 1, 1, T0 + 4, samples=1, workers=2, ranks_per_node=2).samples[0]
+    late, _ = watcher.late_workers(caught, watcher.plan(all_workers=False))
+    asleep, polling = sorted(late)
+
+    def reading(wchan, syscall, state="S"):
+        return tuple(dc.replace(s, proc=dc.replace(s.proc, state=state, wchan=wchan, syscall=syscall))
+                     if s.pid == asleep else
+                     dc.replace(s, proc=dc.replace(s.proc, wchan="do_sys_poll", syscall="7")) if s.pid == polling
+                     else s for s in caught.processes)
+
+    # WHEN the watch asks whether a proof may begin there
+    # THEN a futex, a file lock, an empty pipe and a stop may; a poll, or the same worker read lightly, may not
+    for wchan, syscall, state in (("futex_wait_queue", "202", "S"), ("locks_lock_inode_wait", "73", "S"),
+                                  ("pipe_read", "0", "S"), ("do_signal_stop", "0", "T")):
+        assert watcher.may_prove(dc.replace(caught, processes=reading(wchan, syscall, state)), late) == {asleep}, wchan
+    assert not watcher.may_prove(dc.replace(caught, processes=reading("do_sys_poll", "7")), late)
+    light = tuple(dc.replace(s, proc=dc.replace(s.proc, full=False)) for s in reading("futex_wait_queue", "202"))
+    assert not watcher.may_prove(dc.replace(caught, processes=light), late)
+
