@@ -79,17 +79,19 @@ class Sampling:
         stacks as well, where the next round would take them (`_ranks_waiting_on_data`): a rank that
         waits on its data round after round has its workers planned, and is read once. (Those to
         read, those of them whose stacks to take: not a worker whose main thread has not run since
-        its last stack.)"""
+        its last stack.) A worker this round read lightly that holds a file lock a process of the
+        job was found asleep on is read in full too: is it asleep on one the waiter holds?"""
         before = self.samples[-1] if self.samples else None
+        holders = self._lock_holders(snapshot) & plan.light
         once = self._waiting_on_data(snapshot, before, once=True)
         if not once:
-            return set(), set()
+            return holders, set()
         again = self._waiting_on_data(snapshot, before)
         alive = {s.pid for s in snapshot.processes if s.alive}
         workers = [p for p in self.job.processes if p.role is Role.WORKER and p.rank_pid in once
                    and p.pid in alive and p.pid not in plan.stacks]
         stacks = {p.pid for p in workers if p.rank_pid in again and not self._parked(p.pid)}
-        late = stacks | {p.pid for p in workers if p.pid in plan.light}
+        late = stacks | holders | {p.pid for p in workers if p.pid in plan.light}
         return late, stacks
 
     @staticmethod
@@ -234,11 +236,12 @@ class Sampling:
             chosen.add(workers[turn % len(workers)].pid)
         return chosen
 
-    def _lock_holders(self) -> set[int]:
-        """The pids /proc/locks named, at the last sample, as holding a lock a process of the job waits for."""
-        if not self.samples:
+    def _lock_holders(self, snapshot=None) -> set[int]:
+        """The pids /proc/locks named, at `snapshot` (None: the last sample), as holding a lock a
+        process of the job waits for."""
+        if snapshot is None and not self.samples:
             return set()
-        return {lock.holder_pid for s in self.samples[-1].processes if s.proc is not None
+        return {lock.holder_pid for s in (snapshot or self.samples[-1]).processes if s.proc is not None
                 for lock in s.proc.locks if lock.holder_pid}
 
     def _in_kernel_wait(self, pid: int) -> bool:

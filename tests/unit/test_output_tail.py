@@ -64,3 +64,13 @@ def test_another_traceback_after_the_end_is_shown():
     # THEN it is echoed and kept, and nothing is said to be left out
     assert sink.getvalue() == crash + "hangdoc: the job was ended by hangdoc, not by a failure of its own\n"
     assert "ValueError: bad batch" in tail.lines
+
+
+def test_a_dying_workers_nul_is_echoed_as_it_came_and_left_out_of_the_lines_kept():
+    # GIVEN a DataLoader worker's dying line, written with its C string's NUL, then its rank's traceback
+    out = ("ERROR: Unexpected segmentation fault encountered in worker.\n\x00[rank1]: Traceback (most recent "
+           "call last):\n[rank1]: ConnectionResetError: [Errno 104] Connection reset by peer\n")
+    tail, sink = _tail_over(out, "")
+    # THEN the echo is the job's output byte for byte, and the kept line keeps its [rank1] prefix first
+    assert sink.getvalue().startswith(out)
+    assert list(tail.lines)[1] == "[rank1]: Traceback (most recent call last):"

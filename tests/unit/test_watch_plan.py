@@ -362,3 +362,26 @@ def test_a_worker_read_closely_asleep_where_a_proof_begins_has_its_stack_read_an
     light = tuple(dc.replace(s, proc=dc.replace(s.proc, full=False)) for s in reading("futex_wait_queue", "202"))
     assert not watcher.may_prove(dc.replace(caught, processes=light), late)
 
+
+
+def test_a_worker_read_lightly_holding_a_file_lock_a_rank_sleeps_on_is_read_in_full_within_the_round():
+    # GIVEN a round that reads rank 0 asleep on a file lock /proc/locks says worker 0 of rank 1 holds,
+    # that worker read lightly by the round's plan (nobody waits on data)
+    import dataclasses as dc
+
+    from hangdoc.model import FileLock
+
+    watcher, workers = watcher_after(-1, -1)
+    round_plan = watcher.plan(all_workers=False)
+    holder = min(workers[1])
+    assert holder in round_plan.light
+    rank0 = next(p.pid for p in watcher.job.ranks if p.rank == 0)
+    lock = FileLock("FLOCK", "WRITE", "fe:00:11", "/data/dl.lock", holder)
+    now = node_bundle(0, 1, -1, T0 + 4, samples=1, workers=2, ranks_per_node=2).samples[0]
+    now = dc.replace(now, processes=tuple(
+        dc.replace(s, proc=dc.replace(s.proc, wchan="locks_lock_inode_wait", syscall="73", locks=(lock,)))
+        if s.pid == rank0 else s for s in now.processes))
+    # WHEN the watch asks which processes to read again, closely, within the round
+    late, stacks = watcher.late_workers(now, round_plan)
+    # THEN the holder, in full, no stack yet (is it asleep on a lock rank 0 holds? a wait-for cycle)
+    assert late == {holder} and stacks == set()
