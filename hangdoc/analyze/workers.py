@@ -67,14 +67,24 @@ class WorkerFate:
 
 
 @dataclass(frozen=True)
+class UntoldDeath:
+    """A worker of the rank that its own dying line says a signal killed (`_dying_words`), that the
+    samples cannot name: none of the rank's workers was seen (`among` empty: it died before the watch
+    found them), or several went at the same sample (`among`: their pids)."""
+
+    how: str                       # "Segmentation fault", "Bus error", "Floating point exception"
+    line: str                      # the worker's line
+    among: tuple[int, ...] = ()
+    gone_at: float | None = None   # the sample that first saw those of `among` gone
+
+
+@dataclass(frozen=True)
 class RankWorkers:
     """A rank's DataLoader workers, oldest first, each with its fate."""
 
     rank_pid: int
     workers: tuple[WorkerFate, ...]
-    # (how, the worker's own dying line) for each worker of the rank the job's output says a signal
-    # killed that no sample saw (it died before the watch found it): `_dying_words`.
-    unseen: tuple[tuple[str, str], ...] = ()
+    untold: tuple[UntoldDeath, ...] = ()   # deaths the output tells that the samples cannot pin on one worker
 
     def of(self, fate: Fate) -> tuple[WorkerFate, ...]:
         return tuple(w for w in self.workers if w.fate is fate)
@@ -298,8 +308,9 @@ def _dying_words(bundle: Bundle, answer: dict[int, RankWorkers], said: list[tupl
     line matches is a death the rank did not name, because it failed another way first (a batch cut
     off mid-handoff: ConnectionResetError). Such a death is the worker's that went first, before its
     rank and every sibling, where the watch saw one; where it saw none, the worker was of the rank
-    whose own traceback was raised in its DataLoader's iterator. Nothing is named where the lines
-    and the candidates do not pair up, nor where workers the watch saw went together."""
+    whose own traceback was raised in its DataLoader's iterator (`UntoldDeath`), and where several
+    of its workers went at the same sample, one of those. Nothing is named where the lines and the
+    candidates do not pair up."""
     named = [how for how, _ in killed.values()]
     unclaimed = []
     for how, line in said:
@@ -320,23 +331,34 @@ def _dying_words(bundle: Bundle, answer: dict[int, RankWorkers], said: list[tupl
                                            how=how, log=line) for _, w in candidates}
         return {rank_pid: dataclasses.replace(rank, workers=tuple(told.get(w.pid, w) for w in rank.workers))
                 for rank_pid, rank in answer.items()}
-    failed = [r for r in failed_in_loader(bundle.logs)     # of ranks none of whose workers a sample saw
-              if not any(a.workers for pid, a in answer.items() if (info := bundle.job.info(pid)) and info.rank == r)]
+    failed = [r for r in failed_in_loader(bundle.logs)
+              if not any(a.dead for pid, a in answer.items() if (info := bundle.job.info(pid)) and info.rank == r)]
     if not failed or len(failed) > len(unclaimed) or (len(failed) > 1 and len({h for h, _ in unclaimed}) > 1):
         return answer
     out = dict(answer)
     for rank, (how, line) in zip(failed, unclaimed):
         newest = max((p for p in bundle.job.ranks if p.rank == rank), key=lambda p: (p.start_time, p.pid), default=None)
-        if newest is not None:
-            held = out.get(newest.pid) or RankWorkers(newest.pid, ())
-            out[newest.pid] = dataclasses.replace(held, unseen=held.unseen + ((how, line),))
+        if newest is None:
+            continue
+        held = out.get(newest.pid) or RankWorkers(newest.pid, ())
+        gone = [w for w in held.workers if _untold(w, killed)]
+        if held.workers and not gone:
+            continue                  # its workers live, or ended for a reason: not one of those the line tells
+        first = min((w.gone_at for w in gone), default=None)
+        among = tuple(w.pid for w in gone if w.gone_at == first)
+        out[newest.pid] = dataclasses.replace(held, untold=held.untold + (UntoldDeath(how, line, among, first),))
     return out
+
+
+def _untold(w: WorkerFate, killed: dict) -> bool:
+    """Gone, seen alive before, with nothing else to say why (no line, no exit status, no normal end)."""
+    return not (w.fate is Fate.LIVE or w.gone_at is None or w.last_alive is None or w.pid in killed or w.log
+                or w.why in _WENT_ON or w.why.startswith(("exited with status", "killed by signal")))
 
 
 def _went_first(w: WorkerFate, rank: RankWorkers, rank_span: _Span | None, killed: dict) -> bool:
     """Gone, with nothing else to say why, before its rank and every sibling of its generation."""
-    if w.fate is Fate.LIVE or w.gone_at is None or w.last_alive is None or w.pid in killed or w.log \
-            or w.why in _WENT_ON or w.why.startswith(("exited with status", "killed by signal")):
+    if not _untold(w, killed):
         return False
     if rank_span is not None and rank_span.gone_at is not None and rank_span.gone_at <= w.gone_at:
         return False

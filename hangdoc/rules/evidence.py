@@ -110,6 +110,8 @@ class DeadWorker:
     log: str | None                # the log line that says so, without torchrun's prefix
     info: object | None            # its ProcessInfo when the capture saw it alive
     why: str | None = None         # the sign that decided it, when it was not the log line
+    among: tuple[int, ...] = ()    # pid None: the workers it is one of, gone at one sample (none: no worker seen)
+    gone_at: float | None = None   # ... the sample that first saw them gone
 
 
 def fates(ctx) -> dict:
@@ -145,8 +147,8 @@ def dead_workers(ctx) -> list[DeadWorker]:
         for w in rank.dead:
             dead[w.pid] = DeadWorker(w.pid, owner.rank if owner else w.info.rank, w.how or "vanished",
                                      strip_rank(w.log) if w.log else None, w.info, None if w.log else w.why)
-        unseen += [DeadWorker(None, owner.rank if owner else None, how, strip_rank(line), None,
-                              "no sample saw it: it died before the watch found it") for how, line in rank.unseen]
+        unseen += [DeadWorker(None, owner.rank if owner else None, told.how, strip_rank(told.line), None,
+                              None, told.among, told.gone_at) for told in rank.untold]
     lines = ctx.worked.killed_lines
     for pid, how in ctx.worked.killed_workers.items():
         if pid in dead:

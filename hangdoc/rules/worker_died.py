@@ -120,15 +120,23 @@ def _fix(ctx: Context, dead: DeadWorker) -> str:
 
 
 def _unseen_lines(ctx: Context, dead: DeadWorker) -> list[str]:
-    """A worker no sample saw: the line it wrote as it died names the signal, not its pid or rank;
-    its rank's own failure, raised in its DataLoader's iterator, says whose it was."""
-    lines = ["the worker wrote that line as the signal killed it (PyTorch's worker signal handler); "
-             "no sample saw the worker: it died before the watch found it"]
+    """A worker the samples cannot name (none seen, or several gone at one sample): the line it wrote
+    as it died names the signal, not its pid or rank; its rank's own failure, raised in its
+    DataLoader's iterator, says whose it was."""
+    if dead.among:
+        start = ctx.bundle.samples[0].time
+        pids = ", ".join(str(pid) for pid in dead.among)
+        which = (f"which of its workers, the samples cannot tell: pids {pids} were all first seen gone at "
+                 f"+{dead.gone_at - start:.1f} s" if len(dead.among) > 1 else
+                 f"pid {dead.among[0]}, the first of its workers gone (+{dead.gone_at - start:.1f} s)")
+    else:
+        which = "no sample saw the worker: it died before the watch found it"
+    lines = [f"the worker wrote that line as the signal killed it (PyTorch's worker signal handler); {which}"]
     raised = ctx.worked.exception_of(dead.rank)
     if raised is not None and raised.in_loader:
         at = f" ({raised.where})" if raised.where else ""
         lines.append(f"rank {dead.rank} then failed in its DataLoader's iterator: {raised.messages[-1]}{at}: "
-                     "a consequence, a batch cut off as its worker died")
+                     "a consequence of its worker's death")
     return lines
 
 

@@ -272,6 +272,22 @@ def test_a_worker_no_sample_saw_is_named_by_its_line_and_its_ranks_failure_in_th
     assert any(e.startswith("rank 1 then failed in its DataLoader's iterator: ConnectionResetError") for e in died.evidence)
 
 
+def test_workers_gone_at_one_sample_are_named_as_those_the_dying_worker_is_one_of():
+    # GIVEN both of rank 1's workers first seen gone at one sample (+6 s), its dying-worker line, and
+    # rank 1's traceback raised in its DataLoader's iterator
+    bundle = epochs_job(epochs=1, epoch_s=20.0, kill=(1, 0, T0 + 5.0), stop_stepping_at=T0 + 5.0)
+    samples = tuple(dataclasses.replace(snap, processes=tuple(_gone(1102) if p.pid == 1102 and snap.time >= T0 + 5.0
+                                                              else p for p in snap.processes))
+                    for snap in bundle.samples)
+    bundle = with_output(dataclasses.replace(bundle, samples=samples), DYING, *HANDOFF)
+    # WHEN the report is built
+    [died] = rules(bundle)["worker-died"]
+    # THEN a worker of rank 1 died of a segmentation fault, one of the two: no coin toss between them
+    assert died.title == "A DataLoader worker of rank 1 was killed by signal: Segmentation fault"
+    assert any("which of its workers, the samples cannot tell: pids 1101, 1102 were all first seen gone at +6.0 s"
+               in e for e in died.evidence), died.evidence
+
+
 def test_a_dying_line_with_no_rank_failing_in_its_loader_names_nobody():
     # GIVEN the dying line, no worker sampled, and no rank's traceback through a DataLoader
     bundle = with_output(epochs_job(epochs=1, epoch_s=20.0, workers=0), DYING,
