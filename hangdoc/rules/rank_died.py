@@ -126,12 +126,20 @@ def _left_first(ctx: Context, left: Departure) -> Finding:
     if death is not None and left.code is None:
         evidence.append(f"rank {left.rank} then {death.how} ({death.told_by})")
     evidence += _where_lines(ctx, death) if death is not None else []
-    fix = (f"{RULE.fix} Here: rank {left.rank} ran fewer collectives than the others and left (or tore its "
-           "process group down) while they waited in one; the errors the others printed are the consequence. "
-           "Every rank must call the same collectives in the same order: look for a collective under a "
-           "condition on the rank (`if rank != ...: dist.barrier()`), a loop with fewer steps on one rank "
-           "(uneven data), or an early return; TORCH_DISTRIBUTED_DEBUG=DETAIL checks every collective across "
-           "ranks.")
+    if death is not None and left.code is None and death.told and (death.signal is not None or death.code != 0):
+        # It closed its connections as it failed: a crash whose words hangdoc could not read, not a
+        # rank that ran out of collectives.
+        fix = (f"{RULE.fix} Here: rank {left.rank} closed its connections and then {death.how}: it failed, "
+               "and none of what hangdoc read of its output says why; the errors the others printed are the "
+               f"consequence. Read its own output (its `[rank{left.rank}]:` lines; `torchrun --log-dir DIR "
+               "--tee 3` keeps each rank's).")
+    else:
+        fix = (f"{RULE.fix} Here: rank {left.rank} ran fewer collectives than the others and left (or tore its "
+               "process group down) while they waited in one; the errors the others printed are the consequence. "
+               "Every rank must call the same collectives in the same order: look for a collective under a "
+               "condition on the rank (`if rank != ...: dist.barrier()`), a loop with fewer steps on one rank "
+               "(uneven data), or an early return; TORCH_DISTRIBUTED_DEBUG=DETAIL checks every collective across "
+               "ranks.")
     return finding(RULE, [left.rank], title, evidence, fix, max_evidence=16)
 
 

@@ -61,6 +61,24 @@ def test_a_rank_still_running_whose_address_the_failure_names_is_the_culprit():
     assert report.cause[0].startswith("rank 1 left first: it closed its connections (its process still running)")
 
 
+def test_a_rank_that_closed_its_connections_and_then_failed_is_told_to_read_its_output_not_its_collectives():
+    # GIVEN rank 1 alive when rank 0 failed naming its address, then rank 1 exiting with code 1,
+    # nothing of its own printed (its words lost, or never written)
+    bundle = job_bundle({0: 4, 1: 5}, 5, exits=(died(0, 1.8, code=1), died(1, 2.6, code=1)), logs=CLOSED)
+    bundle = with_sockets(bundle, 1, TcpSocket("127.0.0.1:44063", "127.0.0.1:36644", "ESTABLISHED"))
+    # WHEN diagnosed
+    [died_] = [f for f in judge(bundle).report.findings if f.rule == "rank-died"]
+    # THEN it left first, and the fix says it failed and where its words are, not that it skipped a collective
+    assert "left first: it closed its connections" in died_.title, died_.title
+    assert "closed its connections and then exited with code 1: it failed" in died_.fix, died_.fix
+    assert "[rank1]:" in died_.fix and "fewer collectives" not in died_.fix
+    # AND a rank that left with code 0 is still told it ran fewer collectives
+    bundle = job_bundle({0: 5, 1: 4}, 5, exits=(died(1, 1.8, code=0), died(0, 2.0, code=1)), logs=CLOSED)
+    bundle = with_sockets(bundle, 1, TcpSocket("127.0.0.1:44063", "0.0.0.0:0", "LISTEN"))
+    [died_] = [f for f in judge(bundle).report.findings if f.rule == "rank-died"]
+    assert "ran fewer collectives than the others" in died_.fix
+
+
 def test_a_rank_killed_by_a_signal_is_an_ordinary_crash_not_a_departure():
     # GIVEN rank 1 SIGKILLed, then rank 0 failing on the closed connection
     bundle = job_bundle({0: 5, 1: 4}, 5, exits=(died(1, 1.8, signal=9), died(0, 2.0, code=1)), logs=CLOSED)
