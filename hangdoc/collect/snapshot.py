@@ -41,7 +41,7 @@ class Probes:
 def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
             native: bool | set[int] = False, nonblocking: bool | set[int] = False,
             loop_locals: bool = True, light: set[int] = frozenset(),
-            steady: set[int] = frozenset(), gpu: bool = True) -> tuple[Snapshot, Job]:
+            steady: set[int] = frozenset(), gpu: bool = True, within: bool = False) -> tuple[Snapshot, Job]:
     """Sample every process of `job`; stacks only for `stack_pids` (all when None).
 
     `nonblocking` is a flag for every process or the set of pids to read without pausing.
@@ -49,7 +49,9 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
     With `loop_locals` the ranks' dumps read locals for their LoopMark (see loopmark.py).
     `light`: pids whose /proc read leaves out the kernel wait and the open files (ProcStat.full).
     `steady`: ranks that stepped at the last sample: their sockets' reading may be kept (SocketReader).
-    `gpu=False`: no GPU reading (a second read of a few processes within one round).
+    `gpu=False`: no GPU reading. `within`: a second, closer read of a few processes within one round
+    (live/watcher.py: `_read_late`): what the round read of the node stands (no GPU, /dev/shm or
+    quota reading), and the sockets' reader counts no new capture.
     Returns the snapshot and the job refined by what the stacks told (which children
     are DataLoader workers, and their worker index).
     """
@@ -73,10 +75,11 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
     with ThreadPoolExecutor(max_workers=2) as side:
         stacks_future = (side.submit(dump_many, probes.pyspy, requests, probes.max_parallel)
                          if probes.pyspy is not None and requests else None)
-        gpu_future = side.submit(probes.gpu) if gpu else None
+        gpu_future = side.submit(probes.gpu) if gpu and not within else None
         links = _links_wanted(job)
         probes.procfs.fd_targets.clear()
-        probes.sockets.begin()
+        if not within:
+            probes.sockets.begin()
         start_times = {p.pid: p.start_time for p in job.processes}
         procs = {pid: _read_proc(probes.procfs, pid, pid not in light, links.get(pid, ()), start_times.get(pid))
                  for pid in pids}
@@ -109,8 +112,8 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
     snapshot = Snapshot(time=started, took_s=round(time.monotonic() - t0, 4),
                         processes=tuple(samples),
                         gpu=gpu_state if gpu_state is not None else GpuState(status="unavailable", reason="not read"),
-                        shm=shm_use(job, probes.procfs.root),
-                        cpu_quota=cpu_quota(job, probes.procfs.root))
+                        shm=None if within else shm_use(job, probes.procfs.root),
+                        cpu_quota=None if within else cpu_quota(job, probes.procfs.root))
     return snapshot, refine_job(job, dumps)
 
 

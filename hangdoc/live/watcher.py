@@ -297,7 +297,7 @@ class Watcher(Sampling):
         """`snapshot` with the processes in `late` read again, closely (open files, the kernel's
         wait, the stacks in `stacks`), a moment after the round's first reading (`late_workers`)."""
         job = dataclasses.replace(self.job, processes=tuple(p for p in self.job.processes if p.pid in late))
-        again, _ = capture(job, self.probes, stack_pids=stacks, nonblocking=plan.nonblocking, gpu=False)
+        again, _ = capture(job, self.probes, stack_pids=stacks, nonblocking=plan.nonblocking, within=True)
         closer = {s.pid: s for s in again.processes}
         return dataclasses.replace(snapshot, processes=tuple(closer.get(s.pid, s) for s in snapshot.processes),
                                    took_s=round(snapshot.took_s + again.took_s, 4))
