@@ -69,8 +69,8 @@ class WorkerFate:
 @dataclass(frozen=True)
 class UntoldDeath:
     """A worker of the rank that its own dying line says a signal killed (`_dying_words`), that the
-    samples cannot name: none of the rank's workers was seen (`among` empty: it died before the watch
-    found them), or several went at the same sample (`among`: their pids)."""
+    samples cannot name: none of the rank's workers was seen alive (`among` empty: it died before the
+    watch found it), or several went at the same sample (`among`: their pids)."""
 
     how: str                       # "Segmentation fault", "Bus error", "Floating point exception"
     line: str                      # the worker's line
@@ -342,7 +342,7 @@ def _dying_words(bundle: Bundle, answer: dict[int, RankWorkers], said: list[tupl
             continue
         held = out.get(newest.pid) or RankWorkers(newest.pid, ())
         gone = [w for w in held.workers if _untold(w, killed)]
-        if held.workers and not gone:
+        if any(w.last_alive is not None for w in held.workers) and not gone:
             continue                  # its workers live, or ended for a reason: not one of those the line tells
         first = min((w.gone_at for w in gone), default=None)
         among = tuple(w.pid for w in gone if w.gone_at == first)

@@ -130,7 +130,7 @@ def _unseen_lines(ctx: Context, dead: DeadWorker) -> list[str]:
                  f"+{dead.gone_at - start:.1f} s" if len(dead.among) > 1 else
                  f"pid {dead.among[0]}, the first of its workers gone (+{dead.gone_at - start:.1f} s)")
     else:
-        which = "no sample saw the worker: it died before the watch found it"
+        which = "no sample saw the worker alive: it died before the watch found it"
     lines = [f"the worker wrote that line as the signal killed it (PyTorch's worker signal handler); {which}"]
     raised = ctx.worked.exception_of(dead.rank)
     if raised is not None and raised.in_loader:

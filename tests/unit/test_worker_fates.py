@@ -272,6 +272,25 @@ def test_a_worker_no_sample_saw_is_named_by_its_line_and_its_ranks_failure_in_th
     assert any(e.startswith("rank 1 then failed in its DataLoader's iterator: ConnectionResetError") for e in died.evidence)
 
 
+def test_a_worker_found_only_gone_counts_as_unseen():
+    # GIVEN rank 1's only worker in the bundle first found already gone (a zombie of its loader's
+    # shutdown), its dying-worker line, and rank 1's traceback raised in its DataLoader's iterator
+    bundle = epochs_job(epochs=1, epoch_s=20.0, workers=0)
+    rank1 = next(p for p in bundle.job.ranks if p.rank == 1)
+    found = ProcessInfo(1199, rank1.pid, Role.WORKER, rank1.cmdline, None, T0 + 5.0, rank1.env, 1, 1, 0, 2,
+                        rank1.pid, 1, 2, "fork")
+    samples = tuple(dataclasses.replace(snap, processes=snap.processes + (_gone(1199),)) if snap.time >= T0 + 6.0
+                    else snap for snap in bundle.samples)
+    bundle = dataclasses.replace(bundle, samples=samples,
+                                 job=dataclasses.replace(bundle.job, processes=bundle.job.processes + (found,)))
+    bundle = with_output(bundle, DYING, *HANDOFF)
+    # WHEN the report is built
+    [died] = rules(bundle)["worker-died"]
+    # THEN the dead worker is one no sample saw alive, of rank 1
+    assert died.title == "A DataLoader worker of rank 1 was killed by signal: Segmentation fault"
+    assert any("no sample saw the worker alive" in e for e in died.evidence), died.evidence
+
+
 def test_workers_gone_at_one_sample_are_named_as_those_the_dying_worker_is_one_of():
     # GIVEN both of rank 1's workers first seen gone at one sample (+6 s), its dying-worker line, and
     # rank 1's traceback raised in its DataLoader's iterator
