@@ -108,7 +108,7 @@ def failed_in_loader(logs: tuple[LogTail, ...]) -> list[int]:
     out = []
     for rank in sorted(own):
         blocks = _traceback_blocks(own[rank])
-        if blocks and any((m := _FRAME.match(line)) and m.group(1).endswith(_LOADER_FILE) for line in blocks[-1]):
+        if blocks and _raised_in_loader(blocks[-1]):
             out.append(rank)
     return out
 
@@ -180,13 +180,16 @@ def rank_exception(logs: tuple[LogTail, ...], rank: int | None) -> RaisedError |
     messages = tuple(line.strip() for line in block if _TOP_LEVEL.match(line) and not line.startswith(
         ("Original Traceback", "Traceback")))
     where = code = None
-    in_loader = False
     for i, line in enumerate(block):
         if (m := _FRAME.match(line)):
-            in_loader = in_loader or m.group(1).endswith(_LOADER_FILE)
             where = f"{m.group(1).rsplit('/', 1)[-1]}:{m.group(2)} in {m.group(3)}"
             following = block[i + 1].strip() if i + 1 < len(block) else ""
             code = following if following and not _FRAME.match(block[i + 1]) and not _TOP_LEVEL.match(following) else None
     if not messages:
         return None
-    return RaisedError(rank, messages[-3:], where, code, in_loader)
+    return RaisedError(rank, messages[-3:], where, code, _raised_in_loader(block))
+
+
+def _raised_in_loader(block: list[str]) -> bool:
+    """A traceback (its lines after the header) with a frame of a DataLoader's iterator."""
+    return any((m := _FRAME.match(line)) and m.group(1).endswith(_LOADER_FILE) for line in block)

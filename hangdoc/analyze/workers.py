@@ -320,9 +320,11 @@ def _dying_words(bundle: Bundle, answer: dict[int, RankWorkers], said: list[tupl
             unclaimed.append((how, line))
     if not unclaimed:
         return answer
-    first = {rank_pid: [w for w in rank.workers if _went_first(w, rank, _rank_span(lines.get(rank_pid)), killed)]
-             for rank_pid, rank in answer.items()}
-    candidates = [(rank_pid, w) for rank_pid, ws in first.items() for w in ws]
+    candidates = []
+    for rank_pid, rank in answer.items():
+        if rank.workers:
+            span = _rank_span(lines.get(rank_pid))
+            candidates += [(rank_pid, w) for w in rank.workers if _went_first(w, rank, span, killed)]
     if candidates:
         if len({how for how, _ in unclaimed}) > 1 or len(candidates) > len(unclaimed):
             return answer      # which worker died of which signal, or which of them died: cannot tell

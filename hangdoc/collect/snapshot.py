@@ -41,7 +41,7 @@ class Probes:
 def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
             native: bool | set[int] = False, nonblocking: bool | set[int] = False,
             loop_locals: bool = True, light: set[int] = frozenset(),
-            steady: set[int] = frozenset(), gpu: bool = True, within: bool = False) -> tuple[Snapshot, Job]:
+            steady: set[int] = frozenset(), within: bool = False) -> tuple[Snapshot, Job]:
     """Sample every process of `job`; stacks only for `stack_pids` (all when None).
 
     `nonblocking` is a flag for every process or the set of pids to read without pausing.
@@ -49,7 +49,7 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
     With `loop_locals` the ranks' dumps read locals for their LoopMark (see loopmark.py).
     `light`: pids whose /proc read leaves out the kernel wait and the open files (ProcStat.full).
     `steady`: ranks that stepped at the last sample: their sockets' reading may be kept (SocketReader).
-    `gpu=False`: no GPU reading. `within`: a second, closer read of a few processes within one round
+    `within`: a second, closer read of a few processes within one round
     (live/watcher.py: `_read_late`): what the round read of the node stands (no GPU, /dev/shm or
     quota reading), and the sockets' reader counts no new capture.
     Returns the snapshot and the job refined by what the stacks told (which children
@@ -75,7 +75,7 @@ def capture(job: Job, probes: Probes, stack_pids: set[int] | None = None,
     with ThreadPoolExecutor(max_workers=2) as side:
         stacks_future = (side.submit(dump_many, probes.pyspy, requests, probes.max_parallel)
                          if probes.pyspy is not None and requests else None)
-        gpu_future = side.submit(probes.gpu) if gpu and not within else None
+        gpu_future = None if within else side.submit(probes.gpu)
         links = _links_wanted(job)
         probes.procfs.fd_targets.clear()
         if not within:

@@ -104,7 +104,7 @@ class DeadWorker:
     """A DataLoader worker that died: from the log line PyTorch prints, its exit record, or seen
     alive then gone alone while its rank waits for data (hangdoc/analyze/workers.py decides)."""
 
-    pid: int | None                # None: no sample saw it (only its own dying line and its rank's failure tell it)
+    pid: int | None                # None: the samples cannot name it (its own dying line and its rank's failure tell it)
     rank: int | None
     how: str                       # "Segmentation fault", "Killed", "exited unexpectedly", "vanished"
     log: str | None                # the log line that says so, without torchrun's prefix
