@@ -131,8 +131,8 @@ def _left_first(ctx: Context, left: Departure) -> Finding:
         # rank that ran out of collectives.
         fix = (f"{RULE.fix} Here: rank {left.rank} closed its connections and then {death.how}: it failed, "
                "and none of what hangdoc read of its output says why; the errors the others printed are the "
-               f"consequence. Read its own output (its `[rank{left.rank}]:` lines; `torchrun --log-dir DIR "
-               "--tee 3` keeps each rank's).")
+               f"consequence. Read its own output (its `[rank{left.rank}]:` lines; under torchrun, `--log-dir "
+               "DIR --tee 3` keeps each rank's).")
     else:
         fix = (f"{RULE.fix} Here: rank {left.rank} ran fewer collectives than the others and left (or tore its "
                "process group down) while they waited in one; the errors the others printed are the consequence. "
